@@ -1,0 +1,149 @@
+package benchmarks
+
+import (
+	"context"
+	"testing"
+
+	streams "github.com/reugn/go-streams"
+	"github.com/reugn/go-streams/extension"
+	gsflow "github.com/reugn/go-streams/flow"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// pipelineN is the number of ints each BenchmarkPipeline op moves.
+const pipelineN = 1_000_000
+
+// wantKept is how many of 0..N-1 survive map(x+1) then filter(x%3 != 0).
+func wantKept(n int) int {
+	k := 0
+	for i := range n {
+		if (i+1)%3 != 0 {
+			k++
+		}
+	}
+	return k
+}
+
+// BenchmarkPipeline runs one topology, source -> map(x+1) -> filter(x%3 != 0)
+// -> counting sink over 1,000,000 ints, in sluice, in go-streams and in
+// hand-written goroutines and channels, and reports elems/s for each.
+func BenchmarkPipeline(b *testing.B) {
+	ints := make([]int, pipelineN)
+	for i := range ints {
+		ints[i] = i
+	}
+	want := wantKept(pipelineN)
+	report := func(b *testing.B, got int) {
+		b.Helper()
+		if got != want {
+			b.Fatalf("sink counted %d elements, want %d", got, want)
+		}
+		b.ReportMetric(float64(pipelineN)*float64(b.N)/b.Elapsed().Seconds(), "elems/s")
+		b.ReportMetric(0, "ns/op")
+	}
+
+	b.Run("sluice", func(b *testing.B) {
+		b.ReportAllocs()
+		var got int
+		for b.Loop() {
+			got = runSluice(b, ints)
+		}
+		report(b, got)
+	})
+	b.Run("gostreams", func(b *testing.B) {
+		b.ReportAllocs()
+		var got int
+		for b.Loop() {
+			got = runGoStreams(ints)
+		}
+		report(b, got)
+	})
+	b.Run("chan_unbuffered", func(b *testing.B) {
+		b.ReportAllocs()
+		var got int
+		for b.Loop() {
+			got = runChannels(ints, 0)
+		}
+		report(b, got)
+	})
+	b.Run("chan_buffered64", func(b *testing.B) {
+		b.ReportAllocs()
+		var got int
+		for b.Loop() {
+			got = runChannels(ints, 64)
+		}
+		report(b, got)
+	})
+}
+
+func runSluice(b *testing.B, ints []int) int {
+	count := 0
+	g := stream.New()
+	s := stream.From(g, source.Slice(ints))
+	s = stream.Via(s, flow.Map(func(x int) (int, error) { return x + 1, nil }))
+	s = stream.Via(s, flow.Filter(func(x int) bool { return x%3 != 0 }))
+	stream.To(s, sink.Func(func(_ context.Context, _ int) error { count++; return nil }))
+	if err := g.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return count
+}
+
+func runGoStreams(ints []int) int {
+	in := make(chan any)
+	out := make(chan any)
+	done := make(chan int)
+	go func() {
+		n := 0
+		for range out {
+			n++
+		}
+		done <- n
+	}()
+	go func() {
+		for _, x := range ints {
+			in <- x
+		}
+		close(in)
+	}()
+	var src streams.Source = extension.NewChanSource(in)
+	src.Via(gsflow.NewMap(func(x int) int { return x + 1 }, 1)).
+		Via(gsflow.NewFilter(func(x int) bool { return x%3 != 0 }, 1)).
+		To(extension.NewChanSink(out))
+	return <-done
+}
+
+func runChannels(ints []int, capacity int) int {
+	a := make(chan int, capacity)
+	m := make(chan int, capacity)
+	f := make(chan int, capacity)
+	go func() {
+		for _, x := range ints {
+			a <- x
+		}
+		close(a)
+	}()
+	go func() {
+		for x := range a {
+			m <- x + 1
+		}
+		close(m)
+	}()
+	go func() {
+		for x := range m {
+			if x%3 != 0 {
+				f <- x
+			}
+		}
+		close(f)
+	}()
+	n := 0
+	for range f {
+		n++
+	}
+	return n
+}

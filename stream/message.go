@@ -1,0 +1,188 @@
+package stream
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Header is one record header, as Kafka carries them.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one element moving through a pipeline: the value plus the
+// envelope its source gave it. Stages carry the envelope over to their
+// outputs so that the message can be settled where it leaves the pipeline.
+type Message[T any] struct {
+	Value T
+	Envelope
+}
+
+// Envelope is everything about a message except its value. It is a
+// separate type so that a stage changing the value's type copies it in one
+// assignment (dst.Envelope = src.Envelope).
+type Envelope struct {
+	Key     []byte
+	Headers []Header
+	// Topic, Partition and Offset say where the source read the message; they
+	// are zero for sources without positions.
+	Topic     string
+	Partition int32
+	// Attempt counts processing attempts made so far (0 before the first).
+	Attempt   int32
+	Offset    int64
+	Timestamp time.Time
+
+	handle Handle
+}
+
+// NewMessage returns a message carrying v and settled through h.
+func NewMessage[T any](v T, h Handle) Message[T] {
+	return Message[T]{Value: v, Envelope: Envelope{handle: h}}
+}
+
+// Handle returns the message's settle handle.
+func (e *Envelope) Handle() Handle { return e.handle }
+
+// SetHandle replaces the message's settle handle. Stages that combine or
+// split messages (batching, fan-out) use it with Join and Fanout.
+func (e *Envelope) SetHandle(h Handle) { e.handle = h }
+
+// Settle settles the message through its handle. Call it exactly once per
+// message, where the message leaves the pipeline.
+func (e *Envelope) Settle(o Outcome) { e.handle.Settle(o) }
+
+// Header returns the value of the first header named key, or nil.
+func (e *Envelope) Header(key string) []byte {
+	for _, h := range e.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// WithValue returns a message that carries v and the whole envelope of m
+// (key, headers, position, attempt, settle handle). Flows use it to emit the
+// result computed from m.
+func WithValue[T, U any](m Message[T], v U) Message[U] {
+	return Message[U]{Value: v, Envelope: m.Envelope}
+}
+
+// Outcome says how a message left the pipeline. Outcomes are ordered from the
+// mildest to the most severe; a message split into parts (Fanout) is settled
+// with the most severe outcome of its parts.
+type Outcome uint8
+
+const (
+	// Filtered: a stage deliberately removed the message.
+	Filtered Outcome = iota + 1
+	// Completed: a sink processed the message.
+	Completed
+	// Dropped: an overflow strategy discarded the message.
+	Dropped
+	// DeadLettered: the message failed and was written to a dead letter or
+	// failure queue with its reason.
+	DeadLettered
+)
+
+var outcomeNames = [...]string{"invalid", "filtered", "completed", "dropped", "dead_lettered"}
+
+// String returns the outcome's name, as used in metric labels.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "invalid"
+}
+
+// Settler is told when messages it issued are settled. id is the number the
+// settler gave the message (an offset, a sequence number).
+type Settler interface {
+	Settle(id int64, o Outcome)
+}
+
+// Handle settles one message. The zero Handle settles nothing: messages from
+// sources that track no positions carry it.
+type Handle struct {
+	s  Settler
+	id int64
+}
+
+// NewHandle returns a handle that reports id to s when settled.
+func NewHandle(s Settler, id int64) Handle { return Handle{s: s, id: id} }
+
+// Settle reports the outcome to the handle's settler, if any.
+func (h Handle) Settle(o Outcome) {
+	if h.s != nil {
+		h.s.Settle(h.id, o)
+	}
+}
+
+// IsZero reports whether the handle settles nothing.
+func (h Handle) IsZero() bool { return h.s == nil }
+
+// ID returns the number the handle reports to its settler.
+func (h Handle) ID() int64 { return h.id }
+
+// Fanout returns a handle to be settled n times, once by each of the n
+// messages that one message became (flat-map, broadcast): h is settled,
+// with the most severe of their outcomes, when the last of them is. For
+// n <= 0 it settles h as Filtered at once; for n == 1 it returns h.
+func Fanout(h Handle, n int) Handle {
+	switch {
+	case n <= 0:
+		h.Settle(Filtered)
+		return Handle{}
+	case n == 1 || h.IsZero():
+		return h
+	}
+	f := &fanout{parent: h}
+	f.left.Store(int32(n))
+	return Handle{s: f}
+}
+
+type fanout struct {
+	parent Handle
+	left   atomic.Int32
+	worst  atomic.Uint32
+}
+
+func (f *fanout) Settle(_ int64, o Outcome) {
+	for {
+		w := f.worst.Load()
+		if uint32(o) <= w || f.worst.CompareAndSwap(w, uint32(o)) {
+			break
+		}
+	}
+	if f.left.Add(-1) == 0 {
+		f.parent.Settle(Outcome(f.worst.Load()))
+	}
+}
+
+// Join returns one handle that settles all of hs with the same outcome. Use
+// it when several messages become one (batching, windows).
+func Join(hs []Handle) Handle {
+	live := make([]Handle, 0, len(hs))
+	for _, h := range hs {
+		if !h.IsZero() {
+			live = append(live, h)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return Handle{}
+	case 1:
+		return live[0]
+	}
+	return Handle{s: joined(live)}
+}
+
+type joined []Handle
+
+func (j joined) Settle(_ int64, o Outcome) {
+	for _, h := range j {
+		h.Settle(o)
+	}
+}
