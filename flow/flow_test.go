@@ -1,0 +1,241 @@
+package flow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	gsflow "github.com/reugn/go-streams/flow"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+func ints(n int) []int {
+	vs := make([]int, n)
+	for i := range vs {
+		vs[i] = i
+	}
+	return vs
+}
+
+func run(t *testing.T, g *stream.Graph) {
+	t.Helper()
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkSettled(t *testing.T, tr *stream.Tracker) stream.TrackerStats {
+	t.Helper()
+	st := tr.Stats()
+	if st.Duplicates != 0 || st.Total() != st.Issued || tr.Watermark() != st.Issued {
+		t.Fatalf("settle contract broken: %+v, watermark %d", st, tr.Watermark())
+	}
+	return st
+}
+
+func TestFlatMapSettlesInputWhenAllOutputsSettle(t *testing.T) {
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	s := stream.From(g, source.Slice(ints(1000), source.Track(tr)))
+	words := stream.Via(s, flow.FlatMap(func(x int) ([]string, error) {
+		if x%4 == 0 {
+			return nil, nil // nothing: settled as filtered
+		}
+		if x%4 == 1 {
+			return nil, errors.New("odd one")
+		}
+		return []string{fmt.Sprint(x), fmt.Sprint(-x)}, nil
+	}))
+	out := sink.Collect[string]()
+	stream.To(words, out)
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
+	run(t, g)
+	if n := len(out.Values()); n != 1000 {
+		t.Fatalf("collected %d, want 1000", n)
+	}
+	st := checkSettled(t, tr)
+	if st.Settled[stream.Completed] != 500 || st.Settled[stream.Filtered] != 250 || st.Settled[stream.DeadLettered] != 250 {
+		t.Fatalf("outcomes %+v", st.Settled)
+	}
+}
+
+func TestBatchBySize(t *testing.T) {
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	s := stream.Via(stream.From(g, source.Slice(ints(1003), source.Track(tr))), flow.Batch[int](10, 0))
+	out := sink.Collect[[]int]()
+	stream.To(s, out)
+	run(t, g)
+	batches := out.Values()
+	if len(batches) != 101 || len(batches[100]) != 3 {
+		t.Fatalf("%d batches, last of %d", len(batches), len(batches[len(batches)-1]))
+	}
+	var all []int
+	for _, b := range batches[:100] {
+		if len(b) != 10 {
+			t.Fatalf("batch of %d", len(b))
+		}
+	}
+	for _, b := range batches {
+		all = append(all, b...)
+	}
+	if !slices.Equal(all, ints(1003)) {
+		t.Fatal("batches lost or reordered values")
+	}
+	if out.Messages()[1].Offset != 10 {
+		t.Fatalf("batch envelope offset %d, want its first message's 10", out.Messages()[1].Offset)
+	}
+	checkSettled(t, tr)
+}
+
+func TestBatchByTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ch := make(chan int)
+		g := stream.New()
+		s := stream.Via(stream.From(g, source.Channel(ch)), flow.Batch[int](100, time.Second))
+		out := sink.Collect[[]int]()
+		stream.To(s, out)
+		done := make(chan error)
+		go func() { done <- g.Run(context.Background()) }()
+		for i := range 3 {
+			ch <- i
+		}
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if n := len(out.Values()); n != 0 {
+			t.Fatalf("batch emitted before maxWait: %d", n)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := out.Values(); len(got) != 1 || !slices.Equal(got[0], []int{0, 1, 2}) {
+			t.Fatalf("after maxWait: %v", got)
+		}
+		ch <- 3
+		close(ch)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Values(); len(got) != 2 || !slices.Equal(got[1], []int{3}) {
+			t.Fatalf("at end of input: %v", got)
+		}
+	})
+}
+
+func TestThrottleHoldsRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := stream.New()
+		s := stream.Via(stream.From(g, source.Slice(ints(100))), flow.Throttle[int](10, 1))
+		out := sink.Collect[int]()
+		stream.To(s, out)
+		start := time.Now()
+		run(t, g)
+		// 100 messages at 10/s with a burst of 1: the first passes at once,
+		// each next one 100 ms later (fake time: exact).
+		if el := time.Since(start); el != 9900*time.Millisecond {
+			t.Fatalf("took %v of fake time, want 9.9s", el)
+		}
+		if !slices.Equal(out.Values(), ints(100)) {
+			t.Fatal("throttle lost or reordered messages")
+		}
+	})
+}
+
+func TestGoStreamsTumblingWindowInsidePipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := stream.NewTracker(0)
+		ch := make(chan int)
+		g := stream.New()
+		s := stream.From(g, source.Channel(ch, source.Track(tr)))
+		windows := stream.Via(s, flow.GoStreams[int, []int](gsflow.NewTumblingWindow[int](time.Second)))
+		sums := stream.Via(windows, flow.Map(func(w []int) (int, error) {
+			sum := 0
+			for _, v := range w {
+				sum += v
+			}
+			return sum, nil
+		}))
+		out := sink.Collect[int]()
+		stream.To(sums, out)
+		done := make(chan error)
+		go func() { done <- g.Run(context.Background()) }()
+		for sec := range 3 {
+			for i := range 10 {
+				ch <- sec*10 + i
+			}
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		close(ch)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, v := range out.Values() {
+			total += v
+		}
+		if total != 29*30/2 {
+			t.Fatalf("window sums add to %d, want %d (values %v)", total, 29*30/2, out.Values())
+		}
+		checkSettled(t, tr)
+	})
+}
+
+func TestGoStreamsSlidingWindowAndFilter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := stream.NewTracker(0)
+		ch := make(chan int)
+		g := stream.New()
+		s := stream.From(g, source.Channel(ch, source.Track(tr)))
+		even := stream.Via(s, flow.GoStreams[int, int](gsflow.NewFilter(func(x int) bool { return x%2 == 0 }, 1)))
+		win := stream.Via(even, flow.GoStreams[int, []int](gsflow.NewSlidingWindow[int](2*time.Second, time.Second)))
+		out := sink.Collect[[]int]()
+		stream.To(win, out)
+		done := make(chan error)
+		go func() { done <- g.Run(context.Background()) }()
+		for sec := range 5 {
+			for i := range 10 {
+				ch <- sec*10 + i
+			}
+			time.Sleep(time.Second)
+		}
+		time.Sleep(3 * time.Second)
+		close(ch)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int]int{}
+		for _, w := range out.Values() {
+			for _, v := range w {
+				if v%2 != 0 {
+					t.Fatalf("odd value %d passed the go-streams filter", v)
+				}
+				seen[v]++
+			}
+		}
+		// A 2 s window sliding by 1 s holds each value in two windows.
+		if len(seen) != 25 {
+			t.Fatalf("windows hold %d distinct values, want 25: %v", len(seen), out.Values())
+		}
+		checkSettled(t, tr)
+	})
+}
+
+func TestGoStreamsWrongOutputTypeIsFatal(t *testing.T) {
+	g := stream.New()
+	s := stream.From(g, source.Slice(ints(10)))
+	bad := stream.Via(s, flow.GoStreams[int, string](gsflow.NewMap(func(x int) int { return x }, 1)), stream.Name("bridge"))
+	stream.To(bad, sink.Discard[string]())
+	err := g.Run(context.Background())
+	var se *stream.StageError
+	if !errors.As(err, &se) || se.Stage != "bridge" || !stream.IsFatal(err) {
+		t.Fatalf("Run = %v, want a fatal StageError from bridge", err)
+	}
+}
