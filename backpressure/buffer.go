@@ -110,9 +110,12 @@ func (b *Buffer[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Ou
 			}
 			b.held.Store(int64(r.n))
 		}
-		var outC chan<- *stream.Batch[T]
+		var (
+			outC chan<- *stream.Batch[T]
+			outN int
+		)
 		if next != nil {
-			outC = out.C()
+			outC, outN = out.C(), len(next.Items)
 		}
 		readC := inC
 		if carry != nil {
@@ -137,7 +140,7 @@ func (b *Buffer[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Ou
 			batch.Release()
 			b.held.Store(int64(r.n))
 		case outC <- next:
-			out.Sent(next)
+			out.Sent(outN)
 			next = nil
 		case <-out.Closed():
 			return stream.ErrDownstreamClosed

@@ -299,14 +299,15 @@ func (o *Outlet[T]) Flush(ctx context.Context) error {
 
 // C returns the channel that takes whole batches, for stages that must
 // wait on their output and something else at once (a buffer that keeps
-// reading while its output is full). After a batch was sent on C, call Sent.
+// reading while its output is full). After a batch was sent on C, call Sent
+// with the number of messages it held, counted before sending: once sent,
+// the batch belongs to the next stage.
 func (o *Outlet[T]) C() chan<- *Batch[T] { return o.p.ch }
 
-// Sent records a batch handed on through C.
-func (o *Outlet[T]) Sent(b *Batch[T]) {
-	n := int64(len(b.Items))
-	o.p.buffered.Add(n)
-	o.node.stats.out.Add(n)
+// Sent records a batch of n messages handed on through C.
+func (o *Outlet[T]) Sent(n int) {
+	o.p.buffered.Add(int64(n))
+	o.node.stats.out.Add(int64(n))
 }
 
 // Closed is closed when the stage reading this output has ended.
