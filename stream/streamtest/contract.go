@@ -1,0 +1,238 @@
+// Package streamtest is the shared contract suite that every Source and
+// Sink of sluice passes, and that authors of their own stages can run: each
+// message settled exactly once, cancel and drain, errors surfaced, no
+// goroutine left behind.
+package streamtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// SourceCase describes a source under test.
+type SourceCase[T any] struct {
+	// New returns a fresh source that emits n messages: exactly n and then
+	// ends if Bounded, at least n and then more until cancelled otherwise.
+	New func(t *testing.T, n int) stream.Source[T]
+	// Bounded says whether the source ends by itself after n messages.
+	Bounded bool
+	// Tracker, if set, returns the tracker whose handles the source of the
+	// latest New call gives its messages, so the suite can check that each
+	// one is settled exactly once.
+	Tracker func() *stream.Tracker
+}
+
+// TestSource runs the source contract.
+func TestSource[T any](t *testing.T, c SourceCase[T]) {
+	const n = 2000
+	t.Run("emits and settles each message once", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		var got atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		g := stream.New()
+		stream.To(stream.From(g, c.New(t, n)), stream.SinkFunc[T](func(ctx context.Context, in *stream.Inlet[T]) error {
+			return drain(ctx, in, func(m *stream.Message[T]) {
+				in.Settle(m, stream.Completed)
+				if got.Add(1) == n && !c.Bounded {
+					cancel()
+				}
+			})
+		}))
+		if err := g.Run(ctx); err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if c.Bounded && got.Load() != n {
+			t.Fatalf("received %d messages, want %d", got.Load(), n)
+		}
+		if got.Load() < n {
+			t.Fatalf("received %d messages, want at least %d", got.Load(), n)
+		}
+		checkTracker(t, c.Tracker, got.Load())
+	})
+	t.Run("cancel stops it and drains", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		var got atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		g := stream.New(stream.WithDrainTimeout(10 * time.Second))
+		stream.To(stream.From(g, c.New(t, n)), stream.SinkFunc[T](func(ctx context.Context, in *stream.Inlet[T]) error {
+			return drain(ctx, in, func(m *stream.Message[T]) {
+				in.Settle(m, stream.Completed)
+				if got.Add(1) == n/2 {
+					cancel()
+				}
+			})
+		}))
+		if err := g.Run(ctx); err != nil {
+			t.Fatalf("Run after cancel = %v, want nil", err)
+		}
+		checkTracker(t, c.Tracker, got.Load())
+	})
+	t.Run("a failing sink ends the run", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		g := stream.New()
+		boom := errors.New("sink failed")
+		stream.To(stream.From(g, c.New(t, n)), stream.SinkFunc[T](func(ctx context.Context, in *stream.Inlet[T]) error {
+			_, err := in.Recv(ctx)
+			if err != nil {
+				return err
+			}
+			return boom
+		}), stream.Name("failing"))
+		err := g.Run(context.Background())
+		var se *stream.StageError
+		if !errors.Is(err, boom) || !errors.As(err, &se) || se.Stage != "failing" {
+			t.Fatalf("Run = %v, want the sink's error with its name", err)
+		}
+	})
+}
+
+// SinkCase describes a sink under test.
+type SinkCase[T any] struct {
+	// New returns a fresh sink.
+	New func(t *testing.T) stream.Sink[T]
+	// Value returns the i-th value to send.
+	Value func(i int) T
+	// Delivered, if set, returns how many values the sink of the latest New
+	// call has delivered to its destination.
+	Delivered func(t *testing.T) int
+	// Outcome is how the sink settles what it processed (default
+	// stream.Completed; dead letters use stream.DeadLettered).
+	Outcome stream.Outcome
+}
+
+// TestSink runs the sink contract.
+func TestSink[T any](t *testing.T, c SinkCase[T]) {
+	const n = 2000
+	values := func(k int) []T {
+		vs := make([]T, k)
+		for i := range vs {
+			vs[i] = c.Value(i)
+		}
+		return vs
+	}
+	outcome := c.Outcome
+	if outcome == 0 {
+		outcome = stream.Completed
+	}
+	t.Run("settles each message once", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		tr := stream.NewTracker(0)
+		g := stream.New()
+		stream.To(stream.From(g, sliceSource(values(n), tr)), c.New(t))
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		st := tr.Stats()
+		if st.Settled[outcome] != n || st.Duplicates != 0 || tr.Watermark() != n {
+			t.Fatalf("settled %+v, watermark %d; want %d settled %v once each", st, tr.Watermark(), n, outcome)
+		}
+		if c.Delivered != nil {
+			if d := c.Delivered(t); d != n {
+				t.Fatalf("delivered %d, want %d", d, n)
+			}
+		}
+	})
+	t.Run("cancel drains what was taken", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		tr := stream.NewTracker(0)
+		ch := make(chan T)
+		ctx, cancel := context.WithCancel(context.Background())
+		g := stream.New()
+		stream.To(stream.From(g, chanSource(ch, tr)), c.New(t))
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		for _, v := range values(n / 2) {
+			ch <- v
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run after cancel = %v, want nil", err)
+		}
+		if st := tr.Stats(); st.Total() != n/2 || st.Duplicates != 0 {
+			t.Fatalf("after drain %+v, want all %d settled once", st, n/2)
+		}
+	})
+	t.Run("empty input", func(t *testing.T) {
+		defer goleak.VerifyNone(t)
+		g := stream.New()
+		stream.To(stream.From(g, sliceSource[T](nil, stream.NewTracker(0))), c.New(t))
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	})
+}
+
+func checkTracker(t *testing.T, tracker func() *stream.Tracker, received int64) {
+	t.Helper()
+	if tracker == nil {
+		return
+	}
+	tr := tracker()
+	st := tr.Stats()
+	if st.Duplicates != 0 {
+		t.Fatalf("%d messages settled twice", st.Duplicates)
+	}
+	if st.Settled[stream.Completed] != received {
+		t.Fatalf("%d settled as completed, %d received", st.Settled[stream.Completed], received)
+	}
+	if tr.Watermark() != received {
+		t.Fatalf("watermark %d after %d contiguous settles", tr.Watermark(), received)
+	}
+}
+
+func drain[T any](ctx context.Context, in *stream.Inlet[T], fn func(m *stream.Message[T])) error {
+	for {
+		b, err := in.Recv(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for i := range b.Items {
+			fn(&b.Items[i])
+		}
+		b.Release()
+	}
+}
+
+// The suite does not import source/ (which tests itself with this suite):
+// it has its own two minimal sources.
+func sliceSource[T any](vs []T, tr *stream.Tracker) stream.Source[T] {
+	return stream.SourceFunc[T](func(ctx context.Context, out *stream.Outlet[T]) error {
+		for _, v := range vs {
+			if err := out.Send(ctx, stream.NewMessage(v, tr.Track())); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func chanSource[T any](ch <-chan T, tr *stream.Tracker) stream.Source[T] {
+	return stream.SourceFunc[T](func(ctx context.Context, out *stream.Outlet[T]) error {
+		for {
+			select {
+			case v := <-ch:
+				if err := out.Send(ctx, stream.NewMessage(v, tr.Track())); err != nil {
+					return err
+				}
+				if err := out.Flush(ctx); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+}
