@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -74,6 +75,7 @@ type Graph struct {
 	pools    map[reflect.Type]any
 	failures *port[Failure]
 	started  atomic.Bool
+	mu       sync.Mutex // guards nodes and their ports against Stats while Run prepares
 }
 
 // Option configures a Graph.
@@ -262,7 +264,7 @@ func (g *Graph) Failures() Stream[Failure] { return Stream[Failure]{p: g.failure
 func (g *Graph) addNode(name string, source, failurePath bool) *node {
 	n := &node{g: g, name: name, source: source, failurePath: failurePath}
 	if !failurePath {
-		n.failOut = &Outlet[Failure]{node: n}
+		n.failOut = &Outlet[Failure]{node: n, failure: true}
 		n.failPort = &port[Failure]{g: g, optional: true}
 		n.failPort.addOutlet(n.failOut)
 	}

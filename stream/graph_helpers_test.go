@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -166,5 +167,53 @@ func TestStageEndingEarlyStopsUpstream(t *testing.T) {
 	err := g.Run(context.Background())
 	if !errors.Is(err, stream.ErrDownstreamClosed) {
 		t.Fatalf("Run = %v, want ErrDownstreamClosed", err)
+	}
+}
+
+func TestStatsCountEachStage(t *testing.T) {
+	g := stream.New(stream.WithLogger(newTextLogger(io.Discard)))
+	s := stream.Via(stream.From(g, source.Slice(ints(1000))), flow.Filter(func(x int) bool { return x%4 != 0 }), stream.Name("keep"))
+	s = stream.Via(s, flow.Map(func(x int) (int, error) {
+		if x%4 == 1 {
+			return 0, errors.New("no")
+		}
+		return x, nil
+	}), stream.Name("check"))
+	stream.To(s, sink.Discard[int](), stream.Name("out"))
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() { // Stats is safe while Run prepares and runs
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = g.Stats()
+			}
+		}
+	}()
+	err := g.Run(context.Background())
+	close(stop)
+	<-polled
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]stream.StageStats{}
+	for _, st := range g.Stats() {
+		got[st.Name] = st
+	}
+	want := map[string][5]int64{ // in, out, settled, failed, buffered
+		"slice":       {0, 1000, 0, 0, 0},
+		"keep":        {1000, 750, 250, 0, 0},
+		"check":       {750, 500, 0, 250, 0},
+		"out":         {500, 0, 500, 0, 0},
+		"dead-letter": {250, 0, 250, 0, 0},
+	}
+	for name, w := range want {
+		st := got[name]
+		if [5]int64{st.In, st.Out, st.Settled, st.Failed, st.Buffered} != w || st.InFlight() != 0 {
+			t.Errorf("%s: %+v, want in/out/settled/failed/buffered %v", name, st, w)
+		}
 	}
 }

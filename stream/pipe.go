@@ -148,6 +148,9 @@ func (in *Inlet[T]) got(b *Batch[T], ok bool) (*Batch[T], error) {
 	return b, nil
 }
 
+func (in *Inlet[T]) buffered() int64 { return in.p.buffered.Load() }
+func (in *Inlet[T]) capacity() int64 { return int64(cap(in.p.ch) * in.p.maxBatch) }
+
 // done publishes the last counts and tells writers the reader is gone.
 func (in *Inlet[T]) done() {
 	in.node.stats.settled.Add(in.settled)
@@ -175,10 +178,11 @@ func (in *Inlet[T]) Fail(ctx context.Context, m Message[T], err error) error {
 // hands it on when it is full; Flush hands on a partial batch. The engine
 // flushes before the stage blocks on its input and when the stage ends.
 type Outlet[T any] struct {
-	p    *pipe[T]
-	cur  *Batch[T]
-	node *node
-	max  int
+	p       *pipe[T]
+	cur     *Batch[T]
+	node    *node
+	max     int
+	failure bool // the stage's failure output: not counted as Out
 }
 
 // Send appends m to the output. It blocks only when a full batch must be
@@ -293,7 +297,9 @@ func (o *Outlet[T]) Flush(ctx context.Context) error {
 		}
 	}
 	o.cur = nil
-	o.node.stats.out.Add(n)
+	if !o.failure {
+		o.node.stats.out.Add(n)
+	}
 	return nil
 }
 

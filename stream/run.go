@@ -29,7 +29,11 @@ type flusher interface {
 	close()
 }
 
-type reader interface{ done() }
+type reader interface {
+	done()
+	buffered() int64
+	capacity() int64
+}
 
 func (o *Outlet[T]) close() { o.p.writerDone() }
 
@@ -71,7 +75,10 @@ func (g *Graph) Run(ctx context.Context) error {
 	if !g.started.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: a pipeline runs once", ErrInvalid)
 	}
-	if err := g.prepare(); err != nil {
+	g.mu.Lock()
+	err := g.prepare()
+	g.mu.Unlock()
+	if err != nil {
 		return err
 	}
 

@@ -1,0 +1,27 @@
+# sluice — the two commands of the quick start are `make run` and `make test`.
+GO ?= go
+BENCHTIME ?= 1s
+
+.PHONY: run test vet fmt-check bench bench-engine
+
+# The main job on embedded defaults (for now the demo pipeline on generated load).
+run:
+	$(GO) run ./pipelines/cmd/sluice demo
+
+# vet, formatting, and every test with the race detector.
+test: vet fmt-check
+	$(GO) test -race -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# Every benchmark, baselines included (see README for the table).
+bench:
+	cd benchmarks && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) .
+
+# The engine comparison of the README table.
+bench-engine:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkPipeline -benchtime $(BENCHTIME) .
