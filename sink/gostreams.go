@@ -2,11 +2,10 @@ package sink
 
 import (
 	"context"
-	"errors"
-	"io"
 
 	streams "github.com/reugn/go-streams"
 
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -41,23 +40,15 @@ func (s *goStreamsSink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 }
 
 func (s *goStreamsSink[T]) feed(ctx context.Context, in *stream.Inlet[T]) error {
-	for {
-		b, err := in.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
 		for i := range b.Items {
 			select {
 			case s.k.In() <- b.Items[i].Value:
 				in.Settle(&b.Items[i], stream.Completed)
 			case <-ctx.Done():
-				b.Release()
-				return ctx.Err()
+				return false, ctx.Err()
 			}
 		}
-		b.Release()
-	}
+		return false, nil
+	})
 }
