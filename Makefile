@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: run test vet fmt-check bench bench-engine
+.PHONY: run test vet fmt-check bench bench-engine bench-async
 
 # The main job on embedded defaults (for now the demo pipeline on generated load).
 run:
@@ -25,3 +25,7 @@ bench:
 # The engine comparison of the README table.
 bench-engine:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkPipeline -benchtime $(BENCHTIME) .
+
+# The asynchronous-stage and adaptive-limiter benchmarks of the README.
+bench-async:
+	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkMapAsync|BenchmarkAdaptive' -benchtime 1x .

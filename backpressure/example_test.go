@@ -3,6 +3,7 @@ package backpressure_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/sink"
@@ -21,4 +22,19 @@ func ExampleNewBuffer() {
 	_ = g.Run(context.Background())
 	fmt.Println(out.Values(), buf.Dropped())
 	// Output: [1 2 3] 0
+}
+
+// An adaptive limiter learns the service's unloaded latency and holds the
+// p99 of the calls it admits near twice that (or a configured Target).
+func ExampleNewAdaptive() {
+	lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: 50 * time.Millisecond, Initial: 10, Max: 200})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for range 128 { // a window of fast calls while the limit was reached
+		lim.Observe(backpressure.Sample{Latency: 5 * time.Millisecond, InFlight: 10})
+	}
+	fmt.Println(lim.Limit())
+	// Output: 20
 }

@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,4 +76,31 @@ func ExampleGoStreams() {
 	}))
 	fmt.Println(collect(g, sums).Values())
 	// Output: [6 15]
+}
+
+// Calls run concurrently; with the default (unordered) results leave as
+// they finish, so the output is sorted here only for printing.
+func ExampleMapAsync() {
+	g := stream.New()
+	lookup := flow.MapAsync(8, func(ctx context.Context, id int) (string, error) {
+		time.Sleep(time.Duration(5-id) * time.Millisecond) // later ids answer sooner
+		return fmt.Sprintf("account-%d", id), nil
+	}, flow.CallTimeout(time.Second))
+	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), stream.Flow[int, string](lookup))
+	got := collect(g, s).Values()
+	slices.Sort(got)
+	fmt.Println(got, lookup.Stats().Calls)
+	// Output: [account-1 account-2 account-3 account-4] 4
+}
+
+// InOrder keeps input order; KeyBy keeps it per key.
+func ExampleInOrder() {
+	g := stream.New()
+	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), stream.Flow[int, int](flow.MapAsync(4,
+		func(ctx context.Context, n int) (int, error) {
+			time.Sleep(time.Duration(5-n) * time.Millisecond)
+			return n * 10, nil
+		}, flow.InOrder())))
+	fmt.Println(collect(g, s).Values())
+	// Output: [10 20 30 40]
 }

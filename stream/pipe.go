@@ -129,6 +129,11 @@ func (in *Inlet[T]) Recv(ctx context.Context) (*Batch[T], error) {
 // outputs itself before blocking.
 func (in *Inlet[T]) C() <-chan *Batch[T] { return in.p.ch }
 
+// FlushOutputs hands on what every output of the stage (its failure output
+// included) has built. Stages that wait on C must call it before blocking;
+// Recv does it for them.
+func (in *Inlet[T]) FlushOutputs(ctx context.Context) error { return in.node.flush(ctx) }
+
 // Received records a batch taken from C.
 func (in *Inlet[T]) Received(b *Batch[T]) {
 	n := int64(len(b.Items))

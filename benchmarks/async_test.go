@@ -1,0 +1,317 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+const (
+	asyncParallelism = 256
+	asyncLatency     = 2 * time.Millisecond
+)
+
+// callClock sums the latency the simulated calls really had, measured inside
+// them: timers overshoot on these machines, so the honest bound on an async
+// stage is parallelism / observed latency, not / nominal latency.
+type callClock struct {
+	total atomic.Int64
+	n     atomic.Int64
+}
+
+func (c *callClock) sleep(d time.Duration) {
+	t0 := time.Now()
+	time.Sleep(d)
+	c.total.Add(int64(time.Since(t0)))
+	c.n.Add(1)
+}
+
+func (c *callClock) mean() time.Duration {
+	if c.n.Load() == 0 {
+		return 0
+	}
+	return time.Duration(c.total.Load() / c.n.Load())
+}
+
+// latencies records per-message latencies from stamp to sink.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) p(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	slices.Sort(l.d)
+	return l.d[min(len(l.d)-1, int(q*float64(len(l.d))))]
+}
+
+// asyncRun pushes n messages through stamp -> MapAsync -> sink and returns
+// the elapsed time. The sink records each message's time since the stamp.
+func asyncRun(b *testing.B, n int, a stream.Flow[int, int], lat *latencies, check func(stream.Message[int]) error) time.Duration {
+	b.Helper()
+	g := stream.New()
+	s := stream.From(g, source.Slice(make([]int, n)))
+	s = stream.Via(s, stream.FlowFunc[int, int](func(ctx context.Context, in *stream.Inlet[int], out *stream.Outlet[int]) error {
+		// stamp: set each message's Value to its index and Timestamp to now
+		// as it enters the async stage's input.
+		i := 0
+		for {
+			bt, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			now := time.Now()
+			for _, m := range bt.Items {
+				m.Value, m.Timestamp = i, now
+				i++
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			bt.Release()
+		}
+	}))
+	// A small input buffer, so that the latency measured is the stage's own,
+	// not the wait in a long queue in front of it.
+	s = stream.Via(s, a, stream.Buffer(asyncParallelism))
+	stream.To(s, stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+		for {
+			bt, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			now := time.Now()
+			for i := range bt.Items {
+				m := &bt.Items[i]
+				if lat != nil {
+					lat.add(now.Sub(m.Timestamp))
+				}
+				if check != nil {
+					if err := check(*m); err != nil {
+						return err
+					}
+				}
+				in.Settle(m, stream.Completed)
+			}
+			bt.Release()
+		}
+	}))
+	t0 := time.Now()
+	if err := g.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
+// BenchmarkMapAsync measures MapAsync against Little's law: throughput <=
+// parallelism / latency. efficiency is achieved throughput over that bound
+// with the latency the calls really had; nominal_ratio uses the nominal
+// 2 ms.
+func BenchmarkMapAsync(b *testing.B) {
+	const n = 60_000
+	bound := func(b *testing.B, msgs int, el time.Duration, clk *callClock) {
+		tput := float64(msgs) / el.Seconds()
+		b.ReportMetric(tput, "msgs/s")
+		b.ReportMetric(tput/(asyncParallelism/clk.mean().Seconds()), "efficiency")
+		b.ReportMetric(tput/(asyncParallelism/asyncLatency.Seconds()), "nominal_ratio")
+		b.ReportMetric(float64(clk.mean().Microseconds())/1000, "call_ms")
+		b.ReportMetric(0, "ns/op")
+	}
+
+	b.Run("bare_goroutines", func(b *testing.B) {
+		// The reference: 256 goroutines sleeping 2 ms in a loop, no pipeline.
+		var clk callClock
+		var el time.Duration
+		msgs := 0
+		for b.Loop() {
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			for range asyncParallelism {
+				wg.Go(func() {
+					for next.Add(1) <= n {
+						clk.sleep(asyncLatency)
+					}
+				})
+			}
+			wg.Wait()
+			el += time.Since(t0)
+			msgs += n
+		}
+		bound(b, msgs, el, &clk)
+	})
+
+	b.Run("unordered", func(b *testing.B) {
+		var clk callClock
+		var el time.Duration
+		msgs := 0
+		for b.Loop() {
+			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
+				clk.sleep(asyncLatency)
+				return x, nil
+			})
+			el += asyncRun(b, n, a, nil, nil)
+			msgs += n
+		}
+		bound(b, msgs, el, &clk)
+	})
+
+	tail := func(b *testing.B, opts ...flow.AsyncOption) {
+		var clk callClock
+		var lat latencies
+		var el time.Duration
+		msgs := 0
+		for b.Loop() {
+			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
+				if x%100 == 0 { // 1% of calls take 50 ms
+					clk.sleep(50 * time.Millisecond)
+				} else {
+					clk.sleep(asyncLatency)
+				}
+				return x, nil
+			}, opts...)
+			el += asyncRun(b, n, a, &lat, nil)
+			msgs += n
+		}
+		b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
+		b.ReportMetric(float64(lat.p(0.50).Microseconds())/1000, "p50_ms")
+		b.ReportMetric(float64(lat.p(0.99).Microseconds())/1000, "p99_ms")
+		b.ReportMetric(0, "ns/op")
+	}
+	b.Run("ordered_tail", func(b *testing.B) { tail(b, flow.InOrder()) })
+	b.Run("unordered_tail", func(b *testing.B) { tail(b) })
+
+	b.Run("keyed", func(b *testing.B) {
+		const keys = 10_000
+		var clk callClock
+		var el time.Duration
+		msgs := 0
+		for b.Loop() {
+			// Keys are drawn at random per message; the sink checks that each
+			// key's messages arrive in input order.
+			rng := rand.New(rand.NewPCG(1, 2))
+			keyOf := make([]int32, n)
+			for i := range keyOf {
+				keyOf[i] = int32(rng.IntN(keys))
+			}
+			lastSeen := make([]int, keys)
+			for i := range lastSeen {
+				lastSeen[i] = -1
+			}
+			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
+				clk.sleep(asyncLatency)
+				return x, nil
+			}, flow.KeyBy(func(m *stream.Message[int]) string { return fmt.Sprint(keyOf[m.Value]) }))
+			el += asyncRun(b, n, a, nil, func(m stream.Message[int]) error {
+				k := keyOf[m.Value]
+				if lastSeen[k] > m.Value {
+					return fmt.Errorf("key %d: message %d after %d", k, m.Value, lastSeen[k])
+				}
+				lastSeen[k] = m.Value
+				return nil
+			})
+			msgs += n
+		}
+		bound(b, msgs, el, &clk)
+	})
+}
+
+// queueService models a service with 64 workers and a FIFO queue: a call
+// waits for a worker, then takes 2 ms. Past 64 calls in flight, latency
+// grows with the queue.
+type queueService struct {
+	workers chan struct{}
+}
+
+func newQueueService() *queueService {
+	return &queueService{workers: make(chan struct{}, 64)}
+}
+
+func (s *queueService) call(ctx context.Context) error {
+	select {
+	case s.workers <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	time.Sleep(asyncLatency)
+	<-s.workers
+	return nil
+}
+
+// BenchmarkAdaptive compares a fixed parallelism of 512 with the adaptive
+// limiter in front of a service that saturates at 64 calls in flight.
+// "unloaded" first measures the service at 32 calls in flight (no queue):
+// its p50 is the service's unloaded latency on this machine, timer
+// overshoot included, and the adaptive run reports its p99 as a multiple
+// of it (p99_vs_unloaded). The adaptive limiter runs on its default target,
+// twice the lowest median latency it observes.
+func BenchmarkAdaptive(b *testing.B) {
+	const n = 40_000
+	var unloaded time.Duration
+	for _, mode := range []string{"unloaded", "fixed512", "adaptive"} {
+		b.Run(mode, func(b *testing.B) {
+			var lat latencies // per-call latency as the caller sees it
+			var el time.Duration
+			var lim *backpressure.Adaptive
+			msgs := 0
+			for b.Loop() {
+				svc := newQueueService()
+				fn := func(ctx context.Context, x int) (int, error) {
+					t0 := time.Now()
+					err := svc.call(ctx)
+					lat.add(time.Since(t0))
+					return x, err
+				}
+				var a stream.Flow[int, int]
+				switch mode {
+				case "unloaded":
+					a = flow.MapAsync(32, fn)
+				case "fixed512":
+					a = flow.MapAsync(512, fn)
+				case "adaptive":
+					var err error
+					lim, err = backpressure.NewAdaptive(backpressure.AdaptiveConfig{Initial: 16, Max: 512})
+					if err != nil {
+						b.Fatal(err)
+					}
+					a = flow.MapAsync(512, fn, flow.WithLimiter(lim))
+				}
+				el += asyncRun(b, n, a, nil, nil)
+				msgs += n
+			}
+			b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
+			b.ReportMetric(float64(lat.p(0.50).Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(lat.p(0.99).Microseconds())/1000, "p99_ms")
+			switch {
+			case mode == "unloaded":
+				unloaded = lat.p(0.50)
+			case unloaded > 0:
+				b.ReportMetric(float64(lat.p(0.99))/float64(unloaded), "p99_vs_unloaded")
+			}
+			if lim != nil {
+				b.ReportMetric(float64(lim.Stats().Limit), "final_limit")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

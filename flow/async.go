@@ -1,0 +1,414 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// ErrCallTimeout is wrapped by the failure of a call that outlived
+// CallTimeout.
+var ErrCallTimeout = errors.New("sluice: call timed out")
+
+// Async is the flow MapAsync returns. Its Stats can be read while it runs.
+type Async[In, Out any] struct {
+	parallelism int
+	fn          func(context.Context, In) (Out, error)
+	o           asyncOptions
+	key         func(*stream.Message[In]) string
+	err         error
+
+	inFlight, waiting, limit atomic.Int64
+	calls, failed, timeouts  atomic.Int64
+}
+
+// AsyncStats is a snapshot of an async stage.
+type AsyncStats struct {
+	// InFlight is the number of calls running; Waiting the messages held for
+	// a call slot, a key, or in the reorder buffer; Limit the current cap on
+	// calls in flight (parallelism, or lower with a limiter).
+	InFlight, Waiting, Limit int64
+	// Calls counts finished calls, Failed those that returned an error
+	// (timeouts included), Timeouts those cut by CallTimeout.
+	Calls, Failed, Timeouts int64
+}
+
+// MapAsync returns a flow that calls fn for each message on up to
+// parallelism goroutines at once and emits each result with the message's
+// envelope. By default results are emitted as calls finish (unordered, so
+// one slow call holds back nothing); InOrder and KeyBy give input order
+// overall or per key.
+//
+// fn gets a context that is cancelled when the pipeline stops (and after
+// CallTimeout); it must return when it is. An error fails the message to
+// the failure stream, a panic too; stream.Fatal(err) ends the pipeline. A
+// call cut short by the pipeline's own shutdown leaves its message
+// unsettled, to be replayed.
+func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, error), opts ...AsyncOption) *Async[In, Out] {
+	a := &Async[In, Out]{parallelism: parallelism, fn: fn}
+	for _, opt := range opts {
+		opt(&a.o)
+	}
+	if a.o.window == 0 {
+		a.o.window = 2 * max(parallelism, 1)
+	}
+	switch k := a.o.keyFn.(type) {
+	case nil:
+	case func(*stream.Message[In]) string:
+		a.key = k
+	case func(*stream.Envelope) string:
+		a.key = func(m *stream.Message[In]) string { return k(&m.Envelope) }
+	default:
+		a.err = &stream.ConfigError{Stage: "mapasync", Argument: "KeyBy",
+			Reason: fmt.Sprintf("key function %T does not take *stream.Message of the stage's input", k)}
+	}
+	if a.o.perPartition > 0 && a.key == nil {
+		a.key = func(m *stream.Message[In]) string { return fmt.Sprint(m.Topic, "/", m.Partition) }
+	}
+	return a
+}
+
+// Name returns "mapasync".
+func (a *Async[In, Out]) Name() string { return "mapasync" }
+
+// Validate reports bad arguments.
+func (a *Async[In, Out]) Validate() error {
+	bad := func(arg, reason string) error {
+		return &stream.ConfigError{Stage: "mapasync", Argument: arg, Reason: reason}
+	}
+	switch {
+	case a.err != nil:
+		return a.err
+	case a.fn == nil:
+		return bad("fn", "must not be nil")
+	case a.parallelism < 1:
+		return bad("parallelism", fmt.Sprintf("must be at least 1, got %d", a.parallelism))
+	case a.o.window < a.parallelism:
+		return bad("Window", fmt.Sprintf("must be at least the parallelism %d, got %d", a.parallelism, a.o.window))
+	case a.o.timeout < 0:
+		return bad("CallTimeout", fmt.Sprintf("must not be negative, got %v", a.o.timeout))
+	case a.o.perPartition < 0:
+		return bad("MaxPerPartition", fmt.Sprintf("must not be negative, got %d", a.o.perPartition))
+	case a.o.perPartition > 0 && a.o.mode == perKey:
+		return bad("MaxPerPartition", "cannot be combined with KeyBy")
+	}
+	if v, ok := a.o.limiter.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return bad("WithLimiter", err.Error())
+		}
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the stage's counters.
+func (a *Async[In, Out]) Stats() AsyncStats {
+	return AsyncStats{
+		InFlight: a.inFlight.Load(), Waiting: a.waiting.Load(), Limit: a.limit.Load(),
+		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(),
+	}
+}
+
+// currentLimit is the cap on calls in flight now.
+func (a *Async[In, Out]) currentLimit() int {
+	if a.o.limiter == nil {
+		return a.parallelism
+	}
+	return max(1, min(a.parallelism, a.o.limiter.Limit()))
+}
+
+// Run runs the stage; see asyncRun.
+func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *stream.Outlet[Out]) error {
+	callsCtx, stopCalls := context.WithCancel(ctx)
+	r := &asyncRun[In, Out]{
+		a: a, in: in, out: out, ctx: ctx, callsCtx: callsCtx,
+		notify: make(chan struct{}, 1),
+	}
+	if a.o.mode == inOrder {
+		r.ring = make([]*asyncJob[In, Out], a.o.window)
+	}
+	if a.key != nil {
+		r.groups = map[string]*keyGroup[In, Out]{}
+		r.groupCap = 1
+		if a.o.perPartition > 0 {
+			r.groupCap = a.o.perPartition
+		}
+	}
+	defer func() {
+		// No call outlives the stage: cancel what still runs and wait.
+		stopCalls()
+		r.calls.Wait()
+		a.inFlight.Store(0)
+		a.waiting.Store(0)
+	}()
+	return r.loop()
+}
+
+type asyncJob[In, Out any] struct {
+	seq  int64
+	msg  stream.Message[In]
+	key  string
+	out  Out
+	err  error
+	done bool
+}
+
+type keyGroup[In, Out any] struct {
+	running int
+	waiting fifo[*asyncJob[In, Out]]
+}
+
+// asyncRun is the state of one Run: only the stage goroutine touches it,
+// except completions, which call goroutines append to under mu.
+type asyncRun[In, Out any] struct {
+	a             *Async[In, Out]
+	in            *stream.Inlet[In]
+	out           *stream.Outlet[Out]
+	ctx, callsCtx context.Context
+	calls         sync.WaitGroup
+
+	held     int // jobs accepted and not yet emitted
+	inFlight int
+	nextSeq  int64
+	ready    fifo[*asyncJob[In, Out]]
+	groups   map[string]*keyGroup[In, Out]
+	groupCap int
+	ring     []*asyncJob[In, Out] // InOrder reorder buffer, by seq % window
+	head     int64                // InOrder: next seq to emit
+
+	mu     sync.Mutex
+	doneQ  []*asyncJob[In, Out]
+	spare  []*asyncJob[In, Out]
+	notify chan struct{}
+}
+
+func (r *asyncRun[In, Out]) loop() error {
+	var (
+		cur       *stream.Batch[In]
+		idx       int
+		inputDone bool
+	)
+	defer func() {
+		if cur != nil {
+			cur.Release()
+		}
+	}()
+	for {
+		for cur != nil && r.held < r.a.o.window {
+			r.accept(cur.Items[idx])
+			if idx++; idx == len(cur.Items) {
+				cur.Release()
+				cur = nil
+			}
+		}
+		r.start()
+		if n, err := r.complete(); err != nil {
+			return err
+		} else if n > 0 {
+			continue
+		}
+		r.a.waiting.Store(int64(r.held - r.inFlight))
+		if inputDone && r.held == 0 {
+			return nil
+		}
+		if err := r.in.FlushOutputs(r.ctx); err != nil {
+			return err
+		}
+		var inC <-chan *stream.Batch[In]
+		if cur == nil && !inputDone && r.held < r.a.o.window {
+			inC = r.in.C()
+		}
+		select {
+		case b, ok := <-inC:
+			if !ok {
+				inputDone = true
+				continue
+			}
+			r.in.Received(b)
+			cur, idx = b, 0
+		case <-r.notify:
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+	}
+}
+
+// accept takes a message into the stage: ready to call, or waiting for its
+// key.
+func (r *asyncRun[In, Out]) accept(m stream.Message[In]) {
+	j := &asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+	r.nextSeq++
+	r.held++
+	if r.ring != nil {
+		r.ring[j.seq%int64(len(r.ring))] = j
+	}
+	if r.groups == nil {
+		r.ready.push(j)
+		return
+	}
+	j.key = r.a.key(&j.msg)
+	g := r.groups[j.key]
+	if g == nil {
+		g = &keyGroup[In, Out]{}
+		r.groups[j.key] = g
+	}
+	if g.running < r.groupCap {
+		g.running++
+		r.ready.push(j)
+	} else {
+		g.waiting.push(j)
+	}
+}
+
+// start launches ready jobs while the limit allows.
+func (r *asyncRun[In, Out]) start() {
+	limit := r.a.currentLimit()
+	r.a.limit.Store(int64(limit))
+	for r.inFlight < limit && r.ready.len() > 0 {
+		j := r.ready.pop()
+		r.inFlight++
+		r.a.inFlight.Store(int64(r.inFlight))
+		r.calls.Add(1)
+		go r.call(j, r.inFlight)
+	}
+}
+
+// call runs fn for one job on its own goroutine.
+func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], inFlight int) {
+	defer r.calls.Done()
+	a := r.a
+	ctx, cancel := r.callsCtx, context.CancelFunc(nil)
+	if a.o.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, a.o.timeout)
+	}
+	began := time.Now()
+	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
+	lat := time.Since(began)
+	timedOut := false
+	if j.err != nil && cancel != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
+		timedOut = true
+		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, a.o.timeout, j.err)
+	}
+	if cancel != nil {
+		cancel()
+	}
+	a.calls.Add(1)
+	if j.err != nil {
+		a.failed.Add(1)
+	}
+	if timedOut {
+		a.timeouts.Add(1)
+	}
+	if a.o.limiter != nil {
+		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: inFlight, Dropped: timedOut})
+	}
+	if a.o.onCall != nil {
+		a.o.onCall(CallInfo{Latency: lat, InFlight: inFlight, Err: j.err})
+	}
+	r.mu.Lock()
+	r.doneQ = append(r.doneQ, j)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func safeCall[In, Out any](ctx context.Context, fn func(context.Context, In) (Out, error), v In) (out Out, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = stream.NewPanicError(p)
+		}
+	}()
+	return fn(ctx, v)
+}
+
+// complete handles the calls that finished since last time and emits what
+// may be emitted. It returns how many calls it handled.
+func (r *asyncRun[In, Out]) complete() (int, error) {
+	r.mu.Lock()
+	done := r.doneQ
+	r.doneQ = r.spare[:0]
+	r.mu.Unlock()
+	defer func() { r.spare = done[:0] }()
+	for _, j := range done {
+		r.inFlight--
+		if r.groups != nil {
+			g := r.groups[j.key]
+			if g.waiting.len() > 0 {
+				r.ready.push(g.waiting.pop())
+			} else if g.running--; g.running == 0 {
+				delete(r.groups, j.key)
+			}
+		}
+		if r.ring == nil {
+			if err := r.emit(j); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		j.done = true
+		for {
+			slot := &r.ring[r.head%int64(len(r.ring))]
+			if *slot == nil || !(*slot).done {
+				break
+			}
+			hj := *slot
+			*slot = nil
+			r.head++
+			if err := r.emit(hj); err != nil {
+				return 0, err
+			}
+		}
+	}
+	r.a.inFlight.Store(int64(r.inFlight))
+	return len(done), nil
+}
+
+// emit hands a finished job on: its result to the output, its error to the
+// failure stream, or, if the call was cut by the stage stopping, nowhere:
+// the message stays unsettled and is replayed.
+func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
+	r.held--
+	if j.err == nil {
+		d := r.out.Slot()
+		d.Value = j.out
+		d.Envelope = j.msg.Envelope
+		return r.out.Commit(r.ctx)
+	}
+	if r.callsCtx.Err() != nil && !errors.Is(j.err, ErrCallTimeout) {
+		return nil
+	}
+	return r.in.Fail(r.ctx, j.msg, j.err)
+}
+
+// fifo is a queue that reuses its backing array.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+func (q *fifo[T]) len() int { return len(q.items) - q.head }
+
+func (q *fifo[T]) push(v T) {
+	if q.head > 0 && (q.head == len(q.items) || q.head >= cap(q.items)/2) {
+		// Reuse the consumed front instead of growing.
+		n := copy(q.items, q.items[q.head:])
+		clear(q.items[n:])
+		q.items, q.head = q.items[:n], 0
+	}
+	q.items = append(q.items, v)
+}
+
+func (q *fifo[T]) pop() T {
+	v := q.items[q.head]
+	var zero T
+	q.items[q.head] = zero
+	q.head++
+	return v
+}

@@ -1,0 +1,84 @@
+package flow
+
+import (
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// AsyncOption configures MapAsync.
+type AsyncOption func(*asyncOptions)
+
+type asyncMode int
+
+const (
+	unordered asyncMode = iota
+	inOrder
+	perKey
+)
+
+type asyncOptions struct {
+	mode         asyncMode
+	keyFn        any // func(*stream.Message[In]) string, checked by MapAsync
+	perPartition int
+	timeout      time.Duration
+	limiter      backpressure.Limiter
+	window       int
+	onCall       func(CallInfo)
+}
+
+// InOrder emits results in input order (Akka's mapAsync): calls still run
+// concurrently, and results that finish early wait in a reorder buffer of
+// Window messages. One slow call holds back every result behind it — the
+// long tail of seed 002 — so prefer the default, unordered, unless order
+// matters.
+func InOrder() AsyncOption { return func(o *asyncOptions) { o.mode = inOrder } }
+
+// KeyBy runs the calls of messages with the same key one at a time, in
+// input order, and calls of different keys in parallel (parallel-consumer's
+// KEY mode, Akka's mapAsyncPartitioned). Results of one key are emitted in
+// input order; different keys interleave.
+func KeyBy[In any](key func(m *stream.Message[In]) string) AsyncOption {
+	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, key }
+}
+
+// ByMessageKey is KeyBy on the message's Key (its Kafka record key).
+func ByMessageKey() AsyncOption {
+	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, messageKey }
+}
+
+func messageKey(e *stream.Envelope) string { return string(e.Key) }
+
+// MaxPerPartition lets no source partition have more than n calls in flight
+// in this stage; messages of a partition at its cap wait (inside the
+// window) while other partitions' messages go ahead. Not combined with
+// KeyBy, which already allows one call per key.
+func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPartition = n } }
+
+// CallTimeout cancels each call's context after d; the message fails with
+// an error wrapping ErrCallTimeout (and context.DeadlineExceeded). Default:
+// no per-call timeout.
+func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o.timeout = d } }
+
+// WithLimiter lets l lower the number of calls in flight below the stage's
+// parallelism, e.g. a backpressure.Adaptive limiter that holds a latency
+// target. Default: the parallelism is the limit.
+func WithLimiter(l backpressure.Limiter) AsyncOption { return func(o *asyncOptions) { o.limiter = l } }
+
+// Window sets how many messages the stage may hold at once: calls in
+// flight, messages waiting for a call slot or a key, and results waiting to
+// be emitted (default: 2 x parallelism). It bounds the stage's memory and,
+// in InOrder mode, the reorder buffer.
+func Window(n int) AsyncOption { return func(o *asyncOptions) { o.window = n } }
+
+// OnCall registers a function called after every call, from the goroutine
+// that ran it, for metrics (latency histograms, error counts).
+func OnCall(fn func(CallInfo)) AsyncOption { return func(o *asyncOptions) { o.onCall = fn } }
+
+// CallInfo describes one finished call.
+type CallInfo struct {
+	Latency  time.Duration
+	InFlight int // calls in flight when it started, itself included
+	Err      error
+}
