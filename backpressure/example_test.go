@@ -38,3 +38,25 @@ func ExampleNewAdaptive() {
 	fmt.Println(lim.Limit())
 	// Output: 20
 }
+
+// At most two unsettled messages per partition leave the limit; here the
+// sink settles each at once, so all pass.
+func ExampleNewPartitionLimit() {
+	src := stream.SourceFunc[string](func(ctx context.Context, out *stream.Outlet[string]) error {
+		for i, v := range []string{"a0", "b0", "a1", "b1", "a2"} {
+			m := stream.NewMessage(v, stream.Handle{})
+			m.Topic, m.Partition = "orders", int32(i%2)
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	g := stream.New()
+	s := stream.Via(stream.From(g, src), stream.Flow[string, string](backpressure.NewPartitionLimit[string](2, 0)))
+	out := sink.Collect[string]()
+	stream.To(s, out)
+	_ = g.Run(context.Background())
+	fmt.Println(len(out.Values()))
+	// Output: 5
+}

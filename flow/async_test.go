@@ -309,3 +309,50 @@ func TestMapAsyncWithAdaptiveLimiterStaysWithinParallelism(t *testing.T) {
 		}
 	})
 }
+
+func TestMapAsyncSettlesEveryMessageOnceUnderRandomFailures(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				for _, opts := range [][]flow.AsyncOption{nil, {flow.InOrder()}, {flow.ByMessageKey()}, {flow.MaxPerPartition(2)}} {
+					tr := stream.NewTracker(0)
+					var mu sync.Mutex
+					rng := rand.New(rand.NewPCG(seed, 7))
+					src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+						for i := range 400 {
+							m := stream.NewMessage(i, tr.Track())
+							m.Key = []byte(fmt.Sprint(i % 13))
+							m.Partition = int32(i % 5)
+							if err := out.Send(ctx, m); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					fn := func(ctx context.Context, x int) (int, error) {
+						mu.Lock()
+						r, d := rng.IntN(10), time.Duration(rng.IntN(20))*time.Millisecond
+						mu.Unlock()
+						time.Sleep(d)
+						switch r {
+						case 0:
+							return 0, errors.New("random failure")
+						case 1:
+							panic("random panic")
+						}
+						return x, nil
+					}
+					g := stream.New()
+					s := stream.Via(stream.From(g, src), stream.Flow[int, int](flow.MapAsync(8, fn, append(opts, flow.CallTimeout(15*time.Millisecond))...)))
+					stream.To(s, sink.Discard[int]())
+					stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
+					run(t, g)
+					st := checkSettled(t, tr)
+					if st.Settled[stream.DeadLettered] == 0 || st.Settled[stream.Completed] == 0 {
+						t.Fatalf("outcomes %+v: want both failures and completions", st.Settled)
+					}
+				}
+			})
+		})
+	}
+}
