@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -174,6 +175,28 @@ func BenchmarkMapAsync(b *testing.B) {
 			msgs += n
 		}
 		bound(b, msgs, el, &clk)
+	})
+
+	b.Run("noop", func(b *testing.B) {
+		// Per-message overhead: a call that does nothing, parallelism 64, no
+		// latency stamp.
+		const m = 1_000_000
+		var el time.Duration
+		msgs := 0
+		for b.Loop() {
+			g := stream.New()
+			s := stream.Via(stream.From(g, source.Slice(make([]int, m))),
+				stream.Flow[int, int](flow.MapAsync(64, func(_ context.Context, x int) (int, error) { return x, nil })))
+			stream.To(s, sink.Discard[int]())
+			t0 := time.Now()
+			if err := g.Run(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			el += time.Since(t0)
+			msgs += m
+		}
+		b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
+		b.ReportMetric(0, "ns/op")
 	})
 
 	tail := func(b *testing.B, opts ...flow.AsyncOption) {

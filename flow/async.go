@@ -139,10 +139,11 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 			r.groupCap = a.o.perPartition
 		}
 	}
+	r.pool = newWorkers(r, a.parallelism)
 	defer func() {
 		// No call outlives the stage: cancel what still runs and wait.
 		stopCalls()
-		r.calls.Wait()
+		r.pool.close()
 		a.inFlight.Store(0)
 		a.waiting.Store(0)
 	}()
@@ -150,12 +151,13 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 }
 
 type asyncJob[In, Out any] struct {
-	seq  int64
-	msg  stream.Message[In]
-	key  string
-	out  Out
-	err  error
-	done bool
+	seq      int64
+	msg      stream.Message[In]
+	key      string
+	out      Out
+	err      error
+	done     bool
+	inFlight int // calls in flight when it was handed to the workers
 }
 
 type keyGroup[In, Out any] struct {
@@ -170,7 +172,7 @@ type asyncRun[In, Out any] struct {
 	in            *stream.Inlet[In]
 	out           *stream.Outlet[Out]
 	ctx, callsCtx context.Context
-	calls         sync.WaitGroup
+	pool          *workers[In, Out]
 
 	held     int // jobs accepted and not yet emitted
 	inFlight int
@@ -185,6 +187,7 @@ type asyncRun[In, Out any] struct {
 	doneQ  []*asyncJob[In, Out]
 	spare  []*asyncJob[In, Out]
 	notify chan struct{}
+	free   []*asyncJob[In, Out] // recycled jobs (stage goroutine only)
 }
 
 func (r *asyncRun[In, Out]) loop() error {
@@ -241,7 +244,13 @@ func (r *asyncRun[In, Out]) loop() error {
 // accept takes a message into the stage: ready to call, or waiting for its
 // key.
 func (r *asyncRun[In, Out]) accept(m stream.Message[In]) {
-	j := &asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+	var j *asyncJob[In, Out]
+	if n := len(r.free); n > 0 {
+		j, r.free = r.free[n-1], r.free[:n-1]
+		*j = asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+	} else {
+		j = &asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+	}
 	r.nextSeq++
 	r.held++
 	if r.ring != nil {
@@ -265,30 +274,39 @@ func (r *asyncRun[In, Out]) accept(m stream.Message[In]) {
 	}
 }
 
-// start launches ready jobs while the limit allows.
+// start hands ready jobs to the workers while the limit allows.
 func (r *asyncRun[In, Out]) start() {
 	limit := r.a.currentLimit()
 	r.a.limit.Store(int64(limit))
-	for r.inFlight < limit && r.ready.len() > 0 {
+	n := min(limit-r.inFlight, r.ready.len())
+	if n <= 0 {
+		return
+	}
+	r.pool.mu.Lock()
+	for range n {
 		j := r.ready.pop()
 		r.inFlight++
-		r.a.inFlight.Store(int64(r.inFlight))
-		r.calls.Add(1)
-		go r.call(j, r.inFlight)
+		j.inFlight = r.inFlight
+		r.pool.q.push(j)
 	}
+	r.pool.wake()
+	r.pool.mu.Unlock()
+	r.a.inFlight.Store(int64(r.inFlight))
 }
 
-// call runs fn for one job on its own goroutine.
-func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], inFlight int) {
-	defer r.calls.Done()
+// call runs fn for one job on a worker goroutine; timed says whether to
+// measure its latency on its own.
+func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool) {
 	a := r.a
 	ctx, cancel := r.callsCtx, context.CancelFunc(nil)
 	if a.o.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, a.o.timeout)
 	}
-	began := time.Now()
+	var began time.Time
+	if timed {
+		began = time.Now()
+	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
-	lat := time.Since(began)
 	timedOut := false
 	if j.err != nil && cancel != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
 		timedOut = true
@@ -304,14 +322,22 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], inFlight int) {
 	if timedOut {
 		a.timeouts.Add(1)
 	}
+	if !timed {
+		return
+	}
+	lat := time.Since(began)
 	if a.o.limiter != nil {
-		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: inFlight, Dropped: timedOut})
+		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if a.o.onCall != nil {
-		a.o.onCall(CallInfo{Latency: lat, InFlight: inFlight, Err: j.err})
+		a.o.onCall(CallInfo{Latency: lat, InFlight: j.inFlight, Err: j.err})
 	}
+}
+
+// finished hands jobs whose calls returned back to the stage goroutine.
+func (r *asyncRun[In, Out]) finished(js []*asyncJob[In, Out]) {
 	r.mu.Lock()
-	r.doneQ = append(r.doneQ, j)
+	r.doneQ = append(r.doneQ, js...)
 	r.mu.Unlock()
 	select {
 	case r.notify <- struct{}{}:
@@ -350,6 +376,7 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 			if err := r.emit(j); err != nil {
 				return 0, err
 			}
+			r.free = append(r.free, j)
 			continue
 		}
 		j.done = true
@@ -364,6 +391,7 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 			if err := r.emit(hj); err != nil {
 				return 0, err
 			}
+			r.free = append(r.free, hj)
 		}
 	}
 	r.a.inFlight.Store(int64(r.inFlight))
