@@ -34,7 +34,7 @@ type SourceCase[T any] struct {
 func TestSource[T any](t *testing.T, c SourceCase[T]) {
 	const n = 2000
 	t.Run("emits and settles each message once", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		var got atomic.Int64
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -59,7 +59,7 @@ func TestSource[T any](t *testing.T, c SourceCase[T]) {
 		checkTracker(t, c.Tracker, got.Load())
 	})
 	t.Run("cancel stops it and drains", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		var got atomic.Int64
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -78,7 +78,7 @@ func TestSource[T any](t *testing.T, c SourceCase[T]) {
 		checkTracker(t, c.Tracker, got.Load())
 	})
 	t.Run("a failing sink ends the run", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		g := stream.New()
 		boom := errors.New("sink failed")
 		stream.To(stream.From(g, c.New(t, n)), stream.SinkFunc[T](func(ctx context.Context, in *stream.Inlet[T]) error {
@@ -125,7 +125,7 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 		outcome = stream.Completed
 	}
 	t.Run("settles each message once", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		tr := stream.NewTracker(0)
 		g := stream.New()
 		stream.To(stream.From(g, sliceSource(values(n), tr)), c.New(t))
@@ -143,7 +143,7 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 		}
 	})
 	t.Run("cancel drains what was taken", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		tr := stream.NewTracker(0)
 		ch := make(chan T)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -163,7 +163,7 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 		}
 	})
 	t.Run("empty input", func(t *testing.T) {
-		defer goleak.VerifyNone(t)
+		noLeaks(t)
 		g := stream.New()
 		stream.To(stream.From(g, sliceSource[T](nil, stream.NewTracker(0))), c.New(t))
 		if err := g.Run(context.Background()); err != nil {
@@ -235,4 +235,11 @@ func chanSource[T any](ch <-chan T, tr *stream.Tracker) stream.Source[T] {
 			}
 		}
 	})
+}
+
+// noLeaks checks for leaked goroutines after the test and all its cleanups
+// (registered first, it runs last): stages whose resources the test closes
+// in t.Cleanup are checked after they are closed.
+func noLeaks(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t) })
 }

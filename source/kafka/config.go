@@ -1,0 +1,189 @@
+package kafka
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// ErrConfig is wrapped by every configuration error of this package.
+var ErrConfig = errors.New("kafka source: invalid configuration")
+
+// ErrBrokerUnreachable is wrapped when no broker answered within
+// Config.ConnectTimeout.
+var ErrBrokerUnreachable = errors.New("kafka: no broker reachable")
+
+// ErrUnknownTopic is wrapped when a configured topic does not exist.
+var ErrUnknownTopic = errors.New("kafka: unknown topic")
+
+// StartOffset says where a group with no committed offset starts reading.
+type StartOffset int
+
+const (
+	// Earliest starts at the oldest record (Java: auto.offset.reset=earliest).
+	// The default: a new group processes everything retained.
+	Earliest StartOffset = iota
+	// Latest starts after the newest record (auto.offset.reset=latest).
+	Latest
+)
+
+// SASL configures SASL authentication. Mechanism is PLAIN, SCRAM-SHA-256 or
+// SCRAM-SHA-512. Azure Event Hubs' Kafka endpoint takes PLAIN over TLS with
+// User "$ConnectionString" and the connection string as Password.
+type SASL struct {
+	Mechanism string
+	User      string
+	Password  string
+}
+
+// Conn is how to reach the brokers; the source and producer clients share
+// it.
+type Conn struct {
+	// Brokers are the seed brokers, host:port (Java: bootstrap.servers).
+	Brokers []string
+	// ClientID names the client in broker logs and quotas (client.id;
+	// default "sluice").
+	ClientID string
+	// TLS, if set, encrypts connections (security.protocol=SSL/SASL_SSL).
+	TLS *tls.Config
+	// SASL, if set, authenticates (sasl.mechanism, sasl.jaas.config).
+	SASL *SASL
+	// ConnectTimeout bounds the check, at start, that a broker answers and
+	// the topics exist (default 10s).
+	ConnectTimeout time.Duration
+}
+
+// Config configures a Source. Zero fields take the defaults given; Validate
+// reports what is wrong.
+type Config struct {
+	Conn
+	// Group is the consumer group (group.id). Required.
+	Group string
+	// Topics to consume. With Regex, each is a regular expression matched
+	// against the cluster's topics.
+	Topics []string
+	Regex  bool
+	// Start applies when the group has no committed offset for a partition.
+	Start StartOffset
+	// Balancer assigns partitions to group members (partition.assignment.strategy;
+	// default cooperative-sticky, which moves as few partitions as possible
+	// and lets members keep the others while a rebalance runs).
+	Balancer kgo.GroupBalancer
+	// MaxUnsettledPerPartition pauses fetching a partition while it has this
+	// many records delivered and not yet settled, and resumes it at half
+	// (default 10,000). It bounds memory and the replay after a crash.
+	MaxUnsettledPerPartition int
+	// MaxPollRecords bounds the records taken from the client at once
+	// (max.poll.records; default 10,000).
+	MaxPollRecords int
+	// Logger receives warnings (transient fetch errors, failed commits);
+	// default slog.Default().
+	Logger *slog.Logger
+	// Opts are passed to franz-go as they are, after the source's own, for
+	// anything this struct does not cover.
+	Opts []kgo.Opt
+	// OnCommit, if set, is called after each successful commit, per
+	// partition, with the committed offset (for tests and audit logs).
+	OnCommit func(topic string, partition int32, offset int64)
+}
+
+func (c *Config) defaults() {
+	if c.ClientID == "" {
+		c.ClientID = "sluice"
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.MaxUnsettledPerPartition == 0 {
+		c.MaxUnsettledPerPartition = 10_000
+	}
+	if c.MaxPollRecords == 0 {
+		c.MaxPollRecords = 10_000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports every configuration error at once, each naming its
+// field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("Brokers", "at least one broker is required")
+	}
+	for _, b := range c.Brokers {
+		if !strings.Contains(b, ":") {
+			bad("Brokers", "%q is not host:port", b)
+		}
+	}
+	if c.Group == "" {
+		bad("Group", "a consumer group is required")
+	}
+	if len(c.Topics) == 0 {
+		bad("Topics", "at least one topic is required")
+	}
+	if c.Start != Earliest && c.Start != Latest {
+		bad("Start", "unknown start offset %d", c.Start)
+	}
+	if c.MaxUnsettledPerPartition < 0 {
+		bad("MaxUnsettledPerPartition", "must not be negative, got %d", c.MaxUnsettledPerPartition)
+	}
+	if c.MaxPollRecords < 0 {
+		bad("MaxPollRecords", "must not be negative, got %d", c.MaxPollRecords)
+	}
+	if c.ConnectTimeout < 0 {
+		bad("ConnectTimeout", "must not be negative, got %v", c.ConnectTimeout)
+	}
+	if c.SASL != nil {
+		if _, err := c.SASL.mechanism(); err != nil {
+			bad("SASL.Mechanism", "%v", err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+func (s *SASL) mechanism() (sasl.Mechanism, error) {
+	switch strings.ToUpper(s.Mechanism) {
+	case "PLAIN":
+		return plain.Auth{User: s.User, Pass: s.Password}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: s.User, Pass: s.Password}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: s.User, Pass: s.Password}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("unknown mechanism %q (want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", s.Mechanism)
+}
+
+// ClientOpts returns the franz-go options that reach the brokers: seeds,
+// client id, TLS and SASL. Use them to build a producer client that talks
+// to the same cluster as the source.
+func (c Conn) ClientOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}
+	if c.ClientID != "" {
+		opts = append(opts, kgo.ClientID(c.ClientID))
+	}
+	if c.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(c.TLS))
+	}
+	if c.SASL != nil {
+		if m, err := c.SASL.mechanism(); err == nil {
+			opts = append(opts, kgo.SASL(m))
+		}
+	}
+	return opts
+}

@@ -1,0 +1,150 @@
+package kafka
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// partition is the state of one assignment of one partition: a new value
+// each time the partition is assigned to this member, so that a settle
+// addressed to an earlier assignment can be told apart and ignored.
+//
+// Delivered records sit in a ring in delivery order, with a done flag; a
+// settle sets the flag and pops the settled prefix. The first record left
+// is the offset to commit (or, when none is left, the offset after the last
+// delivered). Every operation is O(1) amortized.
+type partition struct {
+	src       *Source
+	topic     string
+	partition int32
+
+	mu        sync.Mutex // taken by every settle and by revoke/lose
+	revoked   bool
+	ring      []entry // pending records: ring[(head+i)%len] is seq headSeq+i
+	head, n   int
+	headSeq   int64 // seq of the oldest pending record
+	nextSeq   int64
+	nextOff   int64 // offset after the last delivered record
+	epoch     int32 // leader epoch of the last delivered record
+	committed int64 // last offset committed by this member, -1 if none
+	hwm       int64 // high watermark seen in the last fetch
+
+	flowMu sync.Mutex  // serializes pause/resume calls to the client
+	paused atomic.Bool // written under flowMu
+}
+
+type entry struct {
+	offset int64
+	done   bool
+}
+
+func newPartition(s *Source, topic string, p int32) *partition {
+	return &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
+}
+
+// track records delivered offsets and returns the seq of the first. It
+// returns ok == false if the partition was revoked meanwhile.
+func (p *partition) track(offsets []int64, epoch int32) (first int64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.revoked {
+		return 0, false
+	}
+	for p.n+len(offsets) > len(p.ring) {
+		p.grow()
+	}
+	first = p.nextSeq
+	for _, off := range offsets {
+		p.ring[(p.head+p.n)%len(p.ring)] = entry{offset: off}
+		p.n++
+	}
+	p.nextSeq += int64(len(offsets))
+	if len(offsets) > 0 {
+		p.nextOff = offsets[len(offsets)-1] + 1
+		p.epoch = epoch
+	}
+	return first, true
+}
+
+func (p *partition) grow() {
+	r := make([]entry, 2*len(p.ring))
+	for i := range p.n {
+		r[i] = p.ring[(p.head+i)%len(p.ring)]
+	}
+	p.ring, p.head = r, 0
+}
+
+// Settle marks the record with sequence number seq settled. It implements
+// stream.Settler.
+func (p *partition) Settle(seq int64, _ stream.Outcome) {
+	p.mu.Lock()
+	if p.revoked {
+		p.mu.Unlock()
+		p.src.late.Add(1)
+		return
+	}
+	i := seq - p.headSeq
+	if i < 0 || i >= int64(p.n) || p.ring[(p.head+int(i))%len(p.ring)].done {
+		p.mu.Unlock()
+		p.src.duplicates.Add(1)
+		return
+	}
+	p.ring[(p.head+int(i))%len(p.ring)].done = true
+	for p.n > 0 && p.ring[p.head].done {
+		p.ring[p.head] = entry{}
+		p.head = (p.head + 1) % len(p.ring)
+		p.n--
+		p.headSeq++
+	}
+	unsettled := p.n
+	p.mu.Unlock()
+	if p.paused.Load() && unsettled <= p.src.cfg.MaxUnsettledPerPartition/2 {
+		p.flow()
+	}
+}
+
+// commitOffset returns the offset below which every delivered record is
+// settled, or -1 if nothing was delivered. Called with mu held.
+func (p *partition) commitOffset() int64 {
+	if p.n > 0 {
+		return p.ring[p.head].offset
+	}
+	return p.nextOff
+}
+
+func (p *partition) unsettled() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// flow pauses fetching the partition when it holds too many unsettled
+// records and resumes it when they are down to half (or the partition was
+// revoked: franz-go keeps partitions paused across rebalances). It reads
+// the state again after each change, so that a settle that raced with a
+// pause cannot leave the partition paused with nothing left to settle.
+func (p *partition) flow() {
+	p.flowMu.Lock()
+	defer p.flowMu.Unlock()
+	limit := p.src.cfg.MaxUnsettledPerPartition
+	for {
+		p.mu.Lock()
+		n, revoked := p.n, p.revoked
+		p.mu.Unlock()
+		paused := p.paused.Load()
+		want := !revoked && (n >= limit || (paused && n > limit/2))
+		if want == paused {
+			return
+		}
+		tp := map[string][]int32{p.topic: {p.partition}}
+		if want {
+			p.src.cl.PauseFetchPartitions(tp)
+			p.src.pauses.Add(1)
+		} else {
+			p.src.cl.ResumeFetchPartitions(tp)
+		}
+		p.paused.Store(want)
+	}
+}

@@ -1,0 +1,227 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/sink/checkpoint"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/streamtest"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func newSource(t testing.TB, brokers []string, group string, mut ...func(*kafka.Config)) *kafka.Source {
+	t.Helper()
+	cfg := kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 5 * time.Second}, Group: group,
+		Topics: []string{"in"}, Logger: quiet}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	src, err := kafka.NewSource(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func TestHeaderLayoutMatchesFranzGo(t *testing.T) {
+	var a kgo.RecordHeader
+	var b stream.Header
+	if unsafe.Sizeof(a) != unsafe.Sizeof(b) || unsafe.Offsetof(a.Value) != unsafe.Offsetof(b.Value) {
+		t.Fatal("stream.Header no longer has kgo.RecordHeader's layout: the source's zero-copy header cast is wrong")
+	}
+}
+
+// consume runs src -> MapAsync -> checkpoint until want messages reached
+// the sink, then cancels, drains and closes the source.
+func consume(t *testing.T, src *kafka.Source, want int, seen func(stream.Message[[]byte])) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var n atomic.Int64
+	g := stream.New(stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](flow.MapAsync(16,
+		func(_ context.Context, v []byte) ([]byte, error) { return v, nil })))
+	s = stream.Via(s, stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			for _, m := range b.Items {
+				if seen != nil {
+					seen(m)
+				}
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+				if n.Add(1) == int64(want) {
+					cancel()
+				}
+			}
+			b.Release()
+		}
+	}))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(50*time.Millisecond)))
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load(); got < int64(want) {
+		t.Fatalf("consumed %d of %d", got, want)
+	}
+}
+
+func TestConsumesEverythingAndCommitsTheEnd(t *testing.T) {
+	brokers := testenv.Kfake(t, 4, "in")
+	testenv.Produce(t, brokers, "in", 10_000, func(i int) []byte { return fmt.Appendf(nil, "v%d", i) })
+	seen := map[string]int{}
+	var mu sync.Mutex
+	committed := map[int32]int64{}
+	src := newSource(t, brokers, "g1", func(c *kafka.Config) {
+		c.OnCommit = func(_ string, p int32, off int64) {
+			mu.Lock()
+			if off < committed[p] {
+				t.Errorf("partition %d: commit went back from %d to %d", p, committed[p], off)
+			}
+			committed[p] = off
+			mu.Unlock()
+		}
+	})
+	consume(t, src, 10_000, func(m stream.Message[[]byte]) {
+		mu.Lock()
+		seen[string(m.Value)]++
+		mu.Unlock()
+		if !bytes.HasPrefix(m.Key, []byte("k")) || m.Topic != "in" || m.Timestamp.IsZero() {
+			t.Errorf("envelope %+v", m.Envelope)
+		}
+	})
+	if len(seen) != 10_000 {
+		t.Fatalf("%d distinct values", len(seen))
+	}
+	var total int64
+	for _, off := range committed {
+		total += off
+	}
+	if total != 10_000 {
+		t.Fatalf("committed offsets %v add to %d, want 10000 (everything)", committed, total)
+	}
+	// A new member of the group starts after the committed offsets: nothing
+	// is left to read.
+	testenv.Produce(t, brokers, "in", 10, func(i int) []byte { return fmt.Appendf(nil, "late%d", i) })
+	var again []string
+	consume(t, newSource(t, brokers, "g1"), 10, func(m stream.Message[[]byte]) { again = append(again, string(m.Value)) })
+	for _, v := range again {
+		if !strings.HasPrefix(v, "late") {
+			t.Fatalf("re-read %q after it was committed", v)
+		}
+	}
+}
+
+func TestSourceContract(t *testing.T) {
+	streamtest.TestSource(t, streamtest.SourceCase[[]byte]{
+		New: func(t *testing.T, n int) stream.Source[[]byte] {
+			brokers := testenv.Kfake(t, 3, "in")
+			testenv.Produce(t, brokers, "in", n+100, func(i int) []byte { return []byte{byte(i)} })
+			src := newSource(t, brokers, "contract")
+			t.Cleanup(func() { _ = src.Close(context.Background()) })
+			return src
+		},
+	})
+}
+
+func TestRecordShapes(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "in")
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := []*kgo.Record{
+		{Topic: "in", Key: nil, Value: nil},
+		{Topic: "in", Key: []byte("k"), Value: []byte{}},
+		{Topic: "in", Value: big, Headers: []kgo.RecordHeader{{Key: "trace", Value: []byte("abc")}, {Key: "empty"}}},
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	var got []stream.Message[[]byte]
+	consume(t, newSource(t, brokers, "shapes", func(c *kafka.Config) {
+		c.Opts = append(c.Opts, kgo.FetchMaxBytes(4<<20), kgo.FetchMaxPartitionBytes(4<<20))
+	}), 3, func(m stream.Message[[]byte]) { got = append(got, m) })
+	if got[0].Value != nil || got[0].Key != nil {
+		t.Errorf("null value/key came as %q/%q", got[0].Value, got[0].Key)
+	}
+	if got[1].Value == nil || len(got[1].Value) != 0 || string(got[1].Key) != "k" {
+		t.Errorf("empty value came as %v", got[1].Value)
+	}
+	if !bytes.Equal(got[2].Value, big) || string(got[2].Header("trace")) != "abc" || len(got[2].Headers) != 2 {
+		t.Errorf("1 MiB record with headers: %d bytes, headers %v", len(got[2].Value), got[2].Headers)
+	}
+}
+
+func TestBadConfigAndUnreachableBrokers(t *testing.T) {
+	_, err := kafka.NewSource(context.Background(), kafka.Config{Topics: []string{"x"}, Conn: kafka.Conn{SASL: &kafka.SASL{Mechanism: "MD5"}}})
+	if !errors.Is(err, kafka.ErrConfig) || !strings.Contains(err.Error(), "Brokers") || !strings.Contains(err.Error(), "Group") ||
+		!strings.Contains(err.Error(), "MD5") {
+		t.Fatalf("config error %v should name Brokers, Group and the bad mechanism", err)
+	}
+	t.Log(err)
+
+	brokers := testenv.Kfake(t, 1, "in")
+	_, err = kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "g", Topics: []string{"nope"}, Logger: quiet})
+	if !errors.Is(err, kafka.ErrUnknownTopic) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Fatalf("unknown topic: %v", err)
+	}
+	t.Log(err)
+
+	// Nothing listens on this port: a clear error within ConnectTimeout.
+	began := time.Now()
+	_, err = kafka.NewSource(context.Background(), kafka.Config{
+		Conn: kafka.Conn{Brokers: []string{"127.0.0.1:1"}, ConnectTimeout: 500 * time.Millisecond}, Group: "g", Topics: []string{"in"}, Logger: quiet})
+	if !errors.Is(err, kafka.ErrBrokerUnreachable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("unreachable broker: %v", err)
+	}
+	if el := time.Since(began); el > 10*time.Second {
+		t.Fatalf("took %v to report an unreachable broker", el)
+	}
+	t.Log(err)
+}
+
+func TestInvalidSASLCredentials(t *testing.T) {
+	brokers := testenv.KfakeWith(t, kfake.SeedTopics(1, "in"), kfake.EnableSASL(), kfake.Superuser("PLAIN", "admin", "secret"))
+	cfg := kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,
+		SASL: &kafka.SASL{Mechanism: "PLAIN", User: "admin", Password: "wrong"}}, Group: "g", Topics: []string{"in"}, Logger: quiet}
+	_, err := kafka.NewSource(context.Background(), cfg)
+	// kfake closes the connection on bad credentials (a real broker answers
+	// with an error code: see the integration suite).
+	if !errors.Is(err, kafka.ErrBrokerUnreachable) || !strings.Contains(err.Error(), "rejected the credentials") {
+		t.Fatalf("wrong password: %v, want an error that points at the credentials", err)
+	}
+	t.Log(err)
+	cfg.SASL.Password = "secret"
+	src, err := kafka.NewSource(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	src.Close(context.Background())
+}

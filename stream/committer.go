@@ -1,0 +1,21 @@
+package stream
+
+import "context"
+
+// Committer records, for each partition a source reads, the position below
+// which every message is settled, so that a restarted pipeline resumes
+// there. A source that can resume provides one (the Kafka source commits
+// consumer-group offsets); a checkpoint sink calls it. Neither knows the
+// other: they meet here.
+type Committer interface {
+	// Commit records every position that advanced since the last call. It
+	// may be called concurrently with settles, never concurrently with
+	// itself.
+	Commit(ctx context.Context) error
+}
+
+// CommitterFunc adapts a function to a Committer.
+type CommitterFunc func(ctx context.Context) error
+
+// Commit calls f.
+func (f CommitterFunc) Commit(ctx context.Context) error { return f(ctx) }
