@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: run test vet fmt-check bench bench-engine bench-async
+.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka
 
 # The main job on embedded defaults (for now the demo pipeline on generated load).
 run:
@@ -11,6 +11,12 @@ run:
 # vet, formatting, and every test with the race detector.
 test: vet fmt-check
 	$(GO) test -race -count=1 ./...
+
+# The integration suite against a real Apache Kafka 4.1 broker (KRaft, one
+# node, loopback), started from its Maven Central jars; needs java and mvn.
+test-kafka:
+	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
+		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./sink/kafka/
 
 vet:
 	$(GO) vet ./...

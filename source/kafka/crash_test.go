@@ -47,7 +47,7 @@ func crashWorker() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	src, err := kafka.NewSource(ctx, kafka.Config{
-		Conn: kafka.Conn{Brokers: brokers}, Group: "crash", Topics: []string{"in"}, Logger: quiet,
+		Conn: kafka.Conn{Brokers: brokers}, Group: "crash-" + os.Getenv("SLUICE_TOPIC"), Topics: []string{os.Getenv("SLUICE_TOPIC")}, Logger: quiet,
 		MaxUnsettledPerPartition: crashUnsettle, MaxPollRecords: crashPoll,
 		Opts: []kgo.Opt{kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(300 * time.Millisecond),
 			kgo.RebalanceTimeout(3 * time.Second)},
@@ -77,12 +77,12 @@ func crashWorker() int {
 // random moments `kills` times, and a last one that it lets finish. Every
 // id must reach the side store (0 lost); duplicates must stay within the
 // in-flight cap plus one commit interval per kill.
-func crashTest(t *testing.T, brokers []string) {
-	testenv.Produce(t, brokers, "in", crashRecords, func(i int) []byte { return strconv.AppendInt(nil, int64(i), 10) })
+func crashTest(t *testing.T, brokers []string, topic string) {
+	testenv.Produce(t, brokers, topic, crashRecords, func(i int) []byte { return strconv.AppendInt(nil, int64(i), 10) })
 	store := t.TempDir() + "/processed.log"
 	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"=1", "SLUICE_BROKERS="+strings.Join(brokers, ","), "SLUICE_STORE="+store)
+		cmd.Env = append(os.Environ(), workerEnv+"=1", "SLUICE_BROKERS="+strings.Join(brokers, ","), "SLUICE_STORE="+store, "SLUICE_TOPIC="+topic)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -188,5 +188,5 @@ func readStore(t *testing.T, path string) map[int]int {
 
 func TestCrashSafetyKfake(t *testing.T) {
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(crashParts, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	crashTest(t, brokers)
+	crashTest(t, brokers, "in")
 }

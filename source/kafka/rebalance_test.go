@@ -20,9 +20,9 @@ import (
 // rebalanceTest runs three members of one group that join and leave while
 // they consume: every record is processed (0 lost) and, per partition,
 // commits never go back, whichever member makes them.
-func rebalanceTest(t *testing.T, brokers []string) {
+func rebalanceTest(t *testing.T, brokers []string, topic string) {
 	const n = 60_000
-	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return strconv.AppendInt(nil, int64(i), 10) })
+	testenv.Produce(t, brokers, topic, n, func(i int) []byte { return strconv.AppendInt(nil, int64(i), 10) })
 
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -42,7 +42,8 @@ func rebalanceTest(t *testing.T, brokers []string) {
 		src    *kafka.Source
 	}
 	startMember := func() *member {
-		src := newSource(t, brokers, "rebalance", func(c *kafka.Config) {
+		src := newSource(t, brokers, "rebalance-"+topic, func(c *kafka.Config) {
+			c.Topics = []string{topic}
 			c.OnCommit = onCommit
 			c.MaxUnsettledPerPartition = 200
 			c.Opts = append(c.Opts, kgo.SessionTimeout(2*time.Second), kgo.HeartbeatInterval(200*time.Millisecond))
@@ -113,5 +114,5 @@ func rebalanceTest(t *testing.T, brokers []string) {
 
 func TestRebalanceKfake(t *testing.T) {
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(crashParts, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
-	rebalanceTest(t, brokers)
+	rebalanceTest(t, brokers, "in")
 }

@@ -1,0 +1,110 @@
+//go:build kafka
+
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+var broker *testenv.KafkaBroker
+
+func init() {
+	integration = func(m *testing.M) int {
+		libs := os.Getenv(testenv.KafkaLibsEnv)
+		began := time.Now()
+		b, err := testenv.StartKafka(libs)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "Apache Kafka 4.1.0 broker on %s (SASL on %s), started in %v\n", b.Addr, b.SASLAddr, time.Since(began).Round(time.Millisecond))
+		broker = b
+		defer b.Stop()
+		return m.Run()
+	}
+}
+
+var topicSeq atomic.Int64
+
+// realTopic creates a fresh topic on the real broker.
+func realTopic(t *testing.T, partitions int32) string {
+	t.Helper()
+	name := fmt.Sprintf("it-%d-%s", topicSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
+	if err := testenv.CreateTopic([]string{broker.Addr}, name, partitions); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func TestRealKafkaConsumesAndCommits(t *testing.T) {
+	topic := realTopic(t, 4)
+	brokers := []string{broker.Addr}
+	testenv.Produce(t, brokers, topic, 5000, func(i int) []byte { return fmt.Appendf(nil, "v%d", i) })
+	committed := map[int32]int64{}
+	seen := map[string]bool{}
+	src := newSource(t, brokers, "it-"+topic, func(c *kafka.Config) {
+		c.Topics = []string{topic}
+		c.OnCommit = func(_ string, p int32, off int64) { committed[p] = off }
+	})
+	consume(t, src, 5000, func(m stream.Message[[]byte]) { seen[string(m.Value)] = true })
+	var total int64
+	for _, off := range committed {
+		total += off
+	}
+	if len(seen) != 5000 || total != 5000 {
+		t.Fatalf("%d distinct values, committed offsets add to %d; want 5000 and 5000", len(seen), total)
+	}
+}
+
+func TestRealKafkaKcat(t *testing.T) {
+	topic := realTopic(t, 1)
+	testenv.Kcat(t, []byte("k1:hello\nk2:\n"), "-b", broker.Addr, "-t", topic, "-P", "-K:", "-Z", "-H", "origin=kcat")
+	var got []stream.Message[[]byte]
+	consume(t, newSource(t, []string{broker.Addr}, "it-"+topic, func(c *kafka.Config) { c.Topics = []string{topic} }), 2,
+		func(m stream.Message[[]byte]) { got = append(got, m) })
+	if string(got[0].Value) != "hello" || got[1].Value != nil || string(got[1].Header("origin")) != "kcat" {
+		t.Fatalf("got %q and %v (headers %v)", got[0].Value, got[1].Value, got[1].Headers)
+	}
+}
+
+func TestRealKafkaCrashSafety(t *testing.T) {
+	crashTest(t, []string{broker.Addr}, realTopic(t, crashParts))
+}
+
+func TestRealKafkaRebalance(t *testing.T) {
+	rebalanceTest(t, []string{broker.Addr}, realTopic(t, crashParts))
+}
+
+func TestRealKafkaBadInput(t *testing.T) {
+	ctx := context.Background()
+	_, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: []string{broker.Addr}}, Group: "g",
+		Topics: []string{"does-not-exist"}, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "does-not-exist") {
+		t.Fatalf("unknown topic: %v", err)
+	}
+	t.Log(err)
+	topic := realTopic(t, 1)
+	cfg := kafka.Config{Conn: kafka.Conn{Brokers: []string{broker.SASLAddr}, ConnectTimeout: 10 * time.Second,
+		SASL: &kafka.SASL{Mechanism: "PLAIN", User: testenv.SASLUser, Password: "wrong"}}, Group: "g", Topics: []string{topic}, Logger: quiet}
+	_, err = kafka.NewSource(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
+		t.Fatalf("wrong SASL password: %v, want SASL_AUTHENTICATION_FAILED", err)
+	}
+	t.Log(err)
+	cfg.SASL.Password = testenv.SASLPassword
+	src, err := kafka.NewSource(ctx, cfg)
+	if err != nil {
+		t.Fatalf("right SASL password: %v", err)
+	}
+	src.Close(ctx)
+}
