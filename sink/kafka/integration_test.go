@@ -1,0 +1,55 @@
+//go:build kafka
+
+package kafka_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+var broker *testenv.KafkaBroker
+
+func init() {
+	integration = func(m *testing.M) int {
+		b, err := testenv.StartKafka(os.Getenv(testenv.KafkaLibsEnv))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
+			return 1
+		}
+		broker = b
+		defer b.Stop()
+		return m.Run()
+	}
+}
+
+func TestRealKafkaProducerSinkReadBackByKcat(t *testing.T) {
+	if err := testenv.CreateTopic([]string{broker.Addr}, "it-out", 2); err != nil {
+		t.Fatal(err)
+	}
+	tr := stream.NewTracker(0)
+	vals := make([][]byte, 1000)
+	for i := range vals {
+		vals[i] = fmt.Appendf(nil, "v%d", i)
+	}
+	g := stream.New()
+	stream.To(stream.From(g, source.Slice(vals, source.Track(tr))),
+		stream.Sink[[]byte](kafkasink.NewSink(client(t, []string{broker.Addr}), kafkasink.Records("it-out"))))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Settled[stream.Completed] != 1000 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
+	out := testenv.Kcat(t, nil, "-b", broker.Addr, "-t", "it-out", "-C", "-e", "-q", "-f", `%s\n`)
+	if n := len(strings.Fields(string(out))); n != 1000 {
+		t.Fatalf("kcat read %d records, want 1000", n)
+	}
+}
