@@ -35,3 +35,7 @@ bench-engine:
 # The asynchronous-stage and adaptive-limiter benchmarks of the README.
 bench-async:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkMapAsync|BenchmarkAdaptive' -benchtime 1x .
+
+# The Kafka pipeline benchmark against kfake (1,000,000 records, 16 partitions).
+bench-kafka:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkKafkaPipeline -benchtime 5x .

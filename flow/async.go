@@ -187,7 +187,9 @@ type asyncRun[In, Out any] struct {
 	doneQ  []*asyncJob[In, Out]
 	spare  []*asyncJob[In, Out]
 	notify chan struct{}
-	free   []*asyncJob[In, Out] // recycled jobs (stage goroutine only)
+	free   []*asyncJob[In, Out]  // recycled jobs (stage goroutine only)
+	slots  []stream.Message[Out] // free output slots being filled by emit
+	filled int                   // how many of them are filled
 }
 
 func (r *asyncRun[In, Out]) loop() error {
@@ -203,7 +205,7 @@ func (r *asyncRun[In, Out]) loop() error {
 	}()
 	for {
 		for cur != nil && r.held < r.a.o.window {
-			r.accept(cur.Items[idx])
+			r.accept(&cur.Items[idx])
 			if idx++; idx == len(cur.Items) {
 				cur.Release()
 				cur = nil
@@ -243,14 +245,18 @@ func (r *asyncRun[In, Out]) loop() error {
 
 // accept takes a message into the stage: ready to call, or waiting for its
 // key.
-func (r *asyncRun[In, Out]) accept(m stream.Message[In]) {
+func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	var j *asyncJob[In, Out]
 	if n := len(r.free); n > 0 {
+		// A recycled job: set each field rather than zero the whole struct
+		// and copy the message twice.
 		j, r.free = r.free[n-1], r.free[:n-1]
-		*j = asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+		var zero Out
+		j.out, j.err, j.done, j.key = zero, nil, false, ""
 	} else {
-		j = &asyncJob[In, Out]{seq: r.nextSeq, msg: m}
+		j = new(asyncJob[In, Out])
 	}
+	j.seq, j.msg = r.nextSeq, *m
 	r.nextSeq++
 	r.held++
 	if r.ring != nil {
@@ -294,9 +300,32 @@ func (r *asyncRun[In, Out]) start() {
 	r.a.inFlight.Store(int64(r.inFlight))
 }
 
+// callCounts accumulates a worker's counters between two flushes, so that
+// workers do not contend on shared atomics once per call.
+type callCounts struct{ calls, failed, timeouts int64 }
+
+func (c *callCounts) flush(a interface {
+	add(calls, failed, timeouts int64)
+}) {
+	if c.calls > 0 {
+		a.add(c.calls, c.failed, c.timeouts)
+		*c = callCounts{}
+	}
+}
+
+func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
+	a.calls.Add(calls)
+	if failed > 0 {
+		a.failed.Add(failed)
+	}
+	if timeouts > 0 {
+		a.timeouts.Add(timeouts)
+	}
+}
+
 // call runs fn for one job on a worker goroutine; timed says whether to
 // measure its latency on its own.
-func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool) {
+func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts) {
 	a := r.a
 	ctx, cancel := r.callsCtx, context.CancelFunc(nil)
 	if a.o.timeout > 0 {
@@ -315,12 +344,12 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool) {
 	if cancel != nil {
 		cancel()
 	}
-	a.calls.Add(1)
+	counts.calls++
 	if j.err != nil {
-		a.failed.Add(1)
+		counts.failed++
 	}
 	if timedOut {
-		a.timeouts.Add(1)
+		counts.timeouts++
 	}
 	if !timed {
 		return
@@ -395,7 +424,7 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 		}
 	}
 	r.a.inFlight.Store(int64(r.inFlight))
-	return len(done), nil
+	return len(done), r.flushSlots()
 }
 
 // emit hands a finished job on: its result to the output, its error to the
@@ -404,15 +433,41 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	r.held--
 	if j.err == nil {
-		d := r.out.Slot()
+		if len(r.slots) == 0 {
+			var err error
+			if r.slots, err = r.out.Free(r.ctx); err != nil {
+				return err
+			}
+		}
+		d := &r.slots[0]
 		d.Value = j.out
 		d.Envelope = j.msg.Envelope
-		return r.out.Commit(r.ctx)
+		r.slots = r.slots[1:]
+		r.filled++
+		if len(r.slots) == 0 {
+			return r.flushSlots()
+		}
+		return nil
+	}
+	if err := r.flushSlots(); err != nil { // keep results and failures in order
+		return err
 	}
 	if r.callsCtx.Err() != nil && !errors.Is(j.err, ErrCallTimeout) {
 		return nil
 	}
 	return r.in.Fail(r.ctx, j.msg, j.err)
+}
+
+// flushSlots adds the results written into free output slots to the
+// output.
+func (r *asyncRun[In, Out]) flushSlots() error {
+	if r.filled == 0 {
+		r.slots = nil
+		return nil
+	}
+	k := r.filled
+	r.slots, r.filled = nil, 0
+	return r.out.Extend(r.ctx, k)
 }
 
 // fifo is a queue that reuses its backing array.

@@ -73,6 +73,8 @@ func (w *workers[In, Out]) work() {
 	var batch []*asyncJob[In, Out]
 	var lastNs float64
 	var lastN int
+	var counts callCounts
+	defer counts.flush(w.r.a)
 	for {
 		w.mu.Lock()
 		if lastN > 0 {
@@ -104,8 +106,9 @@ func (w *workers[In, Out]) work() {
 
 		t0 := time.Now()
 		for _, j := range batch {
-			w.r.call(j, timed)
+			w.r.call(j, timed, &counts)
 		}
+		counts.flush(w.r.a)
 		lastNs, lastN = float64(time.Since(t0)), len(batch)
 		w.r.finished(batch)
 	}

@@ -17,9 +17,9 @@ type discard[T any] struct{}
 func (discard[T]) Name() string { return "discard" }
 
 func (discard[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
-	return stage.ForEach(ctx, in, func(m *stream.Message[T]) error {
-		in.Settle(m, stream.Completed)
-		return nil
+	return stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
+		in.SettleAll(b.Items, stream.Completed)
+		return false, nil
 	})
 }
 

@@ -46,19 +46,24 @@ func TestFuncContract(t *testing.T) {
 
 func TestGoStreamsContract(t *testing.T) {
 	var n atomic.Int64
+	var drained chan struct{}
 	streamtest.TestSink(t, streamtest.SinkCase[int]{
 		New: func(*testing.T) stream.Sink[int] {
 			n.Store(0)
 			ch := make(chan any)
+			drained = make(chan struct{})
 			go func() {
+				defer close(drained)
 				for range ch {
 					n.Add(1)
 				}
 			}()
 			return sink.GoStreams[int](extension.NewChanSink(ch))
 		},
-		Value:     value,
-		Delivered: func(*testing.T) int { return int(n.Load()) },
+		Value: value,
+		// The sink closes the channel when its input ends; the reader has
+		// counted everything once it sees that.
+		Delivered: func(*testing.T) int { <-drained; return int(n.Load()) },
 	})
 }
 

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -101,6 +102,45 @@ func (o Outcome) String() string {
 // settler gave the message (an offset, a sequence number).
 type Settler interface {
 	Settle(id int64, o Outcome)
+}
+
+// BatchSettler is implemented by settlers that settle many ids under one
+// lock; SettleAll uses it.
+type BatchSettler interface {
+	Settler
+	SettleBatch(ids []int64, o Outcome)
+}
+
+// SettleAll settles every message of ms with outcome o. Runs of messages
+// from the same settler that implements BatchSettler are settled with one
+// call, which is what sinks should use on the hot path.
+func SettleAll[T any](ms []Message[T], o Outcome) {
+	buf := idBufs.Get().(*[]int64)
+	settleAll(ms, o, buf)
+	idBufs.Put(buf)
+}
+
+// idBufs recycles the id buffers of SettleAll: handed to an interface
+// method, a stack buffer would escape and cost an allocation per call.
+var idBufs = sync.Pool{New: func() any { b := make([]int64, 0, 256); return &b }}
+
+func settleAll[T any](ms []Message[T], o Outcome, buf *[]int64) {
+	for i := 0; i < len(ms); {
+		s := ms[i].handle.s
+		bs, ok := s.(BatchSettler)
+		if !ok {
+			ms[i].handle.Settle(o)
+			i++
+			continue
+		}
+		ids := (*buf)[:0]
+		for i < len(ms) && ms[i].handle.s == s && len(ids) < cap(ids) {
+			ids = append(ids, ms[i].handle.id)
+			i++
+		}
+		bs.SettleBatch(ids, o)
+		*buf = ids
+	}
 }
 
 // Handle settles one message. The zero Handle settles nothing: messages from

@@ -101,7 +101,8 @@ func (p *pipe[T]) readerGone() {
 type Inlet[T any] struct {
 	p       *pipe[T]
 	node    *node
-	settled int64 // settles not yet added to node stats (one atomic add per batch)
+	settled int64   // settles not yet added to node stats (one atomic add per batch)
+	ids     []int64 // scratch for SettleAll
 }
 
 // Recv returns the next batch, io.EOF when every upstream stage has
@@ -169,6 +170,16 @@ func (in *Inlet[T]) done() {
 func (in *Inlet[T]) Settle(m *Message[T], o Outcome) {
 	m.handle.Settle(o)
 	in.settled++
+}
+
+// SettleAll settles every message of ms with outcome o (see the function
+// SettleAll) and counts them against the stage.
+func (in *Inlet[T]) SettleAll(ms []Message[T], o Outcome) {
+	if in.ids == nil {
+		in.ids = make([]int64, 0, 256)
+	}
+	settleAll(ms, o, &in.ids)
+	in.settled += int64(len(ms))
 }
 
 // Fail routes m to the stage's failure output with err as the reason. The

@@ -58,6 +58,19 @@ func (t *Tracker) Track() Handle {
 func (t *Tracker) Settle(id int64, o Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.settle(id, o)
+}
+
+// SettleBatch settles many ids under one lock.
+func (t *Tracker) SettleBatch(ids []int64, o Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		t.settle(id, o)
+	}
+}
+
+func (t *Tracker) settle(id int64, o Outcome) {
 	if id < t.mark || id >= t.next || o == 0 || o > DeadLettered {
 		t.stats.Duplicates++
 		return

@@ -26,7 +26,9 @@ type settings struct {
 	log      *slog.Logger
 }
 
-// Every commits after n messages completed at this sink (default 10,000).
+// Every commits after n messages completed at this sink (default 100,000;
+// at high rates Interval decides, and a commit per 10,000 messages cost
+// ~5% of a 2 M records/s pipeline in broker round trips).
 func Every(n int) Option { return func(s *settings) { s.every = n } }
 
 // Interval commits at least this often while anything advanced, settles
@@ -50,7 +52,7 @@ type Sink[T any] struct {
 
 // New returns a checkpoint sink that commits through c.
 func New[T any](c stream.Committer, opts ...Option) *Sink[T] {
-	s := &Sink[T]{c: c, settings: settings{every: 10_000, interval: time.Second, final: 10 * time.Second, log: slog.Default()}}
+	s := &Sink[T]{c: c, settings: settings{every: 100_000, interval: time.Second, final: 10 * time.Second, log: slog.Default()}}
 	for _, o := range opts {
 		o(&s.settings)
 	}
@@ -104,9 +106,7 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 
 	count := 0
 	err := stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
-		for i := range b.Items {
-			in.Settle(&b.Items[i], stream.Completed)
-		}
+		in.SettleAll(b.Items, stream.Completed)
 		if count += len(b.Items); count >= s.every {
 			count = 0
 			select {

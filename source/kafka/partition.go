@@ -79,19 +79,30 @@ func (p *partition) grow() {
 // Settle marks the record with sequence number seq settled. It implements
 // stream.Settler.
 func (p *partition) Settle(seq int64, _ stream.Outcome) {
+	p.settle([]int64{seq})
+}
+
+// SettleBatch settles many records under one lock (stream.BatchSettler).
+func (p *partition) SettleBatch(seqs []int64, _ stream.Outcome) {
+	p.settle(seqs)
+}
+
+func (p *partition) settle(seqs []int64) {
 	p.mu.Lock()
 	if p.revoked {
 		p.mu.Unlock()
-		p.src.late.Add(1)
+		p.src.late.Add(int64(len(seqs)))
 		return
 	}
-	i := seq - p.headSeq
-	if i < 0 || i >= int64(p.n) || p.ring[(p.head+int(i))%len(p.ring)].done {
-		p.mu.Unlock()
-		p.src.duplicates.Add(1)
-		return
+	dups := 0
+	for _, seq := range seqs {
+		i := seq - p.headSeq
+		if i < 0 || i >= int64(p.n) || p.ring[(p.head+int(i))%len(p.ring)].done {
+			dups++
+			continue
+		}
+		p.ring[(p.head+int(i))%len(p.ring)].done = true
 	}
-	p.ring[(p.head+int(i))%len(p.ring)].done = true
 	for p.n > 0 && p.ring[p.head].done {
 		p.ring[p.head] = entry{}
 		p.head = (p.head + 1) % len(p.ring)
@@ -100,6 +111,9 @@ func (p *partition) Settle(seq int64, _ stream.Outcome) {
 	}
 	unsettled := p.n
 	p.mu.Unlock()
+	if dups > 0 {
+		p.src.duplicates.Add(int64(dups))
+	}
 	if p.paused.Load() && unsettled <= p.src.cfg.MaxUnsettledPerPartition/2 {
 		p.flow()
 	}

@@ -261,21 +261,24 @@ func (s *Source) emit(ctx context.Context, fp kgo.FetchTopicPartition, out *stre
 	p.hwm = fp.HighWatermark
 	p.mu.Unlock()
 	s.records.Add(int64(len(fp.Records)))
-	for i, r := range fp.Records {
+	for i := 0; i < len(fp.Records); {
 		dst, err := out.Free(ctx)
 		if err != nil {
 			return err
 		}
-		m := &dst[0]
-		*m = stream.Message[[]byte]{Value: r.Value}
-		m.Key = r.Key
-		if len(r.Headers) > 0 {
-			// kgo.RecordHeader and stream.Header have the same layout.
-			m.Headers = unsafe.Slice((*stream.Header)(unsafe.Pointer(unsafe.SliceData(r.Headers))), len(r.Headers))
+		k := min(len(dst), len(fp.Records)-i)
+		for j, r := range fp.Records[i : i+k] {
+			m := &dst[j]
+			m.Value = r.Value
+			m.Envelope = stream.Envelope{Key: r.Key, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp}
+			if len(r.Headers) > 0 {
+				// kgo.RecordHeader and stream.Header have the same layout.
+				m.Headers = unsafe.Slice((*stream.Header)(unsafe.Pointer(unsafe.SliceData(r.Headers))), len(r.Headers))
+			}
+			m.SetHandle(stream.NewHandle(p, first+int64(i+j)))
 		}
-		m.Topic, m.Partition, m.Offset, m.Timestamp = r.Topic, r.Partition, r.Offset, r.Timestamp
-		m.SetHandle(stream.NewHandle(p, first+int64(i)))
-		if err := out.Extend(ctx, 1); err != nil {
+		i += k
+		if err := out.Extend(ctx, k); err != nil {
 			return err
 		}
 	}
