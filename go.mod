@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/reugn/go-streams v0.13.0
+	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0

@@ -26,6 +26,22 @@ type Async[In, Out any] struct {
 
 	inFlight, waiting, limit atomic.Int64
 	calls, failed, timeouts  atomic.Int64
+	delayed                  atomic.Int64
+	retries                  [len(reasons)]atomic.Int64
+	exhausted, noBudget      atomic.Int64
+}
+
+// reasons are the retry reasons in the order of AsyncStats.Retries.
+var reasons = [...]stream.Reason{stream.ReasonThrottled, stream.ReasonTimeout, stream.ReasonConnection,
+	stream.ReasonBreakerOpen, stream.ReasonOther}
+
+func reasonIndex(r stream.Reason) int {
+	for i, x := range reasons {
+		if x == r {
+			return i
+		}
+	}
+	return len(reasons) - 1
 }
 
 // AsyncStats is a snapshot of an async stage.
@@ -37,6 +53,13 @@ type AsyncStats struct {
 	// Calls counts finished calls, Failed those that returned an error
 	// (timeouts included), Timeouts those cut by CallTimeout.
 	Calls, Failed, Timeouts int64
+	// Delayed is the number of messages waiting for their next attempt.
+	Delayed int64
+	// Retries counts retries scheduled, by reason.
+	Retries map[stream.Reason]int64
+	// Exhausted counts messages whose transient failure outlasted the retry
+	// policy; NoBudget retries refused by the retry budget.
+	Exhausted, NoBudget int64
 }
 
 // MapAsync returns a flow that calls fn for each message on up to
@@ -98,6 +121,11 @@ func (a *Async[In, Out]) Validate() error {
 	case a.o.perPartition > 0 && a.o.mode == perKey:
 		return bad("MaxPerPartition", "cannot be combined with KeyBy")
 	}
+	if a.o.retry != nil {
+		if err := a.o.retry.Validate(); err != nil {
+			return bad("Retry", err.Error())
+		}
+	}
 	if v, ok := a.o.limiter.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
 			return bad("WithLimiter", err.Error())
@@ -108,10 +136,16 @@ func (a *Async[In, Out]) Validate() error {
 
 // Stats returns a snapshot of the stage's counters.
 func (a *Async[In, Out]) Stats() AsyncStats {
-	return AsyncStats{
+	st := AsyncStats{
 		InFlight: a.inFlight.Load(), Waiting: a.waiting.Load(), Limit: a.limit.Load(),
 		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(),
+		Delayed: a.delayed.Load(), Exhausted: a.exhausted.Load(), NoBudget: a.noBudget.Load(),
+		Retries: map[stream.Reason]int64{},
 	}
+	for i, r := range reasons {
+		st.Retries[r] = a.retries[i].Load()
+	}
+	return st
 }
 
 // currentLimit is the cap on calls in flight now.
@@ -141,6 +175,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	}
 	r.pool = newWorkers(r, a.parallelism)
 	defer func() {
+		if r.timer != nil {
+			r.timer.Stop()
+		}
 		// No call outlives the stage: cancel what still runs and wait.
 		stopCalls()
 		r.pool.close()
@@ -158,6 +195,12 @@ type asyncJob[In, Out any] struct {
 	err      error
 	done     bool
 	inFlight int // calls in flight when it was handed to the workers
+
+	attempts  int           // calls made
+	first     time.Time     // when the first call started
+	lastDelay time.Duration // the previous retry wait (decorrelated jitter)
+	due       time.Time     // when a delayed job may run again
+	class     stream.Classification
 }
 
 type keyGroup[In, Out any] struct {
@@ -190,6 +233,10 @@ type asyncRun[In, Out any] struct {
 	free   []*asyncJob[In, Out]  // recycled jobs (stage goroutine only)
 	slots  []stream.Message[Out] // free output slots being filled by emit
 	filled int                   // how many of them are filled
+
+	delayed delayQueue[In, Out] // jobs waiting for their next attempt
+	timer   *time.Timer
+	timerAt time.Time
 }
 
 func (r *asyncRun[In, Out]) loop() error {
@@ -211,6 +258,7 @@ func (r *asyncRun[In, Out]) loop() error {
 				cur = nil
 			}
 		}
+		r.wakeDue()
 		r.start()
 		if n, err := r.complete(); err != nil {
 			return err
@@ -237,6 +285,7 @@ func (r *asyncRun[In, Out]) loop() error {
 			r.in.Received(b)
 			cur, idx = b, 0
 		case <-r.notify:
+		case <-r.timerC():
 		case <-r.ctx.Done():
 			return r.ctx.Err()
 		}
@@ -253,6 +302,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		j, r.free = r.free[n-1], r.free[:n-1]
 		var zero Out
 		j.out, j.err, j.done, j.key = zero, nil, false, ""
+		j.attempts, j.first, j.lastDelay = 0, time.Time{}, 0
 	} else {
 		j = new(asyncJob[In, Out])
 	}
@@ -327,9 +377,32 @@ func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
 // measure its latency on its own.
 func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts) {
 	a := r.a
+	j.attempts++
+	if j.attempts == 1 {
+		j.first = time.Now()
+		if a.o.budget != nil {
+			a.o.budget.Request()
+		}
+	}
+	j.err = nil
+	var done func(bool)
+	if a.o.breaker != nil {
+		var err error
+		if done, err = a.o.breaker.Allow(); err != nil {
+			// Refused: no call is made, the message fails fast, and its
+			// retry waits for the breaker.
+			j.err, j.class = err, r.classify(err)
+			counts.failed++
+			return
+		}
+	}
+	timeout := a.o.timeout
+	if a.o.retry != nil && a.o.retry.AttemptTimeout > 0 {
+		timeout = time.Duration(a.o.retry.AttemptTimeout)
+	}
 	ctx, cancel := r.callsCtx, context.CancelFunc(nil)
-	if a.o.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, a.o.timeout)
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 	}
 	var began time.Time
 	if timed {
@@ -339,10 +412,16 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	timedOut := false
 	if j.err != nil && cancel != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
 		timedOut = true
-		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, a.o.timeout, j.err)
+		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, timeout, j.err)
 	}
 	if cancel != nil {
 		cancel()
+	}
+	if j.err != nil {
+		j.class = r.classify(j.err)
+	}
+	if done != nil {
+		done(j.err == nil || !j.class.Transient)
 	}
 	counts.calls++
 	if j.err != nil {
@@ -361,6 +440,13 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if a.o.onCall != nil {
 		a.o.onCall(CallInfo{Latency: lat, InFlight: j.inFlight, Err: j.err})
 	}
+}
+
+func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
+	if r.a.o.classify != nil {
+		return r.a.o.classify(err)
+	}
+	return stream.Classify(err)
 }
 
 // finished hands jobs whose calls returned back to the stage goroutine.
@@ -393,6 +479,9 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 	defer func() { r.spare = done[:0] }()
 	for _, j := range done {
 		r.inFlight--
+		if j.err != nil && r.retry(j) {
+			continue // waits in the delay queue, keeping its key and window place
+		}
 		if r.groups != nil {
 			g := r.groups[j.key]
 			if g.waiting.len() > 0 {
@@ -432,6 +521,10 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 // the message stays unsettled and is replayed.
 func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	r.held--
+	j.msg.Attempt = int32(j.attempts)
+	if r.a.o.onDone != nil && j.attempts > 0 {
+		r.a.o.onDone(DoneInfo{Attempts: j.attempts, Total: time.Since(j.first), Err: j.err})
+	}
 	if j.err == nil {
 		if len(r.slots) == 0 {
 			var err error
@@ -455,7 +548,8 @@ func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	if r.callsCtx.Err() != nil && !errors.Is(j.err, ErrCallTimeout) {
 		return nil
 	}
-	return r.in.Fail(r.ctx, j.msg, j.err)
+	return r.in.FailWith(r.ctx, j.msg, stream.Failure{Err: j.err, Attempts: j.attempts, FirstFailure: j.first,
+		Transient: j.class.Transient})
 }
 
 // flushSlots adds the results written into free output slots to the

@@ -19,6 +19,12 @@ const (
 )
 
 type asyncOptions struct {
+	retry        *RetryPolicy
+	budget       *backpressure.RetryBudget
+	breaker      *backpressure.Breaker
+	classify     func(error) stream.Classification
+	onRetry      func(RetryInfo)
+	onDone       func(DoneInfo)
 	mode         asyncMode
 	keyFn        any // func(*stream.Message[In]) string, checked by MapAsync
 	perPartition int
@@ -81,4 +87,53 @@ type CallInfo struct {
 	Latency  time.Duration
 	InFlight int // calls in flight when it started, itself included
 	Err      error
+}
+
+// Retry retries calls that fail transiently (stream.Classify, or the
+// function given to Classifier) as p says. A message waiting for its next
+// attempt holds no worker: it sits in a timer-ordered queue that counts
+// against Window (so backpressure still holds) but not against the
+// parallelism. When attempts, MaxElapsed or the retry budget run out, the
+// message fails with Failure.Transient set, for a parking sink to keep and
+// replay it; permanent errors fail at once.
+func Retry(p RetryPolicy) AsyncOption { return func(o *asyncOptions) { o.retry = &p } }
+
+// Budget limits retries to a share of requests (see
+// backpressure.RetryBudget); share one budget among the stages that call
+// the same dependency.
+func Budget(b *backpressure.RetryBudget) AsyncOption { return func(o *asyncOptions) { o.budget = b } }
+
+// Breaker asks b before each call: while it is open, calls fail fast with a
+// transient *backpressure.OpenError whose wait a retry honours. Transient
+// failures count against the dependency's health; permanent ones (a
+// rejected request) do not.
+func Breaker(b *backpressure.Breaker) AsyncOption { return func(o *asyncOptions) { o.breaker = b } }
+
+// Classifier replaces stream.Classify for this stage.
+func Classifier(fn func(error) stream.Classification) AsyncOption {
+	return func(o *asyncOptions) { o.classify = fn }
+}
+
+// OnRetry registers a function told of every retry scheduled (for logs and
+// metrics: retries by reason).
+func OnRetry(fn func(RetryInfo)) AsyncOption { return func(o *asyncOptions) { o.onRetry = fn } }
+
+// OnDone registers a function told, for every message, how many attempts
+// it took and how long from its first attempt to its outcome (for the
+// histograms of total time including retries and of attempts per message).
+func OnDone(fn func(DoneInfo)) AsyncOption { return func(o *asyncOptions) { o.onDone = fn } }
+
+// RetryInfo describes a retry being scheduled.
+type RetryInfo struct {
+	Attempt int // the attempt that failed (1 = the first call)
+	Reason  stream.Reason
+	Delay   time.Duration
+	Err     error
+}
+
+// DoneInfo describes a message's outcome in an async stage.
+type DoneInfo struct {
+	Attempts int
+	Total    time.Duration
+	Err      error // nil on success
 }

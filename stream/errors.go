@@ -82,7 +82,15 @@ type Failure struct {
 	Stage string
 	Err   error
 	Value any
-	At    time.Time
+	// At is when the last attempt failed; FirstFailure when the first did.
+	At, FirstFailure time.Time
+	// Attempts counts the calls made for the message (0 when the stage does
+	// not call anything).
+	Attempts int
+	// Transient says that the last error was transient: retries ran out,
+	// the message is worth parking and replaying later rather than
+	// sending to the failure queue.
+	Transient bool
 }
 
 // Error returns the reason with the stage's name.

@@ -397,7 +397,7 @@ func (st *StageBuilder) Errors() Stream[Failure] {
 
 // Fail routes a failed value to the stage's failure output (see Inlet.Fail).
 func Fail[T any](ctx context.Context, st *StageBuilder, m Message[T], err error) error {
-	return st.n.fail(ctx, m.Value, failureEnvelope(m), err)
+	return st.n.fail(ctx, m.Value, failureEnvelope(m), Failure{Err: err})
 }
 
 // Run sets the stage's function, which runs on its own goroutine.

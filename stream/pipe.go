@@ -187,7 +187,13 @@ func (in *Inlet[T]) SettleAll(ms []Message[T], o Outcome) {
 // non-nil error only if the failure could not be handed on; the stage should
 // then return that error.
 func (in *Inlet[T]) Fail(ctx context.Context, m Message[T], err error) error {
-	return in.node.fail(ctx, m.Value, failureEnvelope(m), err)
+	return in.node.fail(ctx, m.Value, failureEnvelope(m), Failure{Err: err})
+}
+
+// FailWith is Fail with the attempt history: f.Err is the reason; the
+// engine fills in Stage, Value and, when zero, At and FirstFailure.
+func (in *Inlet[T]) FailWith(ctx context.Context, m Message[T], f Failure) error {
+	return in.node.fail(ctx, m.Value, failureEnvelope(m), f)
 }
 
 // Outlet is a stage's output. Send appends to the batch being built and

@@ -50,7 +50,8 @@ func (n *node) flush(ctx context.Context) error {
 	return nil
 }
 
-func (n *node) fail(ctx context.Context, v any, m Message[Failure], err error) error {
+func (n *node) fail(ctx context.Context, v any, m Message[Failure], f Failure) error {
+	err := f.Err
 	if IsFatal(err) {
 		return err
 	}
@@ -60,7 +61,14 @@ func (n *node) fail(ctx context.Context, v any, m Message[Failure], err error) e
 		return Fatal(fmt.Errorf("failure of a dead-letter stage: %w", err))
 	}
 	n.stats.failed.Add(1)
-	m.Value = Failure{Stage: n.name, Err: err, Value: v, At: time.Now()}
+	f.Stage, f.Value = n.name, v
+	if f.At.IsZero() {
+		f.At = time.Now()
+	}
+	if f.FirstFailure.IsZero() {
+		f.FirstFailure = f.At
+	}
+	m.Value = f
 	return n.failOut.Send(ctx, m)
 }
 

@@ -1,0 +1,188 @@
+package backpressure
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// BreakerConfig configures a Breaker. Zero fields take the defaults given.
+type BreakerConfig struct {
+	// Name names the dependency in errors and state changes.
+	Name string
+	// Window is the rolling window over which failures are counted (default
+	// 10s, in 10 buckets).
+	Window time.Duration
+	// MinRequests is how many calls the window must hold before the failure
+	// ratio can open the breaker (default 20).
+	MinRequests uint32
+	// FailureRatio opens the breaker (default 0.5).
+	FailureRatio float64
+	// OpenFor is how long the breaker stays open the first time (default
+	// 1s); each time a probe fails and it opens again, twice as long, up to
+	// MaxOpenFor (default 1m).
+	OpenFor, MaxOpenFor time.Duration
+	// Probes is how many calls may probe a half-open breaker at once
+	// (default 1).
+	Probes uint32
+	// OnStateChange, if set, is told of every transition.
+	OnStateChange func(name string, from, to BreakerState)
+}
+
+// BreakerState is closed (calls flow), open (calls fail fast) or half-open
+// (a few probes decide).
+type BreakerState = gobreaker.State
+
+// The breaker states.
+const (
+	Closed   = gobreaker.StateClosed
+	HalfOpen = gobreaker.StateHalfOpen
+	Open     = gobreaker.StateOpen
+)
+
+var errCallFailed = errors.New("call failed")
+
+// ErrBreakerOpen is wrapped by the error of a call the breaker refused.
+var ErrBreakerOpen = errors.New("circuit breaker open")
+
+// OpenError is returned for a refused call. It is transient and carries
+// how long until the breaker lets a probe through, so a retry waits that
+// long.
+type OpenError struct {
+	Name  string
+	Until time.Duration
+}
+
+func (e *OpenError) Error() string {
+	return fmt.Sprintf("%v: %s (next probe in %v)", ErrBreakerOpen, e.Name, e.Until.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrBreakerOpen.
+func (e *OpenError) Unwrap() error { return ErrBreakerOpen }
+
+// RetryAfter returns the time until the next probe.
+func (e *OpenError) RetryAfter() time.Duration { return e.Until }
+
+// TransientReason marks the refusal as transient, for the breaker
+// (stream.TransientReasoner): the call may succeed once the breaker closes.
+func (e *OpenError) TransientReason() stream.Reason { return stream.ReasonBreakerOpen }
+
+// Breaker is a circuit breaker for one dependency, in two steps so that an
+// asynchronous stage can ask before a call and report after it. It is
+// sony/gobreaker (rolling window, failure ratio with a minimum of
+// requests, limited half-open probes) with one addition: while the
+// dependency stays down, each failed probe doubles the open time.
+type Breaker struct {
+	cfg BreakerConfig
+	cb  *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	mu        sync.Mutex
+	reopens   int
+	holdUntil time.Time // probes refused until then, beyond gobreaker's OpenFor
+
+	transitions atomic.Int64
+}
+
+// NewBreaker returns a breaker.
+func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
+	if cfg.Window == 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.MinRequests == 0 {
+		cfg.MinRequests = 20
+	}
+	if cfg.FailureRatio == 0 {
+		cfg.FailureRatio = 0.5
+	}
+	if cfg.OpenFor == 0 {
+		cfg.OpenFor = time.Second
+	}
+	if cfg.MaxOpenFor == 0 {
+		cfg.MaxOpenFor = time.Minute
+	}
+	if cfg.Probes == 0 {
+		cfg.Probes = 1
+	}
+	switch {
+	case cfg.Window < 0 || cfg.OpenFor < 0 || cfg.MaxOpenFor < cfg.OpenFor:
+		return nil, fmt.Errorf("backpressure: breaker %q: need positive Window and 0 < OpenFor <= MaxOpenFor", cfg.Name)
+	case cfg.FailureRatio <= 0 || cfg.FailureRatio > 1:
+		return nil, fmt.Errorf("backpressure: breaker %q: FailureRatio must be in (0, 1], got %v", cfg.Name, cfg.FailureRatio)
+	}
+	b := &Breaker{cfg: cfg}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         cfg.Name,
+		MaxRequests:  cfg.Probes,
+		Interval:     cfg.Window,
+		BucketPeriod: cfg.Window / 10,
+		Timeout:      cfg.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.Requests >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+		},
+		OnStateChange: b.changed,
+	})
+	return b, nil
+}
+
+func (b *Breaker) changed(name string, from, to gobreaker.State) {
+	b.transitions.Add(1)
+	b.mu.Lock()
+	switch {
+	case from == HalfOpen && to == Open:
+		b.reopens++
+		open := b.cfg.OpenFor << min(b.reopens, 30)
+		open = min(open, b.cfg.MaxOpenFor)
+		b.holdUntil = time.Now().Add(open)
+	case to == Closed:
+		b.reopens, b.holdUntil = 0, time.Time{}
+	}
+	b.mu.Unlock()
+	if b.cfg.OnStateChange != nil {
+		b.cfg.OnStateChange(name, from, to)
+	}
+}
+
+// Allow asks to make a call. If the breaker refuses, it returns an
+// *OpenError; otherwise the caller must call done with whether the call
+// succeeded (failures that say nothing about the dependency's health, such
+// as a rejected request, count as successes).
+func (b *Breaker) Allow() (done func(success bool), err error) {
+	b.mu.Lock()
+	hold := time.Until(b.holdUntil)
+	b.mu.Unlock()
+	if hold > 0 {
+		return nil, &OpenError{Name: b.cfg.Name, Until: hold}
+	}
+	d, err := b.cb.Allow()
+	if err != nil {
+		return nil, &OpenError{Name: b.cfg.Name, Until: b.cfg.OpenFor}
+	}
+	return func(success bool) {
+		if success {
+			d(nil)
+		} else {
+			d(errCallFailed)
+		}
+	}, nil
+}
+
+// State returns the breaker's state. A breaker held open past gobreaker's
+// own open time (doubled after failed probes) reports Open.
+func (b *Breaker) State() BreakerState {
+	b.mu.Lock()
+	held := time.Now().Before(b.holdUntil)
+	b.mu.Unlock()
+	if held {
+		return Open
+	}
+	return b.cb.State()
+}
+
+// Transitions counts state changes.
+func (b *Breaker) Transitions() int64 { return b.transitions.Load() }

@@ -1,0 +1,96 @@
+package backpressure_test
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+func TestBreakerOpensProbesAndBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var changes []string
+		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "svc", MinRequests: 10, FailureRatio: 0.5,
+			OpenFor: time.Second, MaxOpenFor: 8 * time.Second,
+			OnStateChange: func(_ string, from, to backpressure.BreakerState) { changes = append(changes, from.String()+">"+to.String()) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(ok bool) error {
+			done, err := br.Allow()
+			if err != nil {
+				return err
+			}
+			done(ok)
+			return nil
+		}
+		// Below the minimum throughput, failures do not open it.
+		for range 9 {
+			if err := call(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if br.State() != backpressure.Closed {
+			t.Fatal("opened below MinRequests")
+		}
+		if err := call(false); err != nil {
+			t.Fatal(err)
+		}
+		err = call(true)
+		var oe *backpressure.OpenError
+		if !errors.As(err, &oe) || !errors.Is(err, backpressure.ErrBreakerOpen) || !stream.Classify(err).Transient ||
+			stream.Classify(err).Reason != stream.ReasonBreakerOpen || stream.Classify(err).RetryAfter != time.Second {
+			t.Fatalf("open breaker returned %v (%+v)", err, stream.Classify(err))
+		}
+		// After OpenFor a probe goes through; it fails: open twice as long.
+		time.Sleep(time.Second + time.Millisecond)
+		if err := call(false); err != nil {
+			t.Fatalf("probe refused: %v", err)
+		}
+		time.Sleep(time.Second)
+		if err := call(true); err == nil {
+			t.Fatal("probe allowed 1 s after a failed probe; the open time should have doubled")
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		if err := call(true); err != nil { // 2 s after: a probe, that succeeds
+			t.Fatalf("probe refused after the doubled open time: %v", err)
+		}
+		if br.State() != backpressure.Closed {
+			t.Fatalf("state %v after a successful probe", br.State())
+		}
+		want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}
+		if len(changes) != len(want) {
+			t.Fatalf("transitions %v, want %v", changes, want)
+		}
+		for i := range want {
+			if changes[i] != want[i] {
+				t.Fatalf("transitions %v, want %v", changes, want)
+			}
+		}
+	})
+}
+
+func TestRetryBudget(t *testing.T) {
+	b, err := backpressure.NewRetryBudget(0.1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.TryRetry() || !b.TryRetry() || b.TryRetry() {
+		t.Fatal("the reserve of 2 should allow exactly 2 retries")
+	}
+	for range 10 {
+		b.Request()
+	}
+	if !b.TryRetry() || b.TryRetry() {
+		t.Fatal("10 requests at 10% should earn exactly 1 retry")
+	}
+	if b.Allowed() != 3 || b.Exhausted() != 2 {
+		t.Fatalf("allowed %d exhausted %d", b.Allowed(), b.Exhausted())
+	}
+	if _, err := backpressure.NewRetryBudget(2, 1); err == nil {
+		t.Fatal("ratio 2 accepted")
+	}
+}

@@ -1,0 +1,91 @@
+package flow
+
+import (
+	"container/heap"
+	"time"
+)
+
+// retry decides whether a failed job is tried again and, if so, puts it in
+// the delay queue. It reports whether it did.
+func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
+	p := r.a.o.retry
+	if p == nil || !j.class.Transient || r.callsCtx.Err() != nil {
+		return false
+	}
+	if j.attempts >= p.MaxAttempts {
+		r.a.exhausted.Add(1)
+		return false
+	}
+	now := time.Now()
+	delay := p.Delay(j.attempts+1, j.lastDelay, j.class.RetryAfter, defaultRand)
+	if p.MaxElapsed > 0 {
+		// The next attempt must be able to finish within the budget.
+		timeout := time.Duration(p.AttemptTimeout)
+		if timeout == 0 {
+			timeout = r.a.o.timeout
+		}
+		if now.Add(delay+timeout).Sub(j.first) > time.Duration(p.MaxElapsed) {
+			r.a.exhausted.Add(1)
+			return false
+		}
+	}
+	if b := r.a.o.budget; b != nil && !b.TryRetry() {
+		r.a.noBudget.Add(1)
+		return false
+	}
+	r.a.retries[reasonIndex(j.class.Reason)].Add(1)
+	if r.a.o.onRetry != nil {
+		r.a.o.onRetry(RetryInfo{Attempt: j.attempts, Reason: j.class.Reason, Delay: delay, Err: j.err})
+	}
+	j.lastDelay = delay
+	j.due = now.Add(delay)
+	heap.Push(&r.delayed, j)
+	r.a.delayed.Store(int64(r.delayed.Len()))
+	return true
+}
+
+// wakeDue moves the jobs whose wait is over to the ready queue (they kept
+// their key's slot while waiting) and arms the timer for the next one.
+func (r *asyncRun[In, Out]) wakeDue() {
+	if r.delayed.Len() == 0 {
+		return
+	}
+	now := time.Now()
+	for r.delayed.Len() > 0 && !r.delayed.items[0].due.After(now) {
+		r.ready.push(heap.Pop(&r.delayed).(*asyncJob[In, Out]))
+	}
+	r.a.delayed.Store(int64(r.delayed.Len()))
+	if r.delayed.Len() == 0 {
+		return
+	}
+	next := r.delayed.items[0].due
+	if r.timer == nil {
+		r.timer = time.NewTimer(time.Until(next))
+	} else if !next.Equal(r.timerAt) {
+		r.timer.Reset(time.Until(next))
+	}
+	r.timerAt = next
+}
+
+// timerC is the channel of the delay timer, or nil when nothing waits.
+func (r *asyncRun[In, Out]) timerC() <-chan time.Time {
+	if r.timer == nil || r.delayed.Len() == 0 {
+		return nil
+	}
+	return r.timer.C
+}
+
+// delayQueue is a min-heap of jobs by due time.
+type delayQueue[In, Out any] struct{ items []*asyncJob[In, Out] }
+
+func (q *delayQueue[In, Out]) Len() int           { return len(q.items) }
+func (q *delayQueue[In, Out]) Less(i, k int) bool { return q.items[i].due.Before(q.items[k].due) }
+func (q *delayQueue[In, Out]) Swap(i, k int)      { q.items[i], q.items[k] = q.items[k], q.items[i] }
+func (q *delayQueue[In, Out]) Push(x any)         { q.items = append(q.items, x.(*asyncJob[In, Out])) }
+func (q *delayQueue[In, Out]) Pop() any {
+	n := len(q.items)
+	j := q.items[n-1]
+	q.items[n-1] = nil
+	q.items = q.items[:n-1]
+	return j
+}

@@ -1,0 +1,192 @@
+package flow
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Strategy is how the wait between attempts grows.
+type Strategy string
+
+const (
+	// Exponential waits BaseDelay, 2x, 4x, ... up to MaxDelay: background
+	// work, where backing off matters more than latency.
+	Exponential Strategy = "exponential"
+	// Incremental waits BaseDelay, BaseDelay+Increment, +2 Increments, ...
+	Incremental Strategy = "incremental"
+	// Regular waits BaseDelay every time.
+	Regular Strategy = "regular"
+	// Immediate retries once, at once, and never more: for the one glitch
+	// worth retrying without a pause.
+	Immediate Strategy = "immediate"
+)
+
+// Jitter is how the wait is randomized so that many clients do not retry
+// in lock-step (the AWS analysis "Exponential Backoff and Jitter": full
+// jitter does the least work in total).
+type Jitter string
+
+const (
+	NoJitter Jitter = "none"
+	// FullJitter waits a uniform random time in [0, delay].
+	FullJitter Jitter = "full"
+	// EqualJitter waits delay/2 plus a uniform random time in [0, delay/2].
+	EqualJitter Jitter = "equal"
+	// DecorrelatedJitter waits a uniform random time in [BaseDelay,
+	// 3 x the previous wait], capped at MaxDelay.
+	DecorrelatedJitter Jitter = "decorrelated"
+)
+
+// RetryPolicy says whether and when a failed call is tried again. Only
+// transient failures (stream.Classify) are retried, never more than
+// MaxAttempts calls in all, and never past MaxElapsed after the first
+// attempt started: attempts, waits and attempt timeouts all count, so the
+// end-to-end latency budget holds whatever the service does.
+type RetryPolicy struct {
+	Strategy Strategy `json:"strategy"`
+	Jitter   Jitter   `json:"jitter"`
+	// MaxAttempts counts calls, the first included (1: no retry).
+	MaxAttempts int `json:"max_attempts"`
+	// BaseDelay is the first wait; Increment what Incremental adds each
+	// time; MaxDelay caps any wait (Retry-After included).
+	BaseDelay Duration `json:"base_delay"`
+	Increment Duration `json:"increment"`
+	MaxDelay  Duration `json:"max_delay"`
+	// AttemptTimeout bounds each call (0: the stage's CallTimeout, if any).
+	AttemptTimeout Duration `json:"attempt_timeout"`
+	// MaxElapsed bounds the whole: no retry is scheduled that could end
+	// after it (0: no bound but MaxAttempts).
+	MaxElapsed Duration `json:"max_elapsed"`
+	// HonorRetryAfter waits at least what the service asked (429/503
+	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so
+	// that clients told the same time do not wake together.
+	HonorRetryAfter bool `json:"honor_retry_after"`
+}
+
+// Duration is a time.Duration that reads and writes as a string ("250ms").
+type Duration time.Duration
+
+// MarshalText writes the duration as Go's time.Duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads "250ms", "2s", "1m30s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (like 250ms or 2s)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Background is the default policy for background work: exponential
+// backoff with full jitter, 8 attempts, 100 ms up to 30 s between them,
+// within 5 minutes.
+func Background() RetryPolicy {
+	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 8,
+		BaseDelay: Duration(100 * time.Millisecond), MaxDelay: Duration(30 * time.Second),
+		MaxElapsed: Duration(5 * time.Minute), HonorRetryAfter: true}
+}
+
+// Interactive is the default policy for work someone waits for: 3 fast
+// attempts, 50 to 250 ms apart with full jitter, within 2 seconds.
+func Interactive() RetryPolicy {
+	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 3,
+		BaseDelay: Duration(50 * time.Millisecond), MaxDelay: Duration(250 * time.Millisecond),
+		AttemptTimeout: Duration(500 * time.Millisecond), MaxElapsed: Duration(2 * time.Second), HonorRetryAfter: true}
+}
+
+// Validate reports every bad field, by its JSON name.
+func (p RetryPolicy) Validate() error {
+	var errs []error
+	bad := func(field, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+	}
+	switch p.Strategy {
+	case Exponential, Incremental, Regular:
+	case Immediate:
+		if p.MaxAttempts > 2 {
+			bad("max_attempts", "an immediate strategy retries at most once, so at most 2 attempts, got %d", p.MaxAttempts)
+		}
+	default:
+		bad("strategy", "unknown strategy %q (want exponential, incremental, regular or immediate)", p.Strategy)
+	}
+	switch p.Jitter {
+	case NoJitter, FullJitter, EqualJitter, DecorrelatedJitter:
+	default:
+		bad("jitter", "unknown jitter %q (want none, full, equal or decorrelated)", p.Jitter)
+	}
+	if p.MaxAttempts < 1 {
+		bad("max_attempts", "must be at least 1, got %d", p.MaxAttempts)
+	}
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{{"base_delay", p.BaseDelay}, {"increment", p.Increment}, {"max_delay", p.MaxDelay},
+		{"attempt_timeout", p.AttemptTimeout}, {"max_elapsed", p.MaxElapsed}} {
+		if d.v < 0 {
+			bad(d.name, "must not be negative, got %v", time.Duration(d.v))
+		}
+	}
+	if p.Strategy != Immediate && p.MaxAttempts > 1 && p.BaseDelay == 0 {
+		bad("base_delay", "must be positive for the %s strategy", p.Strategy)
+	}
+	if p.MaxDelay > 0 && p.MaxDelay < p.BaseDelay {
+		bad("max_delay", "%v is below base_delay %v", time.Duration(p.MaxDelay), time.Duration(p.BaseDelay))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// Delay returns the wait before attempt number next (2 for the first
+// retry), given the previous wait and what the service asked for. rnd
+// returns uniform numbers in [0, 1).
+func (p RetryPolicy) Delay(next int, prev, retryAfter time.Duration, rnd func() float64) time.Duration {
+	if p.Strategy == Immediate {
+		return 0
+	}
+	base, maxD := time.Duration(p.BaseDelay), time.Duration(p.MaxDelay)
+	if maxD == 0 {
+		maxD = time.Duration(math.MaxInt64)
+	}
+	n := next - 1 // retries so far, this one included
+	var d time.Duration
+	switch p.Strategy {
+	case Exponential:
+		f := math.Pow(2, float64(n-1))
+		if f*float64(base) >= float64(maxD) {
+			d = maxD
+		} else {
+			d = time.Duration(f * float64(base))
+		}
+	case Incremental:
+		d = base + time.Duration(n-1)*time.Duration(p.Increment)
+	case Regular:
+		d = base
+	}
+	d = min(d, maxD)
+	switch p.Jitter {
+	case FullJitter:
+		d = time.Duration(rnd() * float64(d))
+	case EqualJitter:
+		d = d/2 + time.Duration(rnd()*float64(d/2))
+	case DecorrelatedJitter:
+		hi := max(base, 3*prev)
+		d = min(maxD, base+time.Duration(rnd()*float64(hi-base)))
+	}
+	if p.HonorRetryAfter && retryAfter > 0 {
+		ra := min(retryAfter, maxD)
+		ra += time.Duration(rnd() * 0.2 * float64(ra))
+		d = max(d, min(ra, maxD))
+	}
+	return d
+}
+
+// defaultRand is the jitter source: math/rand/v2's global generator is
+// safe for concurrent use and seeded per process.
+func defaultRand() float64 { return rand.Float64() }

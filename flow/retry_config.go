@@ -1,0 +1,178 @@
+package flow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// RetryPolicies are retry policies by name, loaded once at start from one
+// file and the environment.
+type RetryPolicies map[string]RetryPolicy
+
+// EnvPrefix starts the environment variables that override policy fields:
+// SLUICE_RETRY_<POLICY>_<FIELD>, for example SLUICE_RETRY_BACKGROUND_MAX_ATTEMPTS=5
+// or SLUICE_RETRY_INTERACTIVE_BASE_DELAY=20ms (policy names upper-cased,
+// '-' as '_').
+const EnvPrefix = "SLUICE_RETRY_"
+
+// DefaultRetryPolicies returns "background" and "interactive".
+func DefaultRetryPolicies() RetryPolicies {
+	return RetryPolicies{"background": Background(), "interactive": Interactive()}
+}
+
+// LoadRetryPolicies reads policies from a JSON file (path "" reads none),
+// then applies overrides from environ (os.Environ() form: "KEY=value"), and
+// validates the result. A policy named in the file starts from the
+// defaults of "interactive" if so named, of "background" otherwise, so a
+// file only states what it changes:
+//
+//	{"policies": {"backend-calls": {"max_attempts": 5, "base_delay": "200ms"}}}
+//
+// Unknown fields, malformed values, unknown variables under EnvPrefix and
+// invalid policies are errors naming the policy and the field.
+func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
+	ps := DefaultRetryPolicies()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("retry policies: %w", err)
+		}
+		var file struct {
+			Policies map[string]json.RawMessage `json:"policies"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&file); err != nil {
+			return nil, fmt.Errorf("retry policies %s: %w", path, err)
+		}
+		for name, raw := range file.Policies {
+			p, ok := ps[name]
+			if !ok {
+				p = Background()
+			}
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.DisallowUnknownFields()
+			if err := d.Decode(&p); err != nil {
+				return nil, fmt.Errorf("retry policies %s: policy %q: %w", path, name, err)
+			}
+			ps[name] = p
+		}
+	}
+	if err := ps.applyEnv(environ); err != nil {
+		return nil, err
+	}
+	var errs []error
+	names := make([]string, 0, len(ps))
+	for n := range ps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := ps[n].Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", n, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("retry policies: %w", errors.Join(errs...))
+	}
+	return ps, nil
+}
+
+// Get returns the named policy or an error naming the known ones.
+func (ps RetryPolicies) Get(name string) (RetryPolicy, error) {
+	if p, ok := ps[name]; ok {
+		return p, nil
+	}
+	known := make([]string, 0, len(ps))
+	for n := range ps {
+		known = append(known, n)
+	}
+	sort.Strings(known)
+	return RetryPolicy{}, fmt.Errorf("retry policy %q is not defined (known: %s)", name, strings.Join(known, ", "))
+}
+
+func envName(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
+
+func (ps RetryPolicies) applyEnv(environ []string) error {
+	var errs []error
+	for _, kv := range environ {
+		key, val, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(key, EnvPrefix) {
+			continue
+		}
+		rest := strings.TrimPrefix(key, EnvPrefix)
+		matched := false
+		for name, p := range ps {
+			pre := envName(name) + "_"
+			if !strings.HasPrefix(rest, pre) {
+				continue
+			}
+			field := strings.ToLower(strings.TrimPrefix(rest, pre))
+			if err := setField(&p, field, val); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			}
+			ps[name] = p
+			matched = true
+			break
+		}
+		if !matched {
+			errs = append(errs, fmt.Errorf("%s: no policy matches (known: %v)", key, sortedNames(ps)))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("retry policies from the environment: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func sortedNames(ps RetryPolicies) []string {
+	ns := make([]string, 0, len(ps))
+	for n := range ps {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// setField sets the field whose JSON name is field from its text form.
+func setField(p *RetryPolicy, field, val string) error {
+	v := reflect.ValueOf(p).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] != field {
+			continue
+		}
+		f := v.Field(i)
+		switch f.Interface().(type) {
+		case Duration:
+			var d Duration
+			if err := d.UnmarshalText([]byte(val)); err != nil {
+				return err
+			}
+			f.Set(reflect.ValueOf(d))
+		case int:
+			n, err := strconv.Atoi(val)
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", val)
+			}
+			f.SetInt(int64(n))
+		case bool:
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", val)
+			}
+			f.SetBool(b)
+		default: // Strategy, Jitter
+			f.SetString(val)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown field %q", field)
+}

@@ -1,0 +1,140 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Reason says why a call failed, for retry decisions, logs and metrics.
+// The set is fixed so that metric labels stay bounded.
+type Reason string
+
+const (
+	// ReasonThrottled: the service asked us to slow down (HTTP 429, 503
+	// with Retry-After, or an error marked Throttled).
+	ReasonThrottled Reason = "throttled"
+	// ReasonTimeout: the call or a network operation timed out.
+	ReasonTimeout Reason = "timeout"
+	// ReasonConnection: the connection was refused, reset or broken.
+	ReasonConnection Reason = "connection"
+	// ReasonBreakerOpen: a circuit breaker refused the call.
+	ReasonBreakerOpen Reason = "breaker_open"
+	// ReasonOther: any other failure.
+	ReasonOther Reason = "other"
+)
+
+// Classification is the verdict on an error: whether retrying may help,
+// why it failed, and how long the service asked us to wait.
+type Classification struct {
+	Transient  bool
+	Reason     Reason
+	RetryAfter time.Duration
+}
+
+// transientError marks an error as transient.
+type transientError struct {
+	err        error
+	reason     Reason
+	retryAfter time.Duration
+}
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// Transient marks err as transient: retrying may succeed.
+func Transient(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err: err, reason: ReasonOther}
+}
+
+// Throttled marks err as the service asking to slow down, and to wait
+// retryAfter (0: no preference) before the next attempt.
+func Throttled(err error, retryAfter time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &transientError{err: err, reason: ReasonThrottled, retryAfter: retryAfter}
+}
+
+// RetryAfterer is implemented by errors that carry the delay a service
+// asked for (an HTTP Retry-After header, a breaker's remaining open time).
+type RetryAfterer interface{ RetryAfter() time.Duration }
+
+// TransientReasoner is implemented by errors that know they are transient
+// and why (a circuit breaker's refusal, for one).
+type TransientReasoner interface{ TransientReason() Reason }
+
+// HTTPStatuser is implemented by errors that carry an HTTP status code.
+type HTTPStatuser interface{ HTTPStatus() int }
+
+// Classify is the one place that decides whether an error is transient.
+// Transient: errors marked with Transient or Throttled (or implementing
+// Temporary() bool that returns true), timeouts, refused, reset or broken
+// connections, HTTP 408, 429, 502, 503 and 504 (429, and 503 with
+// Retry-After, are throttling). Everything else is permanent.
+func Classify(err error) Classification {
+	if err == nil {
+		return Classification{}
+	}
+	var te *transientError
+	if errors.As(err, &te) {
+		c := Classification{Transient: true, Reason: te.reason, RetryAfter: te.retryAfter}
+		if c.Reason == ReasonOther {
+			c.Reason = reasonOf(err)
+		}
+		return c
+	}
+	var ra RetryAfterer
+	retryAfter := time.Duration(0)
+	if errors.As(err, &ra) {
+		retryAfter = ra.RetryAfter()
+	}
+	var tr TransientReasoner
+	if errors.As(err, &tr) {
+		return Classification{Transient: true, Reason: tr.TransientReason(), RetryAfter: retryAfter}
+	}
+	var hs HTTPStatuser
+	if errors.As(err, &hs) {
+		switch code := hs.HTTPStatus(); {
+		case code == 429 || (code == 503 && retryAfter > 0):
+			return Classification{Transient: true, Reason: ReasonThrottled, RetryAfter: retryAfter}
+		case code == 408 || code == 504:
+			return Classification{Transient: true, Reason: ReasonTimeout, RetryAfter: retryAfter}
+		case code == 502 || code == 503:
+			return Classification{Transient: true, Reason: ReasonOther, RetryAfter: retryAfter}
+		default:
+			return Classification{Reason: ReasonOther}
+		}
+	}
+	if r := reasonOf(err); r != ReasonOther {
+		return Classification{Transient: true, Reason: r, RetryAfter: retryAfter}
+	}
+	var tmp interface{ Temporary() bool }
+	if errors.As(err, &tmp) && tmp.Temporary() {
+		return Classification{Transient: true, Reason: ReasonOther, RetryAfter: retryAfter}
+	}
+	return Classification{Reason: ReasonOther}
+}
+
+// reasonOf recognizes timeouts and connection failures.
+func reasonOf(err error) Reason {
+	var to interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &to) && to.Timeout():
+		return ReasonTimeout
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		return ReasonConnection
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return ReasonConnection
+	}
+	return ReasonOther
+}
