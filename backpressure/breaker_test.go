@@ -15,7 +15,9 @@ func TestBreakerOpensProbesAndBacksOff(t *testing.T) {
 		var changes []string
 		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "svc", MinRequests: 10, FailureRatio: 0.5,
 			OpenFor: time.Second, MaxOpenFor: 8 * time.Second,
-			OnStateChange: func(_ string, from, to backpressure.BreakerState) { changes = append(changes, from.String()+">"+to.String()) }})
+			OnStateChange: func(_ string, from, to backpressure.BreakerState) {
+				changes = append(changes, from.String()+">"+to.String())
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
