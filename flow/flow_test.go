@@ -239,3 +239,28 @@ func TestGoStreamsWrongOutputTypeIsFatal(t *testing.T) {
 		t.Fatalf("Run = %v, want a fatal StageError from bridge", err)
 	}
 }
+
+func TestDelayHoldsUntilDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for i := range 3 {
+				m := stream.NewMessage(i, stream.Handle{})
+				m.Timestamp = start.Add(time.Duration(i) * time.Second)
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		var at []time.Duration
+		g := stream.New()
+		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp.Add(time.Minute) }))
+		stream.To(s, sink.Func(func(context.Context, int) error { at = append(at, time.Since(start)); return nil }))
+		run(t, g)
+		want := []time.Duration{time.Minute, time.Minute + time.Second, time.Minute + 2*time.Second}
+		if !slices.Equal(at, want) {
+			t.Fatalf("released at %v, want %v", at, want)
+		}
+	})
+}

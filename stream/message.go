@@ -83,12 +83,15 @@ const (
 	Completed
 	// Dropped: an overflow strategy discarded the message.
 	Dropped
+	// Parked: the message failed transiently, ran out of retries, and was
+	// written to a parking queue from which it is replayed later.
+	Parked
 	// DeadLettered: the message failed and was written to a dead letter or
 	// failure queue with its reason.
 	DeadLettered
 )
 
-var outcomeNames = [...]string{"invalid", "filtered", "completed", "dropped", "dead_lettered"}
+var outcomeNames = [...]string{"invalid", "filtered", "completed", "dropped", "parked", "dead_lettered"}
 
 // String returns the outcome's name, as used in metric labels.
 func (o Outcome) String() string {

@@ -20,6 +20,10 @@ const (
 	HeaderTopic     = "sluice-source-topic"
 	HeaderPartition = "sluice-source-partition"
 	HeaderOffset    = "sluice-source-offset"
+	// HeaderFirstFailure is when the first attempt failed; HeaderReplayAt
+	// when a parked message is due for replay (both RFC 3339).
+	HeaderFirstFailure = "sluice-first-failure"
+	HeaderReplayAt     = "sluice-replay-at"
 )
 
 // NewDeadLetter returns a dead letter (for stream.Graph.Failures) that
@@ -29,7 +33,35 @@ const (
 // position as headers. Its value is the failed value: as is for []byte and
 // string, JSON otherwise.
 func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
-	s := NewSink(cl, func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
+	s := NewSink(cl, failureRecord(topic, 0))
+	s.outcome = stream.DeadLettered
+	s.name = "kafka-dead-letter"
+	return s
+}
+
+// NewParking returns a sink for messages whose transient failure outlasted
+// their retries (stream.Failure.Transient): it writes each to topic like
+// NewDeadLetter does, adds the first failure time and a replay time
+// (replayAfter from now) as headers, and settles it as stream.Parked. A
+// pipeline reading topic with flow.Delay(ReplayAt) replays them then.
+// Route failures with stream.Split on Failure.Transient: transient ones to
+// parking, the rest to the failure queue.
+func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[stream.Failure] {
+	s := NewSink(cl, failureRecord(topic, replayAfter))
+	s.outcome = stream.Parked
+	s.name = "kafka-parking"
+	return s
+}
+
+// ReplayAt returns when a parked message is due (its HeaderReplayAt), or
+// the zero time if it has none: a flow.Delay key.
+func ReplayAt(e *stream.Envelope) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, string(e.Header(HeaderReplayAt)))
+	return t
+}
+
+func failureRecord(topic string, replayAfter time.Duration) Encoder[stream.Failure] {
+	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
 		f := m.Value
 		r := &kgo.Record{Topic: topic, Key: m.Key}
 		switch v := f.Value.(type) {
@@ -59,7 +91,7 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 		r.Headers = append(r.Headers,
 			kgo.RecordHeader{Key: HeaderStage, Value: []byte(f.Stage)},
 			kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason)},
-			kgo.RecordHeader{Key: HeaderAttempt, Value: strconv.AppendInt(nil, int64(m.Attempt), 10)},
+			kgo.RecordHeader{Key: HeaderAttempt, Value: strconv.AppendInt(nil, int64(max(int(m.Attempt), f.Attempts)), 10)},
 			kgo.RecordHeader{Key: HeaderFailedAt, Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)},
 		)
 		if m.Topic != "" {
@@ -69,9 +101,12 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 				kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
 			)
 		}
+		if !f.FirstFailure.IsZero() {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
+		}
+		if replayAfter > 0 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReplayAt, Value: time.Now().Add(replayAfter).UTC().AppendFormat(nil, time.RFC3339Nano)})
+		}
 		return r, nil
-	})
-	s.outcome = stream.DeadLettered
-	s.name = "kafka-dead-letter"
-	return s
+	}
 }

@@ -1,0 +1,64 @@
+package flow
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/stage"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Delay holds each message until due returns a time that has passed, then
+// passes it on. Messages keep their order: one due later holds back those
+// behind it, so use it on a stream ordered by due time, such as a parking
+// topic replayed with sink/kafka.ReplayAt. A zero time is due at once.
+// While it waits the stage reads nothing more, so its source slows down;
+// the messages it holds are unsettled, so a crash replays them.
+func Delay[T any](due func(e *stream.Envelope) time.Time) stream.Flow[T, T] {
+	return &delayFlow[T]{due: due}
+}
+
+type delayFlow[T any] struct {
+	due func(e *stream.Envelope) time.Time
+}
+
+func (f *delayFlow[T]) Name() string { return "delay" }
+
+func (f *delayFlow[T]) Validate() error {
+	if f.due == nil {
+		return stage.NilArg("delay", "due")
+	}
+	return nil
+}
+
+func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[T]) error {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	return stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
+		for i := range b.Items {
+			if wait := time.Until(f.due(&b.Items[i].Envelope)); wait > 0 {
+				if err := in.FlushOutputs(ctx); err != nil {
+					return false, err
+				}
+				if t == nil {
+					t = time.NewTimer(wait)
+				} else {
+					t.Reset(wait)
+				}
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return false, ctx.Err()
+				}
+			}
+			if err := out.Send(ctx, b.Items[i]); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	})
+}
