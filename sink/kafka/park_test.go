@@ -155,4 +155,3 @@ func runUntilSettled(t *testing.T, run func(string, string, bool, func() bool) (
 	}
 	return parked, failed
 }
-
