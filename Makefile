@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka
+.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm
 
 # The main job on embedded defaults (for now the demo pipeline on generated load).
 run:
@@ -39,3 +39,7 @@ bench-async:
 # The Kafka pipeline benchmark against kfake (1,000,000 records, 16 partitions).
 bench-kafka:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkKafkaPipeline -benchtime 5x .
+
+# The retry storm: a service down for 5 s under 200 clients (about 40 s).
+bench-storm:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkRetryStorm -benchtime 1x .

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -174,6 +175,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.pool = newWorkers(r, a.parallelism)
+	if a.o.logger != nil {
+		r.log = logx.NewLimited(a.o.logger, time.Second, 5)
+	}
 	defer func() {
 		if r.timer != nil {
 			r.timer.Stop()
@@ -235,6 +239,7 @@ type asyncRun[In, Out any] struct {
 	filled int                   // how many of them are filled
 
 	delayed delayQueue[In, Out] // jobs waiting for their next attempt
+	log     *logx.Limited
 	timer   *time.Timer
 	timerAt time.Time
 }

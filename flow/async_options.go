@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
@@ -25,6 +26,7 @@ type asyncOptions struct {
 	classify     func(error) stream.Classification
 	onRetry      func(RetryInfo)
 	onDone       func(DoneInfo)
+	logger       *slog.Logger
 	mode         asyncMode
 	keyFn        any // func(*stream.Message[In]) string, checked by MapAsync
 	perPartition int
@@ -122,6 +124,12 @@ func OnRetry(fn func(RetryInfo)) AsyncOption { return func(o *asyncOptions) { o.
 // it took and how long from its first attempt to its outcome (for the
 // histograms of total time including retries and of attempts per message).
 func OnDone(fn func(DoneInfo)) AsyncOption { return func(o *asyncOptions) { o.onDone = fn } }
+
+// LogRetries logs each retry scheduled as a warning (with the reason,
+// attempt, wait and error), at most a few lines a second per reason, each
+// saying how many like it were suppressed. Permanent failures are logged as
+// errors by the dead letter that records them.
+func LogRetries(l *slog.Logger) AsyncOption { return func(o *asyncOptions) { o.logger = l } }
 
 // RetryInfo describes a retry being scheduled.
 type RetryInfo struct {

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"container/heap"
+	"log/slog"
 	"time"
 )
 
@@ -36,6 +37,11 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 	r.a.retries[reasonIndex(j.class.Reason)].Add(1)
 	if r.a.o.onRetry != nil {
 		r.a.o.onRetry(RetryInfo{Attempt: j.attempts, Reason: j.class.Reason, Delay: delay, Err: j.err})
+	}
+	if r.log != nil {
+		r.log.Log(r.ctx, slog.LevelWarn, string(j.class.Reason), "transient failure, retrying",
+			slog.String("reason", string(j.class.Reason)), slog.Int("attempt", j.attempts),
+			slog.Duration("wait", delay), slog.String("err", j.err.Error()))
 	}
 	j.lastDelay = delay
 	j.due = now.Add(delay)

@@ -2,13 +2,16 @@ package flow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	gsflow "github.com/reugn/go-streams/flow"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
@@ -103,4 +106,29 @@ func ExampleInOrder() {
 		}, flow.InOrder())))
 	fmt.Println(collect(g, s).Values())
 	// Output: [10 20 30 40]
+}
+
+// Retries with a policy from a file, a budget and a breaker for one
+// dependency; exhausted transient failures are marked for parking.
+func ExampleRetry() {
+	policies, err := flow.LoadRetryPolicies("../docs/retry-policies.json", os.Environ())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	policy, _ := policies.Get("interactive")
+	budget, _ := backpressure.NewRetryBudget(0.1, 10)
+	breaker, _ := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "accounts"})
+	calls := 0
+	checkAccount := func(ctx context.Context, id string) (string, error) {
+		if calls++; calls == 1 {
+			return "", stream.Transient(errors.New("connection reset"))
+		}
+		return id + ":ok", nil
+	}
+	g := stream.New()
+	s := stream.Via(stream.From(g, source.Slice([]string{"acct-1"})), stream.Flow[string, string](
+		flow.MapAsync(1, checkAccount, flow.Retry(policy), flow.Budget(budget), flow.Breaker(breaker))))
+	fmt.Println(collect(g, s).Messages()[0].Attempt, calls)
+	// Output: 2 2
 }

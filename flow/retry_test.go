@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -168,7 +169,7 @@ func TestMapAsyncRetriesTransientFailures(t *testing.T) {
 		fn, _ := flaky(2, stream.Throttled(errors.New("slow down"), 0))
 		p := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(ms(100))}
 		var done []flow.DoneInfo
-		a := flow.MapAsync(4, fn, flow.Retry(p), flow.OnDone(func(d flow.DoneInfo) { done = append(done, d) }))
+		a := flow.MapAsync(4, fn, flow.Retry(p), flow.Window(16), flow.OnDone(func(d flow.DoneInfo) { done = append(done, d) }))
 		tr := stream.NewTracker(0)
 		g := stream.New()
 		out := sink.Collect[int]()
@@ -342,4 +343,49 @@ func TestBreakerFailsFastAndRetriesWaitForIt(t *testing.T) {
 			t.Fatalf("%d delivered after recovery (stats %+v)", len(out.Values()), a.Stats())
 		}
 	})
+}
+
+func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf strings.Builder
+		var mu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: flow.Duration(ms(10))}
+		a := flow.MapAsync(8, fn, flow.Retry(p), flow.LogRetries(logger))
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), stream.Flow[int, int](a)), sink.Discard[int]())
+		run(t, g)
+		mu.Lock()
+		defer mu.Unlock()
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		// 100 retries in a burst: 5 lines, not 100.
+		if len(lines) != 5 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "HTTP 503") {
+			t.Fatalf("%d lines:\n%s", len(lines), buf.String())
+		}
+	})
+}
+
+type lockedWriter struct {
+	w  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// The example file in docs/ stays valid.
+func TestDocsRetryPoliciesLoad(t *testing.T) {
+	ps, err := flow.LoadRetryPolicies("../docs/retry-policies.json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"background", "interactive", "drone-scheduler", "cache-glitch"} {
+		if _, err := ps.Get(n); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
