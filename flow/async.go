@@ -238,10 +238,12 @@ type asyncRun[In, Out any] struct {
 	slots  []stream.Message[Out] // free output slots being filled by emit
 	filled int                   // how many of them are filled
 
-	delayed delayQueue[In, Out] // jobs waiting for their next attempt
-	log     *logx.Limited
-	timer   *time.Timer
-	timerAt time.Time
+	inline       []*asyncJob[In, Out] // scratch of runInline
+	inlineCounts callCounts
+	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
+	log          *logx.Limited
+	timer        *time.Timer
+	timerAt      time.Time
 }
 
 func (r *asyncRun[In, Out]) loop() error {
@@ -341,6 +343,10 @@ func (r *asyncRun[In, Out]) start() {
 	r.a.limit.Store(int64(limit))
 	n := min(limit-r.inFlight, r.ready.len())
 	if n <= 0 {
+		return
+	}
+	if r.inFlight == 0 && r.pool.fastAvg.Load() {
+		r.runInline(n)
 		return
 	}
 	r.pool.mu.Lock()
@@ -452,6 +458,33 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 		return r.a.o.classify(err)
 	}
 	return stream.Classify(err)
+}
+
+// runInline runs up to n ready calls on the stage goroutine, one after the
+// other: when calls take less than handing them to a worker would, this is
+// the fastest way to run them. Their results are handled as if a worker had
+// run them, and their durations keep the average current, so that once
+// calls slow down the stage goes back to its workers.
+func (r *asyncRun[In, Out]) runInline(n int) {
+	timed := r.a.o.limiter != nil || r.a.o.onCall != nil
+	batch := r.inline[:0]
+	for range min(n, 256) {
+		j := r.ready.pop()
+		r.inFlight++
+		j.inFlight = r.inFlight
+		batch = append(batch, j)
+	}
+	t0 := time.Now()
+	for _, j := range batch {
+		r.call(j, timed, &r.inlineCounts)
+	}
+	el := float64(time.Since(t0))
+	r.inlineCounts.flush(r.a)
+	r.pool.mu.Lock()
+	r.pool.observe(el, len(batch))
+	r.pool.mu.Unlock()
+	r.finished(batch)
+	r.inline = batch[:0]
 }
 
 // finished hands jobs whose calls returned back to the stage goroutine.

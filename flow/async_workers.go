@@ -2,6 +2,7 @@ package flow
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,28 @@ type workers[In, Out any] struct {
 	closed  bool
 	avg     float64 // EWMA of call duration in ns; 0 until measured
 	wg      sync.WaitGroup
+
+	fastAvg atomic.Bool // avg is below inlineBelow: the stage may run calls itself
+}
+
+// inlineBelow is the average call duration under which the stage runs
+// calls on its own goroutine instead of handing them to workers: below it,
+// the hand-off costs more than the call.
+const inlineBelow = 2 * time.Microsecond
+
+// observe folds a measured chunk into the average call duration. Called
+// with mu held.
+func (w *workers[In, Out]) observe(ns float64, n int) {
+	if n == 0 {
+		return
+	}
+	per := ns / float64(n)
+	if w.avg == 0 {
+		w.avg = per
+	} else {
+		w.avg += (per - w.avg) / 8
+	}
+	w.fastAvg.Store(w.avg < float64(inlineBelow))
 }
 
 // chunkBudget is the time a chunk of calls should take: about the cost of
@@ -77,14 +100,7 @@ func (w *workers[In, Out]) work() {
 	defer counts.flush(w.r.a)
 	for {
 		w.mu.Lock()
-		if lastN > 0 {
-			per := lastNs / float64(lastN)
-			if w.avg == 0 {
-				w.avg = per
-			} else {
-				w.avg += (per - w.avg) / 8
-			}
-		}
+		w.observe(lastNs, lastN)
 		for w.q.len() == 0 && !w.closed {
 			w.idle++
 			w.cond.Wait()
