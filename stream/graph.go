@@ -395,11 +395,6 @@ func (st *StageBuilder) Errors() Stream[Failure] {
 	return Stream[Failure]{p: st.n.failPort}
 }
 
-// Fail routes a failed value to the stage's failure output (see Inlet.Fail).
-func Fail[T any](ctx context.Context, st *StageBuilder, m Message[T], err error) error {
-	return st.n.fail(ctx, m.Value, failureEnvelope(m), Failure{Err: err})
-}
-
 // Run sets the stage's function, which runs on its own goroutine.
 func (st *StageBuilder) Run(f func(ctx context.Context) error) { st.n.run = f }
 

@@ -347,14 +347,6 @@ func (o *Outlet[T]) NewBatch() *Batch[T] { return o.p.pool.get() }
 // BatchSize returns the most messages one batch of this output holds.
 func (o *Outlet[T]) BatchSize() int { return o.max }
 
-// Buffered returns the number of messages built but not yet handed on.
-func (o *Outlet[T]) Buffered() int {
-	if o.cur == nil {
-		return 0
-	}
-	return len(o.cur.Items)
-}
-
 // discard drops the batch being built without settling it: used when a
 // stage failed, so that its messages stay unsettled and are replayed.
 func (o *Outlet[T]) discard() {

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -44,26 +46,26 @@ func newPartition(s *Source, topic string, p int32) *partition {
 	return &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
 }
 
-// track records delivered offsets and returns the seq of the first. It
-// returns ok == false if the partition was revoked meanwhile.
-func (p *partition) track(offsets []int64, epoch int32) (first int64, ok bool) {
+// track records the offsets of delivered records and returns the seq of
+// the first. It returns ok == false if the partition was revoked meanwhile.
+func (p *partition) track(recs []*kgo.Record) (first int64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.revoked {
 		return 0, false
 	}
-	for p.n+len(offsets) > len(p.ring) {
+	for p.n+len(recs) > len(p.ring) {
 		p.grow()
 	}
 	first = p.nextSeq
-	for _, off := range offsets {
-		p.ring[(p.head+p.n)%len(p.ring)] = entry{offset: off}
+	for _, r := range recs {
+		p.ring[(p.head+p.n)%len(p.ring)] = entry{offset: r.Offset}
 		p.n++
 	}
-	p.nextSeq += int64(len(offsets))
-	if len(offsets) > 0 {
-		p.nextOff = offsets[len(offsets)-1] + 1
-		p.epoch = epoch
+	p.nextSeq += int64(len(recs))
+	if len(recs) > 0 {
+		last := recs[len(recs)-1]
+		p.nextOff, p.epoch = last.Offset+1, last.LeaderEpoch
 	}
 	return first, true
 }

@@ -249,11 +249,7 @@ func (s *Source) emit(ctx context.Context, fp kgo.FetchTopicPartition, out *stre
 	if p == nil {
 		return nil // revoked since the fetch: the new owner reads these
 	}
-	offsets := make([]int64, len(fp.Records))
-	for i, r := range fp.Records {
-		offsets[i] = r.Offset
-	}
-	first, ok := p.track(offsets, fp.Records[len(fp.Records)-1].LeaderEpoch)
+	first, ok := p.track(fp.Records)
 	if !ok {
 		return nil
 	}
