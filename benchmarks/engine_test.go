@@ -4,6 +4,9 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	streams "github.com/reugn/go-streams"
 	"github.com/reugn/go-streams/extension"
@@ -13,6 +16,7 @@ import (
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
 // pipelineN is the number of ints each BenchmarkPipeline op moves.
@@ -61,6 +65,35 @@ func BenchmarkPipeline(b *testing.B) {
 		// path (source, Map, Filter, sink) allocates nothing.
 		b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(pipelineN)/float64(b.N), "allocs/elem")
 	})
+	b.Run("sluice_instrumented", func(b *testing.B) {
+		// The same pipeline with Prometheus metrics and the engine's
+		// observer on, interleaved with uninstrumented runs so that both
+		// see the same machine.
+		var got int
+		var plain, instr time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			runSluice(b, ints)
+			plain += time.Since(t0)
+			reg := prometheus.NewRegistry()
+			m, err := observe.New(reg, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 = time.Now()
+			got = runSluiceWith(b, ints, m)
+			instr += time.Since(t0)
+			if _, err := reg.Gather(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if got != want {
+			b.Fatalf("sink counted %d elements, want %d", got, want)
+		}
+		b.ReportMetric(float64(pipelineN)*float64(b.N)/instr.Seconds(), "elems/s")
+		b.ReportMetric(plain.Seconds()/instr.Seconds(), "vs_uninstrumented")
+		b.ReportMetric(0, "ns/op")
+	})
 	b.Run("gostreams", func(b *testing.B) {
 		b.ReportAllocs()
 		var got int
@@ -108,9 +141,18 @@ func TestTopologiesAgree(t *testing.T) {
 	}
 }
 
-func runSluice(b testing.TB, ints []int) int {
+func runSluice(b testing.TB, ints []int) int { return runSluiceWith(b, ints, nil) }
+
+func runSluiceWith(b testing.TB, ints []int, m *observe.Metrics) int {
 	count := 0
-	g := stream.New()
+	var opts []stream.Option
+	if m != nil {
+		opts = append(opts, stream.WithObserver(m.Observer()))
+	}
+	g := stream.New(opts...)
+	if m != nil {
+		m.Graph(g)
+	}
 	s := stream.From(g, source.Slice(ints))
 	s = stream.Via(s, flow.Map(func(x int) (int, error) { return x + 1, nil }))
 	s = stream.Via(s, flow.Filter(func(x int) bool { return x%3 != 0 }))

@@ -22,7 +22,7 @@ func (d *logDeadLetter) Run(ctx context.Context, in *Inlet[Failure]) error {
 		}
 		for i := range b.Items {
 			m := &b.Items[i]
-			d.logger.LogAttrs(ctx, slog.LevelError, "message dead-lettered",
+			d.logger.LogAttrs(ctx, slog.LevelError, "message dead-lettered (default dead letter: connect Graph.Failures to keep it)",
 				slog.String("stage", m.Value.Stage),
 				slog.String("reason", m.Value.Err.Error()),
 				slog.String("topic", m.Topic),

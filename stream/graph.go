@@ -66,6 +66,8 @@ type Graph struct {
 	batchSize    int
 	drainTimeout time.Duration
 	logger       *slog.Logger
+	observer     Observer
+	name         string
 
 	nodes    []*node
 	ports    []portState
@@ -99,6 +101,38 @@ func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainT
 // (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
 
+// WithPipeline names the pipeline in logs and metric labels (default
+// "pipeline").
+func WithPipeline(name string) Option { return func(g *Graph) { g.name = name } }
+
+// Name returns the pipeline's name.
+func (g *Graph) Name() string { return g.name }
+
+// WithObserver has the engine report durations to o (see Observer); the
+// counters of Stats need no observer. Default: none, which costs nothing.
+func WithObserver(o Observer) Option { return func(g *Graph) { g.observer = o } }
+
+// Observer receives the measurements that counters cannot carry:
+// durations, for histograms. Its methods are called from stage goroutines
+// and must be safe for concurrent use.
+type Observer interface {
+	// Stage returns the observer of one stage; Run calls it once per stage
+	// before starting.
+	Stage(name string) StageObserver
+	// Latency reports, for a message settled in the pipeline, the time
+	// since its Timestamp (the record's time for Kafka messages):
+	// end-to-end latency.
+	Latency(d time.Duration)
+}
+
+// StageObserver receives one stage's measurements.
+type StageObserver interface {
+	// Processed reports that the stage took d over a batch of n messages,
+	// from receiving it to asking for the next (time blocked downstream
+	// included).
+	Processed(n int, d time.Duration)
+}
+
 // New returns an empty pipeline.
 func New(opts ...Option) *Graph {
 	g := &Graph{
@@ -106,6 +140,7 @@ func New(opts ...Option) *Graph {
 		batchSize:    DefaultBatchSize,
 		drainTimeout: 10 * time.Second,
 		logger:       slog.Default(),
+		name:         "pipeline",
 		names:        map[string]int{},
 		pools:        map[reflect.Type]any{},
 	}
@@ -126,6 +161,7 @@ func New(opts ...Option) *Graph {
 	if g.logger == nil {
 		g.logger = slog.Default()
 	}
+	g.logger = g.logger.With("pipeline", g.name)
 	g.failures = &port[Failure]{g: g, optional: true, failurePath: true}
 	return g
 }

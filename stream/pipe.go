@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultBatchSize is the most messages a pipe moves in one batch.
@@ -101,13 +102,19 @@ func (p *pipe[T]) readerGone() {
 type Inlet[T any] struct {
 	p       *pipe[T]
 	node    *node
-	settled int64   // settles not yet added to node stats (one atomic add per batch)
-	ids     []int64 // scratch for SettleAll
+	settled [DeadLettered + 1]int64 // settles by outcome not yet added to node stats
+	ids     []int64                 // scratch for SettleAll
+
+	// With an Observer: when the batch being handled was received, and its
+	// size, to report processing time when the stage asks for the next.
+	gotAt time.Time
+	gotN  int
 }
 
 // Recv returns the next batch, io.EOF when every upstream stage has
 // finished, or ctx's error.
 func (in *Inlet[T]) Recv(ctx context.Context) (*Batch[T], error) {
+	in.processed()
 	select {
 	case b, ok := <-in.p.ch:
 		return in.got(b, ok)
@@ -140,9 +147,29 @@ func (in *Inlet[T]) Received(b *Batch[T]) {
 	n := int64(len(b.Items))
 	in.p.buffered.Add(-n)
 	in.node.stats.in.Add(n)
-	if in.settled != 0 {
-		in.node.stats.settled.Add(in.settled)
-		in.settled = 0
+	in.publish()
+	if in.node.obs != nil {
+		in.gotAt, in.gotN = time.Now(), len(b.Items)
+	}
+}
+
+// processed reports to the observer how long the stage took over the
+// batch it received last.
+func (in *Inlet[T]) processed() {
+	if in.gotN > 0 && in.node.obs != nil {
+		in.node.obs.Processed(in.gotN, time.Since(in.gotAt))
+		in.gotN = 0
+	}
+}
+
+// publish adds the settles counted since the last batch to the node stats.
+func (in *Inlet[T]) publish() {
+	for o, n := range in.settled {
+		if n != 0 {
+			in.node.stats.settled.Add(n)
+			in.node.stats.byOutcome[o].Add(n)
+			in.settled[o] = 0
+		}
 	}
 }
 
@@ -159,8 +186,8 @@ func (in *Inlet[T]) capacity() int64 { return int64(cap(in.p.ch) * in.p.maxBatch
 
 // done publishes the last counts and tells writers the reader is gone.
 func (in *Inlet[T]) done() {
-	in.node.stats.settled.Add(in.settled)
-	in.settled = 0
+	in.processed()
+	in.publish()
 	in.p.readerGone()
 }
 
@@ -169,7 +196,12 @@ func (in *Inlet[T]) done() {
 // drops).
 func (in *Inlet[T]) Settle(m *Message[T], o Outcome) {
 	m.handle.Settle(o)
-	in.settled++
+	if o <= DeadLettered {
+		in.settled[o]++
+	}
+	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
+		obs.Latency(time.Since(m.Timestamp))
+	}
 }
 
 // SettleAll settles every message of ms with outcome o (see the function
@@ -179,7 +211,17 @@ func (in *Inlet[T]) SettleAll(ms []Message[T], o Outcome) {
 		in.ids = make([]int64, 0, 256)
 	}
 	settleAll(ms, o, &in.ids)
-	in.settled += int64(len(ms))
+	if o <= DeadLettered {
+		in.settled[o] += int64(len(ms))
+	}
+	if obs := in.node.g.observer; obs != nil {
+		now := time.Now()
+		for i := range ms {
+			if ts := ms[i].Timestamp; !ts.IsZero() {
+				obs.Latency(now.Sub(ts))
+			}
+		}
+	}
 }
 
 // Fail routes m to the stage's failure output with err as the reason. The
@@ -308,6 +350,9 @@ func (o *Outlet[T]) Flush(ctx context.Context) error {
 	select {
 	case o.p.ch <- b:
 	default:
+		// The pipe is full: the stage waits for downstream. The time it
+		// waits is the backpressure signal.
+		began := time.Now()
 		select {
 		case o.p.ch <- b:
 		case <-ctx.Done():
@@ -317,6 +362,7 @@ func (o *Outlet[T]) Flush(ctx context.Context) error {
 			o.p.buffered.Add(-n)
 			return ErrDownstreamClosed
 		}
+		o.node.stats.blocked.Add(int64(time.Since(began)))
 	}
 	o.cur = nil
 	if !o.failure {

@@ -21,6 +21,7 @@ type node struct {
 	failOut     *Outlet[Failure]
 	failPort    *port[Failure]
 	stats       nodeStats
+	obs         StageObserver // nil without a pipeline Observer
 }
 
 type flusher interface {
@@ -39,6 +40,8 @@ func (o *Outlet[T]) close() { o.p.writerDone() }
 
 type nodeStats struct {
 	in, out, settled, failed atomic.Int64
+	byOutcome                [DeadLettered + 1]atomic.Int64
+	blocked                  atomic.Int64 // ns spent waiting on a full downstream pipe
 }
 
 func (n *node) flush(ctx context.Context) error {
@@ -231,6 +234,11 @@ func (g *Graph) prepare() error {
 	}
 	if !g.failures.connected && len(g.failures.outlets) > 0 {
 		To(g.Failures(), Sink[Failure](&logDeadLetter{logger: g.logger}), Name("dead-letter"))
+	}
+	if g.observer != nil {
+		for _, n := range g.nodes {
+			n.obs = g.observer.Stage(n.name)
+		}
 	}
 	// A pipe nobody writes to is at its end from the start.
 	for _, p := range g.pipes {

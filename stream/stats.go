@@ -1,5 +1,7 @@
 package stream
 
+import "time"
+
 // StageStats is a snapshot of one stage's counters. The counters are
 // updated once per batch, so they lag the truth by at most a batch.
 type StageStats struct {
@@ -16,6 +18,11 @@ type StageStats struct {
 	Buffered int64
 	// Capacity is the capacity of the stage's input pipes, in messages.
 	Capacity int64
+	// SettledBy counts Settled by outcome (index: Outcome).
+	SettledBy [DeadLettered + 1]int64
+	// Blocked is the time the stage spent waiting for room downstream: a
+	// stage that blocks a lot is held back by a slower one after it.
+	Blocked time.Duration
 }
 
 // InFlight returns the messages the stage holds: received but not yet
@@ -38,6 +45,10 @@ func (g *Graph) Stats() []StageStats {
 			Out:     n.stats.out.Load(),
 			Settled: n.stats.settled.Load(),
 			Failed:  n.stats.failed.Load(),
+			Blocked: time.Duration(n.stats.blocked.Load()),
+		}
+		for o := range s.SettledBy {
+			s.SettledBy[o] = n.stats.byOutcome[o].Load()
 		}
 		for _, in := range n.ins {
 			s.Buffered += max(0, in.buffered())

@@ -15,10 +15,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
 // Config sets the demo's load.
@@ -31,6 +34,9 @@ type Config struct {
 	// Every is the progress line interval (default 1s; 0 keeps the default,
 	// negative disables the line).
 	Every time.Duration
+	// Listen, if set, serves /metrics, /healthz, /readyz and the live
+	// /status page there while the demo runs (for example 127.0.0.1:9464).
+	Listen string
 }
 
 // Request is a delivery request as the demo generates it.
@@ -74,7 +80,14 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 
 	tr := stream.NewTracker(0)
 	var dead atomic.Int64
-	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	reg := prometheus.NewRegistry()
+	metrics, err := observe.New(reg, "demo")
+	if err != nil {
+		return Summary{}, err
+	}
+	g := stream.New(stream.WithPipeline("demo"), stream.WithObserver(metrics.Observer()),
+		stream.WithLogger(slog.New(slog.DiscardHandler)))
+	metrics.Graph(g)
 	raw := stream.From(g, source.Generator(request, source.Track(tr), source.Rate(cfg.Rate, burst)), stream.Name("generate"))
 	reqs := stream.Via(raw, flow.Map(parse), stream.Name("parse"))
 	valid := stream.Via(reqs, flow.Filter(func(r Request) bool { return r.WeightKg > 0 && r.WeightKg <= 25 }), stream.Name("validate"))
@@ -87,11 +100,20 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
+	if cfg.Listen != "" {
+		srvCtx, stop := context.WithCancel(context.Background())
+		addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: cfg.Listen, Gatherer: reg, Graphs: []*stream.Graph{g}})
+		if err != nil {
+			stop()
+			return Summary{}, fmt.Errorf("demo: serving metrics on %s: %w", cfg.Listen, err)
+		}
+		fmt.Fprintf(w, "live view: http://%s/status  metrics: http://%s/metrics\n", addr, addr)
+		defer func() { stop(); <-served }()
+	}
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- g.Run(runCtx) }()
 
-	var err error
 	if cfg.Every > 0 {
 		tick := time.NewTicker(cfg.Every)
 		defer tick.Stop()

@@ -32,6 +32,7 @@ type Source struct {
 	commitMu sync.Mutex // one commit at a time, revocation's included
 
 	duplicates, late, pauses, commits, commitErrors atomic.Int64
+	assignedN, revokedN, lostN                      atomic.Int64
 	lastCommit                                      atomic.Int64 // ns
 	records                                         atomic.Int64
 }
@@ -138,6 +139,7 @@ func (s *Source) Name() string { return "kafka" }
 func (s *Source) Client() *kgo.Client { return s.cl }
 
 func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	s.assignedN.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, ps := range assigned {
@@ -152,6 +154,9 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 // them: later settles of their records are ignored (fenced).
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
 	parts := s.forget(revoked)
+	if len(parts) > 0 {
+		s.revokedN.Add(1)
+	}
 	if len(parts) == 0 {
 		return
 	}
@@ -166,6 +171,7 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 // lost forgets the partitions without committing: another member may own
 // them already.
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.lostN.Add(1)
 	s.forget(lost)
 	s.log.Warn("partitions lost: nothing committed for them", "partitions", lost)
 }
@@ -358,6 +364,21 @@ func (s *Source) commitParts(ctx context.Context, parts []*partition) error {
 	return nil
 }
 
+// Ready reports whether the source can work: a broker answers and this
+// member has partitions assigned. Mount it as a readiness check.
+func (s *Source) Ready(ctx context.Context) error {
+	if err := s.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka source: no broker answers: %w", err)
+	}
+	s.mu.Lock()
+	n := len(s.parts)
+	s.mu.Unlock()
+	if n == 0 {
+		return errors.New("kafka source: no partitions assigned yet")
+	}
+	return nil
+}
+
 // Close commits what is settled, leaves the group and closes the client.
 // Call it after the pipeline's Run has returned.
 func (s *Source) Close(ctx context.Context) error {
@@ -390,6 +411,8 @@ type Stats struct {
 	// Duplicates counts settles of a record already settled; LateSettles
 	// settles that arrived after their partition was revoked (ignored).
 	Duplicates, LateSettles int64
+	// Assigned, Revoked and Lost count rebalance events of each kind.
+	Assigned, Revoked, Lost int64
 }
 
 // Stats returns a snapshot of the source's counters.
@@ -398,6 +421,7 @@ func (s *Source) Stats() Stats {
 		Records: s.records.Load(), Commits: s.commits.Load(), CommitErrors: s.commitErrors.Load(),
 		Pauses: s.pauses.Load(), LastCommit: time.Duration(s.lastCommit.Load()), Duplicates: s.duplicates.Load(),
 		LateSettles: s.late.Load(),
+		Assigned:    s.assignedN.Load(), Revoked: s.revokedN.Load(), Lost: s.lostN.Load(),
 	}
 	s.mu.Lock()
 	parts := make([]*partition, 0, len(s.parts))

@@ -23,7 +23,7 @@ func main() {
 }
 
 func usage() error {
-	return fmt.Errorf("usage: sluice demo [-rate N] [-duration D]")
+	return fmt.Errorf("usage: sluice demo [-rate N] [-duration D] [-listen 127.0.0.1:9464]")
 }
 
 func run(args []string) error {
@@ -37,11 +37,12 @@ func run(args []string) error {
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		rate := fs.Float64("rate", 200_000, "generated requests per second")
 		dur := fs.Duration("duration", 10*time.Second, "how long to generate load before draining")
+		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics and the live /status page here ("" to turn off)`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		fmt.Printf("sluice demo: generate -> parse -> validate -> price -> deliver at %.0f req/s for %v (Ctrl-C stops and drains)\n", *rate, *dur)
-		sum, err := demo.Run(ctx, demo.Config{Rate: *rate, Duration: *dur}, os.Stdout)
+		sum, err := demo.Run(ctx, demo.Config{Rate: *rate, Duration: *dur, Listen: *listen}, os.Stdout)
 		fmt.Println(sum)
 		return err
 	default:

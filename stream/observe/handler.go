@@ -1,0 +1,148 @@
+package observe
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+//go:embed status.html
+var statusPage []byte
+
+// ServerConfig configures the HTTP endpoints a worker serves.
+type ServerConfig struct {
+	// Addr to listen on (default 127.0.0.1:9464: loopback only; bind a
+	// public address on purpose).
+	Addr string
+	// Gatherer serves /metrics (usually the *prometheus.Registry the
+	// Metrics were registered on).
+	Gatherer prometheus.Gatherer
+	// Graphs are drawn on /status and listed in /status.json.
+	Graphs []*stream.Graph
+	// Ready answers /readyz: nil means ready (for a Kafka worker, the
+	// source's Ready: partitions assigned, broker reachable). Nil Ready:
+	// always ready.
+	Ready func(ctx context.Context) error
+	// Pprof mounts net/http/pprof under /debug/pprof/ (default off).
+	Pprof bool
+}
+
+// Handler returns the worker's endpoints: /metrics, /healthz (the process
+// answers), /readyz, /status (a live page of the pipelines), /status.json
+// and, with Pprof, /debug/pprof/.
+func Handler(cfg ServerConfig) http.Handler {
+	mux := http.NewServeMux()
+	if cfg.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if cfg.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := cfg.Ready(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte("not ready: " + err.Error() + "\n"))
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(statusPage)
+	})
+	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs))
+	})
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+// Status is what /status.json returns.
+type Status struct {
+	Time      time.Time        `json:"time"`
+	Pipelines []PipelineStatus `json:"pipelines"`
+}
+
+// PipelineStatus is one pipeline's stages, in the order they were added.
+type PipelineStatus struct {
+	Name   string        `json:"name"`
+	Stages []StageStatus `json:"stages"`
+}
+
+// StageStatus is one stage's counters.
+type StageStatus struct {
+	Name     string  `json:"name"`
+	In       int64   `json:"in"`
+	Out      int64   `json:"out"`
+	Settled  int64   `json:"settled"`
+	Failed   int64   `json:"failed"`
+	InFlight int64   `json:"in_flight"`
+	Buffered int64   `json:"buffered"`
+	Capacity int64   `json:"capacity"`
+	Blocked  float64 `json:"blocked_seconds"`
+}
+
+func snapshot(gs []*stream.Graph) Status {
+	st := Status{Time: time.Now()}
+	for _, g := range gs {
+		p := PipelineStatus{Name: g.Name()}
+		for _, s := range g.Stats() {
+			p.Stages = append(p.Stages, StageStatus{Name: s.Name, In: s.In, Out: s.Out, Settled: s.Settled, Failed: s.Failed,
+				InFlight: s.InFlight(), Buffered: s.Buffered, Capacity: s.Capacity, Blocked: s.Blocked.Seconds()})
+		}
+		st.Pipelines = append(st.Pipelines, p)
+	}
+	return st
+}
+
+// Serve serves Handler(cfg) until ctx is cancelled, then shuts down within
+// five seconds. It returns once the listener is closed; the error of a
+// failed listen is returned at once.
+func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan error, err error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:9464"
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: Handler(cfg), ReadHeaderTimeout: 5 * time.Second}
+	ch := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		ch <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return ln.Addr().String(), ch, nil
+}

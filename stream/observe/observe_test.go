@@ -1,0 +1,282 @@
+package observe_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/sink/checkpoint"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// total sums a metric family's values (counter, gauge, or histogram count).
+func total(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var v float64
+		for _, m := range mf.GetMetric() {
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				v += m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				v += m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				v += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+		return v
+	}
+	return -1 // absent
+}
+
+// TestMetricsMoveEndToEnd runs a Kafka pipeline with retries, a breaker and
+// a budget, and checks that the metrics appear, lint clean and move.
+func TestMetricsMoveEndToEnd(t *testing.T) {
+	brokers := testenv.Kfake(t, 4, "in")
+	testenv.Produce(t, brokers, "in", 5000, func(i int) []byte { return []byte(strconv.Itoa(i)) })
+	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "obs",
+		Topics: []string{"in"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	breaker, _ := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "svc"})
+	budget, _ := backpressure.NewRetryBudget(0.2, 100)
+	var calls atomic.Int64
+	fn := func(_ context.Context, v []byte) ([]byte, error) {
+		if calls.Add(1)%10 == 0 {
+			return nil, stream.Throttled(errors.New("busy"), 0)
+		}
+		if string(v) == "13" {
+			return nil, errors.New("bad order")
+		}
+		return v, nil
+	}
+	policy := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(time.Millisecond)}
+	async := flow.MapAsync(16, fn, append(m.AsyncOptions("call"), flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget))...)
+	ck := checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var done atomic.Int64
+	g := stream.New(stream.WithPipeline("orders"), stream.WithObserver(m.Observer()), stream.WithLogger(quiet))
+	s := stream.From(g, stream.Source[[]byte](src), stream.Name("kafka"))
+	s = stream.Via(s, flow.Filter(func(v []byte) bool { return !strings.HasSuffix(string(v), "7") }), stream.Name("drop-7s"))
+	s = stream.Via(s, stream.Flow[[]byte, []byte](async), stream.Name("call"))
+	s = stream.Via(s, flow.Map(func(v []byte) ([]byte, error) {
+		if done.Add(1) >= 4000 {
+			cancel()
+		}
+		return v, nil
+	}), stream.Name("count"))
+	stream.To(s, stream.Sink[[]byte](ck), stream.Name("checkpoint"))
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }), stream.Name("dead-letter"))
+	m.Graph(g)
+	m.Async("call", async)
+	m.Breaker("svc", breaker)
+	m.Budget("svc", budget)
+	m.KafkaSource(src)
+	m.Checkpoint("checkpoint", ck)
+
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The source still owns its partitions until Close: their gauges are
+	// there.
+	defer src.Close(context.Background())
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	for _, name := range []string{
+		"sluice_stage_received_total", "sluice_stage_emitted_total", "sluice_stage_settled_total",
+		"sluice_stage_failed_total", "sluice_stage_processing_seconds", "sluice_end_to_end_latency_seconds",
+		"sluice_async_calls_total", "sluice_async_call_seconds", "sluice_async_attempts", "sluice_async_message_seconds",
+		"sluice_retries_total", "sluice_async_limit", "sluice_retry_budget_allowed_total",
+		"sluice_kafka_records_total", "sluice_kafka_commits_total", "sluice_kafka_rebalances_total",
+		"sluice_checkpoint_commits_total", "sluice_breaker_state",
+	} {
+		if v := total(t, reg, name); v <= 0 {
+			t.Errorf("%s = %v: absent or did not move", name, v)
+		}
+	}
+	for _, name := range []string{"sluice_stage_in_flight", "sluice_stage_buffered", "sluice_stage_blocked_seconds_total",
+		"sluice_async_in_flight", "sluice_async_delayed", "sluice_breaker_transitions_total", "sluice_kafka_unsettled",
+		"sluice_kafka_committed_offset", "sluice_kafka_lag"} {
+		if v := total(t, reg, name); v < 0 {
+			t.Errorf("%s absent", name)
+		}
+	}
+	names := map[string]bool{}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	t.Logf("%d metric families: %v", len(names), names)
+}
+
+func TestHandlerEndpoints(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := stream.New(stream.WithPipeline("demo"))
+	stream.To(stream.Via(stream.From(g, source.Slice([]int{1, 2, 3})), flow.Map(func(x int) (int, error) { return x, nil })), sink.Discard[int]())
+	m.Graph(g)
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var ready atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Gatherer: reg, Graphs: []*stream.Graph{g}, Pprof: true,
+		Ready: func(context.Context) error {
+			if !ready.Load() {
+				return errors.New("no partitions assigned yet")
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if c, _ := get("/healthz"); c != 200 {
+		t.Fatalf("/healthz %d", c)
+	}
+	if c, body := get("/readyz"); c != 503 || !strings.Contains(body, "no partitions") {
+		t.Fatalf("/readyz %d %q", c, body)
+	}
+	ready.Store(true)
+	if c, _ := get("/readyz"); c != 200 {
+		t.Fatalf("/readyz %d once ready", c)
+	}
+	if c, body := get("/metrics"); c != 200 || !strings.Contains(body, `sluice_stage_received_total{pipeline="demo",stage="map"} 3`) {
+		t.Fatalf("/metrics %d:\n%s", c, body)
+	}
+	c, body := get("/status.json")
+	var st observe.Status
+	if err := json.Unmarshal([]byte(body), &st); c != 200 || err != nil || len(st.Pipelines) != 1 || len(st.Pipelines[0].Stages) != 4 { // slice, map, discard, the default dead letter
+		t.Fatalf("/status.json %d %v %s", c, err, body)
+	}
+	if c, body := get("/status"); c != 200 || !strings.Contains(body, "status.json") {
+		t.Fatalf("/status %d", c)
+	}
+	if c, _ := get("/debug/pprof/"); c != 200 {
+		t.Fatalf("pprof %d", c)
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("listening on %s, want loopback", addr)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStatusPageInHeadlessChromium renders /status of a running pipeline in
+// Debian's chromium and checks that the script drew every stage. The
+// screenshot goes to the test's artifact directory (go test -artifacts
+// keeps it).
+func TestStatusPageInHeadlessChromium(t *testing.T) {
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed: apt-get install -y chromium (.ci/run does)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := stream.New(stream.WithPipeline("deliveries"))
+	s := stream.From(g, source.Generator(func(i int64) int64 { return i }, source.Rate(20000, 200)), stream.Name("generate"))
+	s = stream.Via(s, flow.Map(func(x int64) (int64, error) { return x * 2, nil }), stream.Name("parse"))
+	s = stream.Via(s, stream.Flow[int64, int64](flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
+		time.Sleep(time.Millisecond)
+		return x, nil
+	})), stream.Name("schedule-drone"))
+	stream.To(s, sink.Discard[int64](), stream.Name("checkpoint"))
+	runDone := make(chan error, 1)
+	go func() { runDone <- g.Run(ctx) }()
+	addr, srvDone, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Graphs: []*stream.Graph{g}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.ArtifactDir()
+	if d := os.Getenv("SLUICE_SCREENSHOT_DIR"); d != "" {
+		dir = d
+	}
+	shot := filepath.Join(dir, "status.png")
+	run := func(args ...string) string {
+		cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer ccancel()
+		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+			"--window-size=1100,320", "--virtual-time-budget=2500"}
+		out, err := exec.CommandContext(cctx, chromium, append(base, args...)...).Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v", args, err)
+		}
+		return string(out)
+	}
+	url := "http://" + addr + "/status"
+	dom := run("--dump-dom", url)
+	for _, want := range []string{"deliveries", "generate", "parse", "schedule-drone", "checkpoint", "/s", "buffer"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("rendered page lacks %q", want)
+		}
+	}
+	run("--screenshot="+shot, url)
+	if fi, err := os.Stat(shot); err != nil || fi.Size() < 2000 {
+		t.Fatalf("screenshot %v: %v", shot, err)
+	}
+	t.Logf("screenshot: %s", shot)
+	cancel()
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-srvDone; err != nil {
+		t.Fatal(err)
+	}
+}
