@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -135,6 +136,7 @@ func (s *Sink[T]) committer(ctx context.Context, trigger, stop <-chan struct{}, 
 	defer close(done)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
+	limited := logx.NewLimited(s.log, time.Minute, 3)
 	for {
 		select {
 		case <-trigger:
@@ -147,7 +149,7 @@ func (s *Sink[T]) committer(ctx context.Context, trigger, stop <-chan struct{}, 
 		if err := s.commit(ctx); err != nil {
 			// Not fatal: the next commit covers the same offsets. Until it
 			// succeeds, a crash replays more.
-			s.log.Warn("commit failed", "err", err)
+			limited.Log(ctx, slog.LevelWarn, "commit", "commit failed; the next one covers the same offsets", slog.Any("err", err))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -23,8 +24,9 @@ import (
 // committer, and Close it after the pipeline's Run returns.
 type Source struct {
 	cfg Config
-	cl  *kgo.Client
-	log *slog.Logger
+	cl      *kgo.Client
+	log     *slog.Logger
+	limited *logx.Limited // for warnings an outage repeats
 
 	mu    sync.Mutex // guards parts; revoke and lose take it
 	parts map[tpKey]*partition
@@ -51,6 +53,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{}}
+	s.limited = logx.NewLimited(s.log, time.Second, 5)
 	balancer := cfg.Balancer
 	if balancer == nil {
 		balancer = kgo.CooperativeStickyBalancer()
@@ -218,11 +221,12 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 			}
 			var ge *kgo.ErrGroupSession
 			if errors.As(err, &ge) {
-				s.log.Warn("group session error; partitions will be reassigned", "err", err)
+				s.limited.Log(ctx, slog.LevelWarn, "group", "group session error; partitions will be reassigned", slog.Any("err", err))
 				return
 			}
 			if kerr.IsRetriable(err) || errors.Is(err, kerr.UnknownTopicOrPartition) {
-				s.log.Warn("transient fetch error", "topic", t, "partition", p, "err", err)
+				s.limited.Log(ctx, slog.LevelWarn, "fetch", "transient fetch error", slog.String("topic", t),
+					slog.Int("partition", int(p)), slog.Any("err", err))
 				return
 			}
 			if fatal == nil {
