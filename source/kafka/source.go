@@ -23,7 +23,7 @@ import (
 // add it to a pipeline with stream.From, give it to sink/checkpoint as the
 // committer, and Close it after the pipeline's Run returns.
 type Source struct {
-	cfg Config
+	cfg     Config
 	cl      *kgo.Client
 	log     *slog.Logger
 	limited *logx.Limited // for warnings an outage repeats
