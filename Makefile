@@ -4,9 +4,10 @@ BENCHTIME ?= 1s
 
 .PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm
 
-# The main job on embedded defaults (for now the demo pipeline on generated load).
+# The main job on embedded defaults: a 30-second run of the drone delivery
+# scheduler with an in-process broker, simulated backends and load.
 run:
-	$(GO) run ./pipelines/cmd/sluice demo
+	$(GO) run ./pipelines/cmd/sluice demo -duration 30s
 
 # vet, formatting, and every test with the race detector.
 test: vet fmt-check

@@ -41,6 +41,14 @@ func NewSink[T any](cl *kgo.Client, encode Encoder[T]) *Sink[T] {
 	return &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
 }
 
+// SettleAs makes the sink settle acknowledged messages with outcome o
+// instead of stream.Completed (a failure queue settles as
+// stream.DeadLettered) and returns the sink.
+func (s *Sink[T]) SettleAs(o stream.Outcome) *Sink[T] {
+	s.outcome = o
+	return s
+}
+
 // Records is the Encoder for byte messages: the record keeps the message's
 // key, value and headers and goes to topic.
 func Records(topic string) Encoder[[]byte] {

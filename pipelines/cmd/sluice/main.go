@@ -1,6 +1,9 @@
 // Command sluice is the worker binary. Subcommands:
 //
-//	sluice demo [-rate N] [-duration D]   run the demo pipeline on generated load
+//	sluice demo     the drone delivery scheduler, everything in one process
+//	                on embedded defaults, with a live status line and a
+//	                verification summary
+//	sluice broker   a standalone in-process Kafka-compatible dev broker
 package main
 
 import (
@@ -12,7 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-streams/sluice/pipelines/demo"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
 func main() {
@@ -23,7 +28,9 @@ func main() {
 }
 
 func usage() error {
-	return fmt.Errorf("usage: sluice demo [-rate N] [-duration D] [-listen 127.0.0.1:9464]")
+	return fmt.Errorf(`usage:
+  sluice demo [-rate N] [-burst N] [-duration D] [-listen 127.0.0.1:9464]
+  sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]`)
 }
 
 func run(args []string) error {
@@ -34,18 +41,62 @@ func run(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "demo":
+		def := scheduler.Defaults(30 * time.Second)
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-		rate := fs.Float64("rate", 200_000, "generated requests per second")
-		dur := fs.Duration("duration", 10*time.Second, "how long to generate load before draining")
-		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics and the live /status page here ("" to turn off)`)
+		rate := fs.Float64("rate", def.Rate, "delivery requests per second")
+		burst := fs.Float64("burst", def.BurstRate, "request rate during bursts (3 s every 10 s)")
+		dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
+		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		fmt.Printf("sluice demo: generate -> parse -> validate -> price -> deliver at %.0f req/s for %v (Ctrl-C stops and drains)\n", *rate, *dur)
-		sum, err := demo.Run(ctx, demo.Config{Rate: *rate, Duration: *dur, Listen: *listen}, os.Stdout)
+		cfg := def
+		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen = *rate, *burst, *dur, *listen
+		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
+			cfg.Rate, cfg.BurstRate, cfg.Duration)
+		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")
+		fmt.Println("  failures after some steps -> supervisor (undo in reverse order); bad input -> dead letters")
+		sum, err := scheduler.Run(ctx, cfg, os.Stdout)
 		fmt.Println(sum)
-		return err
+		if err != nil {
+			return err
+		}
+		if !sum.OK() {
+			return fmt.Errorf("verification failed")
+		}
+		return nil
+	case "broker":
+		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+		port := fs.Int("port", 9092, "port on 127.0.0.1")
+		parts := fs.Int("partitions", 16, "partitions of each topic")
+		topics := fs.String("topics", "delivery-requests,delivery-failures,delivery-dead-letters", "topics to create")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		ts := splitComma(*topics)
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(*port), kfake.SeedTopics(int32(*parts), ts...))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		fmt.Printf("dev broker (in-memory, Kafka protocol) on %v with topics %v; Ctrl-C stops it\n", c.ListenAddrs(), ts)
+		<-ctx.Done()
+		return nil
 	default:
 		return usage()
 	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
 }

@@ -1,0 +1,289 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// The services the workflow calls. Every operation that creates something
+// is keyed by the caller-assigned delivery id and has create-or-update (PUT)
+// semantics, so a replayed request creates nothing new.
+type (
+	// Accounts checks the owner's account.
+	Accounts interface {
+		Check(ctx context.Context, owner string) error
+	}
+	// Packages creates and deletes the package record.
+	Packages interface {
+		Put(ctx context.Context, id string, r Request) error
+		Delete(ctx context.Context, id string) error
+	}
+	// ThirdParty says whether a third-party carrier is needed.
+	ThirdParty interface {
+		Needed(ctx context.Context, r Request) (bool, error)
+	}
+	// Drones schedules and cancels the pickup drone.
+	Drones interface {
+		Schedule(ctx context.Context, id string, pickup Location) (droneID string, err error)
+		Cancel(ctx context.Context, id string) error
+	}
+	// Deliveries creates and deletes the delivery record.
+	Deliveries interface {
+		Put(ctx context.Context, id string, p Progress) error
+		Delete(ctx context.Context, id string) error
+	}
+)
+
+// Backends is one implementation of every service.
+type Backends struct {
+	Accounts   Accounts
+	Packages   Packages
+	ThirdParty ThirdParty
+	Drones     Drones
+	Deliveries Deliveries
+}
+
+// ErrSuspended is the permanent failure of a suspended account.
+var ErrSuspended = errors.New("account suspended")
+
+// ErrNoDrone is the permanent failure of a pickup no drone base serves.
+var ErrNoDrone = errors.New("no drone base serves the pickup location")
+
+// NoDroneBase reports whether pickup is outside every drone base's range
+// (north of 70 degrees, in the simulation).
+func NoDroneBase(pickup Location) bool { return pickup.Lat > 70 }
+
+// SimConfig shapes a simulated service.
+type SimConfig struct {
+	// Each call takes a uniform time in [MinLatency, MaxLatency].
+	MinLatency, MaxLatency time.Duration
+	// TransientRate is the share of calls that fail with a transient error
+	// (as a 503); ThrottleRate the share answered "slow down" with
+	// RetryAfter.
+	TransientRate, ThrottleRate float64
+	RetryAfter                  time.Duration
+}
+
+// Ledger counts side effects per service and delivery id, so that tests and
+// the demo can check that nothing was created twice.
+type Ledger struct {
+	mu      sync.Mutex
+	created map[string]int // service/id -> times created
+	live    map[string]bool
+	deleted map[string]int
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{created: map[string]int{}, live: map[string]bool{}, deleted: map[string]int{}}
+}
+
+// put records a create-or-update: only the first creates.
+func (l *Ledger) put(service, id string) {
+	k := service + "/" + id
+	l.mu.Lock()
+	if !l.live[k] {
+		l.live[k] = true
+		l.created[k]++
+	}
+	l.mu.Unlock()
+}
+
+// del records a delete; deleting what is not there is not an error (undo is
+// idempotent).
+func (l *Ledger) del(service, id string) {
+	k := service + "/" + id
+	l.mu.Lock()
+	if l.live[k] {
+		l.live[k] = false
+		l.deleted[k]++
+	}
+	l.mu.Unlock()
+}
+
+// Live reports whether service holds a record for id now.
+func (l *Ledger) Live(service, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.live[service+"/"+id]
+}
+
+// Created returns how many times service created a record for id.
+func (l *Ledger) Created(service, id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.created[service+"/"+id]
+}
+
+// Twice returns how many records any service created more than once.
+func (l *Ledger) Twice() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, c := range l.created {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// LiveCount returns how many records service holds now.
+func (l *Ledger) LiveCount(service string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, v := range l.live {
+		if v && len(k) > len(service) && k[:len(service)+1] == service+"/" {
+			n++
+		}
+	}
+	return n
+}
+
+// sim is the behaviour every simulated service shares.
+type sim struct {
+	name string
+	cfg  SimConfig
+	mu   sync.Mutex
+	rng  *rand.Rand
+}
+
+func newSim(name string, cfg SimConfig, seed uint64) *sim {
+	return &sim{name: name, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// call waits the service's latency and returns the fault it decides on.
+func (s *sim) call(ctx context.Context) error {
+	s.mu.Lock()
+	d := s.cfg.MinLatency
+	if span := s.cfg.MaxLatency - s.cfg.MinLatency; span > 0 {
+		d += time.Duration(s.rng.Int64N(int64(span)))
+	}
+	roll := s.rng.Float64()
+	s.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	switch {
+	case roll < s.cfg.TransientRate:
+		return stream.Transient(fmt.Errorf("%s: service unavailable", s.name))
+	case roll < s.cfg.TransientRate+s.cfg.ThrottleRate:
+		return stream.Throttled(fmt.Errorf("%s: too many requests", s.name), s.cfg.RetryAfter)
+	}
+	return nil
+}
+
+// Simulated returns in-process services that share cfg, record side
+// effects in ledger, and treat the owners in suspended as suspended.
+func Simulated(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
+	return Backends{
+		Accounts:   &simAccounts{sim: newSim("accounts", cfg, 1), suspended: suspended},
+		Packages:   &simPackages{sim: newSim("packages", cfg, 2), l: ledger},
+		ThirdParty: &simThirdParty{sim: newSim("third-party", cfg, 3)},
+		Drones:     &simDrones{sim: newSim("drones", cfg, 4), l: ledger},
+		Deliveries: &simDeliveries{sim: newSim("deliveries", cfg, 5), l: ledger},
+	}
+}
+
+type simAccounts struct {
+	*sim
+	suspended func(string) bool
+}
+
+func (a *simAccounts) Check(ctx context.Context, owner string) error {
+	if err := a.call(ctx); err != nil {
+		return err
+	}
+	if a.suspended != nil && a.suspended(owner) {
+		return fmt.Errorf("owner %s: %w", owner, ErrSuspended)
+	}
+	return nil
+}
+
+type simPackages struct {
+	*sim
+	l *Ledger
+}
+
+func (p *simPackages) Put(ctx context.Context, id string, _ Request) error {
+	if err := p.call(ctx); err != nil {
+		return err
+	}
+	p.l.put("packages", id)
+	return nil
+}
+
+func (p *simPackages) Delete(ctx context.Context, id string) error {
+	if err := p.call(ctx); err != nil {
+		return err
+	}
+	p.l.del("packages", id)
+	return nil
+}
+
+type simThirdParty struct{ *sim }
+
+func (t *simThirdParty) Needed(ctx context.Context, r Request) (bool, error) {
+	if err := t.call(ctx); err != nil {
+		return false, err
+	}
+	return DistanceKm(r.Pickup, r.Dropoff) > 20, nil
+}
+
+type simDrones struct {
+	*sim
+	l *Ledger
+}
+
+func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (string, error) {
+	if err := d.call(ctx); err != nil {
+		return "", err
+	}
+	if NoDroneBase(pickup) {
+		return "", fmt.Errorf("delivery %s: %w", id, ErrNoDrone)
+	}
+	d.l.put("drones", id)
+	return "drone-for-" + id, nil
+}
+
+func (d *simDrones) Cancel(ctx context.Context, id string) error {
+	if err := d.call(ctx); err != nil {
+		return err
+	}
+	d.l.del("drones", id)
+	return nil
+}
+
+type simDeliveries struct {
+	*sim
+	l *Ledger
+}
+
+func (d *simDeliveries) Put(ctx context.Context, id string, _ Progress) error {
+	if err := d.call(ctx); err != nil {
+		return err
+	}
+	d.l.put("deliveries", id)
+	return nil
+}
+
+func (d *simDeliveries) Delete(ctx context.Context, id string) error {
+	if err := d.call(ctx); err != nil {
+		return err
+	}
+	d.l.del("deliveries", id)
+	return nil
+}

@@ -1,0 +1,83 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+func valid() delivery.Request {
+	return delivery.Request{ID: "d-1", Owner: "acct-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
+		Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 2, Deadline: time.Now().Add(time.Hour)}
+}
+
+func TestParseAndValidate(t *testing.T) {
+	if _, err := delivery.Parse([]byte(`{"id": "x`)); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Fatalf("malformed: %v", err)
+	}
+	if err := valid().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for field, mut := range map[string]func(*delivery.Request){
+		"id":       func(r *delivery.Request) { r.ID = "" },
+		"owner":    func(r *delivery.Request) { r.Owner = "" },
+		"pickup":   func(r *delivery.Request) { r.Pickup.Lat = 100 },
+		"weight":   func(r *delivery.Request) { r.WeightKg = 80 },
+		"size":     func(r *delivery.Request) { r.Size = "huge" },
+		"deadline": func(r *delivery.Request) { r.Deadline = time.Time{} },
+		"priority": func(r *delivery.Request) { r.Priority = 7 },
+	} {
+		r := valid()
+		mut(&r)
+		err := r.Validate()
+		if !errors.Is(err, delivery.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+}
+
+func TestSimulatedServicesAreIdempotent(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, func(o string) bool { return o == "bad" })
+	r := valid()
+	for range 3 { // a replayed request creates nothing new
+		if err := b.Packages.Put(ctx, r.ID, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Drones.Schedule(ctx, r.ID, r.Pickup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Created("packages", r.ID) != 1 || l.Created("drones", r.ID) != 1 || l.Twice() != 0 {
+		t.Fatalf("created packages %d drones %d", l.Created("packages", r.ID), l.Created("drones", r.ID))
+	}
+	if err := b.Accounts.Check(ctx, "bad"); !errors.Is(err, delivery.ErrSuspended) || stream.Classify(err).Transient {
+		t.Fatalf("suspended account: %v (must be permanent)", err)
+	}
+	far := delivery.Location{Lat: 78.2, Lon: 15.6}
+	if _, err := b.Drones.Schedule(ctx, "d-2", far); !errors.Is(err, delivery.ErrNoDrone) || stream.Classify(err).Transient {
+		t.Fatalf("no drone base: %v (must be permanent)", err)
+	}
+	if need, _ := b.ThirdParty.Needed(ctx, delivery.Request{Pickup: r.Pickup, Dropoff: delivery.Location{Lat: 48.5, Lon: -122.3}}); !need {
+		t.Fatal("100 km should need a third-party carrier")
+	}
+}
+
+func TestSimulatedFaultsAreTransient(t *testing.T) {
+	b := delivery.Simulated(delivery.SimConfig{TransientRate: 1}, delivery.NewLedger(), nil)
+	err := b.Packages.Put(context.Background(), "d-1", valid())
+	if c := stream.Classify(err); !c.Transient {
+		t.Fatalf("%v classified %+v", err, c)
+	}
+	b = delivery.Simulated(delivery.SimConfig{ThrottleRate: 1, RetryAfter: time.Second}, delivery.NewLedger(), nil)
+	err = b.Packages.Put(context.Background(), "d-1", valid())
+	if c := stream.Classify(err); c.Reason != stream.ReasonThrottled || c.RetryAfter != time.Second {
+		t.Fatalf("%v classified %+v", err, c)
+	}
+}

@@ -1,0 +1,158 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink/checkpoint"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
+)
+
+// SchedulerConfig wires the scheduler to its source, services and topics.
+type SchedulerConfig struct {
+	// Source reads delivery requests; Committer commits what is settled
+	// (a *kafka.Source is both).
+	Source    stream.Source[[]byte]
+	Committer stream.Committer
+	Backends  Backends
+	// Producer writes compensation events to FailuresTopic and requests
+	// that cannot be processed (malformed, invalid, failed before any step)
+	// to DeadLetterTopic.
+	Producer                       *kgo.Client
+	FailuresTopic, DeadLetterTopic string
+	// Parallelism of each step (default 256).
+	Parallelism int
+	// Retry is the policy of every step (default: flow.Interactive with 5
+	// attempts, which fits the 500 ms latency budget).
+	Retry *flow.RetryPolicy
+	// Metrics, if set, receives the pipeline's metrics.
+	Metrics *observe.Metrics
+	// Observer, if set, replaces Metrics.Observer() as the engine's
+	// observer (to tee measurements elsewhere too).
+	Observer stream.Observer
+	Logger   *slog.Logger
+}
+
+// Scheduler is a built scheduler pipeline.
+type Scheduler struct {
+	Graph *stream.Graph
+	Steps map[Step]*flow.Async[Progress, Progress]
+}
+
+// NewScheduler builds the pipeline:
+//
+//	kafka -> parse -> validate -> check_account -> create_package
+//	      -> check_third_party -> schedule_drone -> create_delivery -> checkpoint
+//	failures: with steps done -> compensation events; else -> dead letters
+func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = 256
+	}
+	if cfg.Retry == nil {
+		p := flow.Interactive()
+		p.MaxAttempts = 5
+		p.AttemptTimeout = flow.Duration(200 * time.Millisecond)
+		p.MaxElapsed = flow.Duration(400 * time.Millisecond)
+		cfg.Retry = &p
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	opts := []stream.Option{stream.WithPipeline("delivery"), stream.WithLogger(cfg.Logger)}
+	switch {
+	case cfg.Observer != nil:
+		opts = append(opts, stream.WithObserver(cfg.Observer))
+	case cfg.Metrics != nil:
+		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
+	}
+	g := stream.New(opts...)
+	raw := stream.From(g, cfg.Source, stream.Name("requests"))
+	reqs := stream.Via(raw, flow.Map(Parse), stream.Name("parse"))
+	valid := stream.Via(reqs, flow.Map(func(r Request) (Progress, error) {
+		if err := r.Validate(); err != nil {
+			return Progress{}, err
+		}
+		return Progress{Request: r}, nil
+	}), stream.Name("validate"))
+
+	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[Progress, Progress]{}}
+	b := cfg.Backends
+	steps := []struct {
+		step Step
+		fn   func(context.Context, Progress) (Progress, error)
+	}{
+		{StepAccount, func(ctx context.Context, p Progress) (Progress, error) {
+			return p, b.Accounts.Check(ctx, p.Request.Owner)
+		}},
+		{StepPackage, func(ctx context.Context, p Progress) (Progress, error) {
+			return p, b.Packages.Put(ctx, p.Request.ID, p.Request)
+		}},
+		{StepThirdParty, func(ctx context.Context, p Progress) (Progress, error) {
+			need, err := b.ThirdParty.Needed(ctx, p.Request)
+			p.ThirdParty = need
+			return p, err
+		}},
+		{StepDrone, func(ctx context.Context, p Progress) (Progress, error) {
+			id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
+			p.DroneID = id
+			return p, err
+		}},
+		{StepDelivery, func(ctx context.Context, p Progress) (Progress, error) {
+			return p, b.Deliveries.Put(ctx, p.Request.ID, p)
+		}},
+	}
+	s := valid
+	for _, st := range steps {
+		fn := st.fn
+		step := st.step
+		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger)}
+		if cfg.Metrics != nil {
+			aopts = append(aopts, cfg.Metrics.AsyncOptions(string(step))...)
+		}
+		a := flow.MapAsync(cfg.Parallelism, func(ctx context.Context, p Progress) (Progress, error) {
+			out, err := fn(ctx, p)
+			if err != nil {
+				return p, err
+			}
+			out.Done = append(append([]Step(nil), p.Done...), step)
+			return out, nil
+		}, aopts...)
+		sch.Steps[step] = a
+		s = stream.Via(s, stream.Flow[Progress, Progress](a), stream.Name(string(step)))
+		if cfg.Metrics != nil {
+			cfg.Metrics.Async(string(step), a)
+		}
+	}
+	ck := checkpoint.New[Progress](cfg.Committer, checkpoint.Interval(200*time.Millisecond))
+	stream.To(s, stream.Sink[Progress](ck), stream.Name("checkpoint"))
+	if cfg.Metrics != nil {
+		cfg.Metrics.Graph(g)
+		cfg.Metrics.Checkpoint("checkpoint", ck)
+	}
+
+	// A failure after some steps succeeded must be compensated; anything
+	// else is dead-lettered with its reason.
+	compensate, dead := stream.Split(g.Failures(), func(f stream.Failure) bool {
+		p, ok := f.Value.(Progress)
+		return ok && len(p.Done) > 0
+	}, stream.Name("route-failures"))
+	events := kafkasink.NewSink(cfg.Producer, func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
+		ev := Compensation{Progress: m.Value.Value.(Progress), Stage: m.Value.Stage, Reason: fmt.Sprint(m.Value.Err)}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		return &kgo.Record{Topic: cfg.FailuresTopic, Key: []byte(ev.Progress.Request.ID), Value: b}, nil
+	}).SettleAs(stream.DeadLettered)
+	stream.To(compensate, stream.Sink[stream.Failure](events), stream.Name("compensation-events"))
+	stream.To(dead, stream.Sink[stream.Failure](kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)), stream.Name("dead-letters"))
+	return sch, nil
+}

@@ -1,0 +1,430 @@
+// Package scheduler runs the whole drone delivery system in one process on
+// embedded defaults — an in-process Kafka-compatible broker (kfake),
+// simulated backends, the load generator, the scheduler and the supervisor
+// — with a live status line and a verification summary. It is what
+// `sluice demo` (and `make run`) shows.
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
+)
+
+// Config shapes a demo run.
+type Config struct {
+	// Rate of requests per second and how long to send them; bursts at
+	// BurstRate for BurstFor every BurstEvery.
+	Rate, BurstRate      float64
+	Duration             time.Duration
+	BurstEvery, BurstFor time.Duration
+	// Sim shapes the simulated backends.
+	Sim delivery.SimConfig
+	// Partitions of the requests topic (default 16).
+	Partitions int32
+	// Drain is how long to wait, after the load ends, for every request to
+	// be accounted for (default 30s).
+	Drain time.Duration
+	// Every is the status line interval (default 1s; negative: none).
+	Every time.Duration
+	// Listen serves metrics and /status there, if set.
+	Listen string
+	Logger *slog.Logger
+}
+
+// Defaults returns the demo's defaults for a run of d.
+func Defaults(d time.Duration) Config {
+	return Config{Rate: 10_000, BurstRate: 20_000, Duration: d, BurstEvery: 10 * time.Second, BurstFor: 3 * time.Second,
+		Sim: delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
+			TransientRate: 0.01, ThrottleRate: 0.002, RetryAfter: 20 * time.Millisecond},
+		Partitions: 16, Drain: 30 * time.Second, Every: time.Second}
+}
+
+// Summary is the verification of a run.
+type Summary struct {
+	Sent, Duplicates               int
+	Completed, Compensated         int
+	DeadLettered                   map[string]int // by kind of input
+	ExpectedDead                   int
+	Lost, Twice, LeftoverAfterUndo int
+	P50, P99                       time.Duration
+	Elapsed                        time.Duration
+}
+
+// OK reports whether the run kept every promise: nothing lost (every
+// request completed, compensated or dead-lettered with its reason),
+// nothing applied twice, every compensation complete.
+func (s Summary) OK() bool {
+	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0
+}
+
+func (s Summary) String() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !s.OK() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "verification %s: sent %d (%d duplicates) in %v; completed %d, compensated %d, dead-lettered %v (expected %d); "+
+		"lost %d, side effects applied twice %d, left after compensation %d; end-to-end p50 %v p99 %v",
+		verdict, s.Sent, s.Duplicates, s.Elapsed.Round(time.Millisecond), s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead,
+		s.Lost, s.Twice, s.LeftoverAfterUndo, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+	return b.String()
+}
+
+const (
+	topicRequests = "delivery-requests"
+	topicFailures = "delivery-failures"
+	topicDead     = "delivery-dead-letters"
+)
+
+// Run runs the demo and returns its verification summary.
+func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 16
+	}
+	if cfg.Drain == 0 {
+		cfg.Drain = 30 * time.Second
+	}
+	if cfg.Every == 0 {
+		cfg.Every = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
+		kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead))
+	if err != nil {
+		return Summary{}, fmt.Errorf("starting the embedded broker: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	ledger := delivery.NewLedger()
+	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
+	notes := supervisor.NewNotifications()
+	reg := prometheus.NewRegistry()
+	schedMetrics, err := observe.New(reg, "delivery")
+	if err != nil {
+		return Summary{}, err
+	}
+	supMetrics, err := observe.New(prometheus.WrapRegistererWithPrefix("", reg), "supervisor")
+	if err != nil {
+		return Summary{}, err
+	}
+	lat := newLatencies(schedMetrics.Observer())
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
+	if err != nil {
+		return Summary{}, err
+	}
+	defer producer.Close()
+	src, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "scheduler",
+		Topics: []string{topicRequests}, Logger: cfg.Logger})
+	if err != nil {
+		return Summary{}, err
+	}
+	supSrc, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "supervisor",
+		Topics: []string{topicFailures}, Logger: cfg.Logger})
+	if err != nil {
+		src.Close(ctx)
+		return Summary{}, err
+	}
+	schedMetrics.KafkaSource(src)
+	supMetrics.KafkaSource(supSrc)
+	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
+		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Metrics: schedMetrics, Observer: lat, Logger: cfg.Logger})
+	if err != nil {
+		return Summary{}, err
+	}
+	sup, err := supervisor.New(supervisor.Config{Source: supSrc, Committer: supSrc, Backends: backends, Notifier: notes,
+		Metrics: supMetrics, Logger: cfg.Logger})
+	if err != nil {
+		return Summary{}, err
+	}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, g := range []*stream.Graph{sch.Graph, sup} {
+		wg.Go(func() {
+			if err := g.Run(runCtx); err != nil {
+				errs <- err
+			}
+		})
+	}
+	if cfg.Listen != "" {
+		addr, served, err := observe.Serve(runCtx, observe.ServerConfig{Addr: cfg.Listen, Gatherer: reg,
+			Graphs: []*stream.Graph{sch.Graph, sup}, Ready: src.Ready})
+		if err != nil {
+			stop()
+			wg.Wait()
+			return Summary{}, fmt.Errorf("serving metrics on %s: %w", cfg.Listen, err)
+		}
+		fmt.Fprintf(w, "live view: http://%s/status  metrics: http://%s/metrics\n", addr, addr)
+		defer func() { <-served }()
+	}
+
+	sent := loadgen.NewSent()
+	start := time.Now()
+	lg := loadgen.Default(topicRequests, cfg.Rate, cfg.Duration)
+	lg.BurstRate, lg.BurstEvery, lg.BurstFor = cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- loadgen.Run(ctx, producer, lg, sent) }()
+
+	st := &status{sch: sch, src: src, ledger: ledger, notes: notes, sent: sent, lat: lat, start: start}
+	var tick <-chan time.Time
+	if cfg.Every > 0 {
+		t := time.NewTicker(cfg.Every)
+		defer t.Stop()
+		tick = t.C
+	}
+	var loadErr error
+	var drainBy time.Time
+	loading := true
+wait:
+	for {
+		select {
+		case err := <-errs:
+			stop()
+			wg.Wait()
+			return Summary{}, err
+		case loadErr = <-loadDone:
+			loading = false
+			drainBy = time.Now().Add(cfg.Drain)
+			if loadErr != nil {
+				break wait
+			}
+		case <-tick:
+			fmt.Fprintln(w, st.line())
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			break wait
+		}
+		if !loading && (accounted(sent, ledger, notes, sch) || time.Now().After(drainBy)) {
+			break
+		}
+	}
+	stop()
+	wg.Wait()
+	src.Close(context.Background())
+	supSrc.Close(context.Background())
+	sum, verr := verify(sent, ledger, notes, brokers)
+	if verr != nil {
+		return sum, verr
+	}
+	sum.Elapsed = time.Since(start)
+	sum.P50, sum.P99 = lat.quantile(0.5), lat.quantile(0.99)
+	if loadErr != nil {
+		return sum, loadErr
+	}
+	return sum, nil
+}
+
+// deadLettered counts what reached the dead letters.
+func deadLettered(sch *delivery.Scheduler) int {
+	for _, s := range sch.Graph.Stats() {
+		if s.Name == "dead-letters" {
+			return int(s.In)
+		}
+	}
+	return 0
+}
+
+// deadLetters reads the dead-letter topic: request id -> reason. A request
+// dead-lettered is accounted for, whatever its kind (a deliverable one
+// whose transient faults outlasted its retries before any step succeeded
+// lands there too, with its reason).
+func deadLetters(brokers []string) (map[string]string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topicDead),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	out := map[string]string{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		recs := fs.Records()
+		if len(recs) == 0 {
+			return out, nil
+		}
+		for _, r := range recs {
+			reason := ""
+			for _, h := range r.Headers {
+				if h.Key == kafkasink.HeaderReason {
+					reason = string(h.Value)
+				}
+			}
+			out[string(r.Key)] = reason
+		}
+	}
+}
+
+// accounted reports whether every request sent has an outcome.
+func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, sch *delivery.Scheduler) bool {
+	kinds, _ := sent.Kinds()
+	dead := deadLettered(sch)
+	pending := 0
+	for id, k := range kinds {
+		switch k {
+		case loadgen.Deliverable:
+			if !l.Live("deliveries", id) && !n.Has(id) {
+				pending++ // may be dead-lettered: counted below
+			}
+		case loadgen.Undeliverable:
+			if !n.Has(id) {
+				pending++
+			}
+		default:
+			pending++
+		}
+	}
+	return dead >= pending
+}
+
+func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, brokers []string) (Summary, error) {
+	kinds, dups := sent.Kinds()
+	dead, err := deadLetters(brokers)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}}
+	for id, k := range kinds {
+		_, isDead := dead[id]
+		switch k {
+		case loadgen.Deliverable, loadgen.Undeliverable:
+			switch {
+			case l.Live("deliveries", id) && k == loadgen.Deliverable:
+				s.Completed++
+			case n.Has(id):
+				s.Compensated++
+				for _, svc := range []string{"packages", "drones", "deliveries"} {
+					if l.Live(svc, id) {
+						s.LeftoverAfterUndo++
+					}
+				}
+			case isDead:
+				s.DeadLettered["retries_exhausted"]++
+			default:
+				s.Lost++
+			}
+		default:
+			s.ExpectedDead++
+			name := map[loadgen.Kind]string{loadgen.Malformed: "malformed", loadgen.Invalid: "invalid", loadgen.Suspended: "suspended"}[k]
+			if isDead {
+				s.DeadLettered[name]++
+			} else {
+				s.Lost++
+			}
+		}
+	}
+	s.Twice = l.Twice()
+	return s, nil
+}
+
+// status renders the live line.
+type status struct {
+	sch      *delivery.Scheduler
+	src      *kafka.Source
+	ledger   *delivery.Ledger
+	notes    *supervisor.Notifications
+	sent     *loadgen.Sent
+	lat      *latencies
+	start    time.Time
+	lastSent int64
+	lastDone int
+	lastAt   time.Time
+}
+
+func (s *status) line() string {
+	now := time.Now()
+	if s.lastAt.IsZero() {
+		s.lastAt = s.start
+	}
+	dt := now.Sub(s.lastAt).Seconds()
+	sent := s.sent.Total()
+	done := s.ledger.LiveCount("deliveries")
+	var lag int64
+	for _, p := range s.src.Stats().Partitions {
+		lag += p.Lag
+	}
+	var inflight, retries int64
+	limit := int64(0)
+	for _, a := range s.sch.Steps {
+		st := a.Stats()
+		inflight += st.InFlight
+		for _, n := range st.Retries {
+			retries += n
+		}
+		limit = max(limit, st.Limit)
+	}
+	dead := deadLettered(s.sch)
+	line := fmt.Sprintf("%5.1fs ingest %6.0f/s completed %6.0f/s | e2e p50 %v p99 %v | lag %d in-flight %d limit %d | retries %d dead-letters %d compensations %d",
+		now.Sub(s.start).Seconds(), float64(sent-s.lastSent)/dt, float64(done-s.lastDone)/dt,
+		s.lat.quantile(0.5).Round(time.Millisecond), s.lat.quantile(0.99).Round(time.Millisecond),
+		lag, inflight, limit, retries, dead, s.notes.Len())
+	s.lastSent, s.lastDone, s.lastAt = sent, done, now
+	return line
+}
+
+// latencies keeps the last end-to-end latencies for the status line's
+// quantiles and forwards every measurement to the metrics.
+type latencies struct {
+	next stream.Observer
+	mu   sync.Mutex
+	ring []time.Duration
+	pos  int
+	full bool
+}
+
+func newLatencies(next stream.Observer) *latencies {
+	return &latencies{next: next, ring: make([]time.Duration, 20000)}
+}
+
+func (l *latencies) Stage(name string) stream.StageObserver { return l.next.Stage(name) }
+
+func (l *latencies) Latency(d time.Duration) {
+	l.next.Latency(d)
+	l.mu.Lock()
+	l.ring[l.pos] = d
+	l.pos++
+	if l.pos == len(l.ring) {
+		l.pos, l.full = 0, true
+	}
+	l.mu.Unlock()
+}
+
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	n := l.pos
+	if l.full {
+		n = len(l.ring)
+	}
+	s := slices.Clone(l.ring[:n])
+	l.mu.Unlock()
+	if len(s) == 0 {
+		return 0
+	}
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}

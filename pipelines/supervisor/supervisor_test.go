@@ -1,0 +1,62 @@
+package supervisor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/supervisor"
+)
+
+func TestUndoReversesCompletedStepsIdempotently(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
+	r := delivery.Request{ID: "d-9", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}, Deadline: time.Now()}
+	_ = b.Packages.Put(ctx, r.ID, r)
+	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
+	p := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage, delivery.StepThirdParty, delivery.StepDrone}}
+	for range 2 { // a supervisor that crashed mid-compensation runs it again
+		if err := supervisor.Undo(ctx, b, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Live("packages", r.ID) || l.Live("drones", r.ID) || l.Created("packages", r.ID) != 1 {
+		t.Fatalf("after undo: package live %v, drone live %v", l.Live("packages", r.ID), l.Live("drones", r.ID))
+	}
+}
+
+type recorder struct {
+	delivery.Drones
+	calls *[]string
+}
+
+func (r recorder) Cancel(ctx context.Context, id string) error {
+	*r.calls = append(*r.calls, "cancel_drone")
+	return r.Drones.Cancel(ctx, id)
+}
+
+type pkgRecorder struct {
+	delivery.Packages
+	calls *[]string
+}
+
+func (r pkgRecorder) Delete(ctx context.Context, id string) error {
+	*r.calls = append(*r.calls, "delete_package")
+	return r.Packages.Delete(ctx, id)
+}
+
+func TestUndoOrderIsReverse(t *testing.T) {
+	var calls []string
+	b := delivery.Simulated(delivery.SimConfig{}, delivery.NewLedger(), nil)
+	b.Drones = recorder{b.Drones, &calls}
+	b.Packages = pkgRecorder{b.Packages, &calls}
+	p := delivery.Progress{Request: delivery.Request{ID: "x"}, Done: []delivery.Step{delivery.StepPackage, delivery.StepDrone}}
+	if err := supervisor.Undo(context.Background(), b, p); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[0] != "cancel_drone" || calls[1] != "delete_package" {
+		t.Fatalf("undo order %v", calls)
+	}
+}
