@@ -73,10 +73,11 @@ type SimConfig struct {
 // Ledger counts side effects per service and delivery id, so that tests and
 // the demo can check that nothing was created twice.
 type Ledger struct {
-	mu      sync.Mutex
-	created map[string]int // service/id -> times created
-	live    map[string]bool
-	deleted map[string]int
+	mu        sync.Mutex
+	created   map[string]int // service/id -> times created while not live
+	live      map[string]bool
+	deleted   map[string]int
+	recreated int // creations of a record that had been undone before
 }
 
 // NewLedger returns an empty ledger.
@@ -84,15 +85,28 @@ func NewLedger() *Ledger {
 	return &Ledger{created: map[string]int{}, live: map[string]bool{}, deleted: map[string]int{}}
 }
 
-// put records a create-or-update: only the first creates.
+// put records a create-or-update: only the first creates. A record
+// created again after it was undone (a duplicate of a request that was
+// compensated) counts as recreated, not as created twice.
 func (l *Ledger) put(service, id string) {
 	k := service + "/" + id
 	l.mu.Lock()
 	if !l.live[k] {
 		l.live[k] = true
-		l.created[k]++
+		if l.deleted[k] > 0 {
+			l.recreated++
+		} else {
+			l.created[k]++
+		}
 	}
 	l.mu.Unlock()
+}
+
+// Recreated returns how many records were created again after an undo.
+func (l *Ledger) Recreated() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.recreated
 }
 
 // del records a delete; deleting what is not there is not an error (undo is

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +48,10 @@ type Config struct {
 	Every time.Duration
 	// Listen serves metrics and /status there, if set.
 	Listen string
+	// HTTP puts the simulated services behind real HTTP servers on
+	// loopback (JSON, PUT create-or-update) and calls them through a pooled
+	// HTTP client, instead of calling them in-process.
+	HTTP   bool
 	Logger *slog.Logger
 }
 
@@ -53,7 +59,7 @@ type Config struct {
 func Defaults(d time.Duration) Config {
 	return Config{Rate: 10_000, BurstRate: 20_000, Duration: d, BurstEvery: 10 * time.Second, BurstFor: 3 * time.Second,
 		Sim: delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
-			TransientRate: 0.01, ThrottleRate: 0.002, RetryAfter: 20 * time.Millisecond},
+			TransientRate: 0.01, ThrottleRate: 0.002},
 		Partitions: 16, Drain: 30 * time.Second, Every: time.Second}
 }
 
@@ -64,6 +70,9 @@ type Summary struct {
 	DeadLettered                   map[string]int // by kind of input
 	ExpectedDead                   int
 	Lost, Twice, LeftoverAfterUndo int
+	// Recreated counts records created again after a compensation undid
+	// them: duplicates of a compensated request that then went through.
+	Recreated int
 	P50, P99                       time.Duration
 	Elapsed                        time.Duration
 }
@@ -82,9 +91,9 @@ func (s Summary) String() string {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "verification %s: sent %d (%d duplicates) in %v; completed %d, compensated %d, dead-lettered %v (expected %d); "+
-		"lost %d, side effects applied twice %d, left after compensation %d; end-to-end p50 %v p99 %v",
+		"lost %d, side effects applied twice %d, left after compensation %d, re-created after compensation %d; end-to-end p50 %v p99 %v",
 		verdict, s.Sent, s.Duplicates, s.Elapsed.Round(time.Millisecond), s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead,
-		s.Lost, s.Twice, s.LeftoverAfterUndo, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+		s.Lost, s.Twice, s.LeftoverAfterUndo, s.Recreated, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
 	return b.String()
 }
 
@@ -118,6 +127,17 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 
 	ledger := delivery.NewLedger()
 	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
+	if cfg.HTTP {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return Summary{}, err
+		}
+		srv := &http.Server{Handler: delivery.HTTPHandler(backends), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		backends = delivery.HTTPBackends("http://"+ln.Addr().String(), delivery.NewHTTPClient(1024))
+		fmt.Fprintf(w, "backends: HTTP services on %s\n", ln.Addr())
+	}
 	notes := supervisor.NewNotifications()
 	reg := prometheus.NewRegistry()
 	schedMetrics, err := observe.New(reg, "delivery")
@@ -339,6 +359,7 @@ func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications,
 		}
 	}
 	s.Twice = l.Twice()
+	s.Recreated = l.Recreated()
 	return s, nil
 }
 

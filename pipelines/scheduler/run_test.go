@@ -32,3 +32,21 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("verification failed: %s", sum)
 	}
 }
+
+// TestDemoEndToEndHTTP is the same with the services behind real HTTP
+// servers on loopback.
+func TestDemoEndToEndHTTP(t *testing.T) {
+	cfg := scheduler.Defaults(2 * time.Second)
+	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 500, 0, 0
+	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
+	cfg.Every, cfg.HTTP, cfg.Drain = time.Second, true, 20*time.Second
+	var out strings.Builder
+	sum, err := scheduler.Run(context.Background(), cfg, &out)
+	t.Logf("%s\n%s", out.String(), sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out.String(), "HTTP services") {
+		t.Fatalf("verification failed: %s", sum)
+	}
+}

@@ -29,7 +29,7 @@ func main() {
 
 func usage() error {
 	return fmt.Errorf(`usage:
-  sluice demo [-rate N] [-burst N] [-duration D] [-listen 127.0.0.1:9464]
+  sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-listen 127.0.0.1:9464]
   sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]`)
 }
 
@@ -47,11 +47,19 @@ func run(args []string) error {
 		burst := fs.Float64("burst", def.BurstRate, "request rate during bursts (3 s every 10 s)")
 		dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
 		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
+		backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		cfg := def
 		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen = *rate, *burst, *dur, *listen
+		switch *backends {
+		case "sim":
+		case "http":
+			cfg.HTTP = true
+		default:
+			return fmt.Errorf("-backends %q: want sim or http", *backends)
+		}
 		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
 			cfg.Rate, cfg.BurstRate, cfg.Duration)
 		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")

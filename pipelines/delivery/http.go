@@ -1,0 +1,220 @@
+package delivery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// HTTPHandler serves b as JSON services, the way real backends would:
+//
+//	POST   /accounts/{owner}/check          200, 403 suspended
+//	PUT    /packages/{id}      (Request)    create-or-update
+//	DELETE /packages/{id}
+//	POST   /third-party/check  (Request)    {"needed": bool}
+//	PUT    /drones/{id}        (Location)   {"drone_id": "..."}, 422 no drone base
+//	DELETE /drones/{id}
+//	PUT    /deliveries/{id}    (Progress)   create-or-update
+//	DELETE /deliveries/{id}
+//
+// Transient faults answer 503, throttling 429 with Retry-After.
+func HTTPHandler(b Backends) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /accounts/{owner}/check", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, b.Accounts.Check(r.Context(), r.PathValue("owner")))
+	})
+	mux.HandleFunc("PUT /packages/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if !decode(w, r, &req) {
+			return
+		}
+		reply(w, nil, b.Packages.Put(r.Context(), r.PathValue("id"), req))
+	})
+	mux.HandleFunc("DELETE /packages/{id}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, b.Packages.Delete(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /third-party/check", func(w http.ResponseWriter, r *http.Request) {
+		var req Request
+		if !decode(w, r, &req) {
+			return
+		}
+		need, err := b.ThirdParty.Needed(r.Context(), req)
+		reply(w, map[string]bool{"needed": need}, err)
+	})
+	mux.HandleFunc("PUT /drones/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var loc Location
+		if !decode(w, r, &loc) {
+			return
+		}
+		id, err := b.Drones.Schedule(r.Context(), r.PathValue("id"), loc)
+		reply(w, map[string]string{"drone_id": id}, err)
+	})
+	mux.HandleFunc("DELETE /drones/{id}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, b.Drones.Cancel(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("PUT /deliveries/{id}", func(w http.ResponseWriter, r *http.Request) {
+		var p Progress
+		if !decode(w, r, &p) {
+			return
+		}
+		reply(w, nil, b.Deliveries.Put(r.Context(), r.PathValue("id"), p))
+	})
+	mux.HandleFunc("DELETE /deliveries/{id}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, b.Deliveries.Delete(r.Context(), r.PathValue("id")))
+	})
+	return mux
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		http.Error(w, "malformed body: "+err.Error(), http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+// reply writes v as JSON, or maps err to a status: 403 suspended, 422 no
+// drone base, 429 throttled (with Retry-After), 503 other transient
+// faults, 500 anything else.
+func reply(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		c := stream.Classify(err)
+		code := http.StatusInternalServerError
+		switch {
+		case errors.Is(err, ErrSuspended):
+			code = http.StatusForbidden
+		case errors.Is(err, ErrNoDrone):
+			code = http.StatusUnprocessableEntity
+		case c.Reason == stream.ReasonThrottled:
+			code = http.StatusTooManyRequests
+			if c.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int((c.RetryAfter+time.Second-1)/time.Second)))
+			}
+		case c.Transient:
+			code = http.StatusServiceUnavailable
+		}
+		http.Error(w, err.Error(), code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if v == nil {
+		v = map[string]bool{"ok": true}
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// HTTPBackends calls services served by HTTPHandler at base (for example
+// http://127.0.0.1:8080) through client, which should have timeouts and a
+// pooled transport (NewHTTPClient).
+func HTTPBackends(base string, client *http.Client) Backends {
+	c := &httpClient{base: base, cl: client}
+	return Backends{Accounts: httpAccounts{c}, Packages: httpPackages{c}, ThirdParty: httpThirdParty{c},
+		Drones: httpDrones{c}, Deliveries: httpDeliveries{c}}
+}
+
+// NewHTTPClient returns a client for the backends: keep-alive connections
+// pooled per host (up to maxConns idle), and a 2 s overall timeout as the
+// last line of defence behind the per-attempt contexts.
+func NewHTTPClient(maxConns int) *http.Client {
+	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, IdleConnTimeout: 90 * time.Second,
+	}}
+}
+
+type httpClient struct {
+	base string
+	cl   *http.Client
+}
+
+// do sends body as JSON and decodes the answer into out (if not nil);
+// non-2xx answers become *flow.HTTPError, which stream.Classify reads.
+func (c *httpClient) do(ctx context.Context, method, path string, body, out any) error {
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.cl.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := flow.CheckResponse(resp); err != nil {
+		return err
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+type httpAccounts struct{ c *httpClient }
+
+func (a httpAccounts) Check(ctx context.Context, owner string) error {
+	return a.c.do(ctx, http.MethodPost, "/accounts/"+url.PathEscape(owner)+"/check", nil, nil)
+}
+
+type httpPackages struct{ c *httpClient }
+
+func (p httpPackages) Put(ctx context.Context, id string, r Request) error {
+	return p.c.do(ctx, http.MethodPut, "/packages/"+url.PathEscape(id), r, nil)
+}
+
+func (p httpPackages) Delete(ctx context.Context, id string) error {
+	return p.c.do(ctx, http.MethodDelete, "/packages/"+url.PathEscape(id), nil, nil)
+}
+
+type httpThirdParty struct{ c *httpClient }
+
+func (t httpThirdParty) Needed(ctx context.Context, r Request) (bool, error) {
+	var out struct {
+		Needed bool `json:"needed"`
+	}
+	err := t.c.do(ctx, http.MethodPost, "/third-party/check", r, &out)
+	return out.Needed, err
+}
+
+type httpDrones struct{ c *httpClient }
+
+func (d httpDrones) Schedule(ctx context.Context, id string, pickup Location) (string, error) {
+	var out struct {
+		DroneID string `json:"drone_id"`
+	}
+	err := d.c.do(ctx, http.MethodPut, "/drones/"+url.PathEscape(id), pickup, &out)
+	return out.DroneID, err
+}
+
+func (d httpDrones) Cancel(ctx context.Context, id string) error {
+	return d.c.do(ctx, http.MethodDelete, "/drones/"+url.PathEscape(id), nil, nil)
+}
+
+type httpDeliveries struct{ c *httpClient }
+
+func (d httpDeliveries) Put(ctx context.Context, id string, p Progress) error {
+	return d.c.do(ctx, http.MethodPut, "/deliveries/"+url.PathEscape(id), p, nil)
+}
+
+func (d httpDeliveries) Delete(ctx context.Context, id string) error {
+	return d.c.do(ctx, http.MethodDelete, "/deliveries/"+url.PathEscape(id), nil, nil)
+}

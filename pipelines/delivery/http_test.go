@@ -1,0 +1,69 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+func TestHTTPBackendsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	srv := httptest.NewServer(delivery.HTTPHandler(delivery.Simulated(delivery.SimConfig{}, l, func(o string) bool { return o == "bad" })))
+	defer srv.Close()
+	b := delivery.HTTPBackends(srv.URL, delivery.NewHTTPClient(8))
+	r := valid()
+	if err := b.Accounts.Check(ctx, r.Owner); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Accounts.Check(ctx, "bad")
+	var he *flow.HTTPError
+	if !errors.As(err, &he) || he.Status != 403 || stream.Classify(err).Transient {
+		t.Fatalf("suspended over HTTP: %v", err)
+	}
+	for range 2 { // PUT twice: created once
+		if err := b.Packages.Put(ctx, r.ID, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	need, err := b.ThirdParty.Needed(ctx, r)
+	if err != nil || need {
+		t.Fatalf("third party: %v %v", need, err)
+	}
+	id, err := b.Drones.Schedule(ctx, r.ID, r.Pickup)
+	if err != nil || id == "" {
+		t.Fatalf("drone: %q %v", id, err)
+	}
+	if _, err := b.Drones.Schedule(ctx, "d-far", delivery.Location{Lat: 78.2, Lon: 15}); stream.Classify(err).Transient || !errors.As(err, &he) || he.Status != 422 {
+		t.Fatalf("no drone base over HTTP: %v", err)
+	}
+	if err := b.Deliveries.Put(ctx, r.ID, delivery.Progress{Request: r}); err != nil {
+		t.Fatal(err)
+	}
+	if l.Created("packages", r.ID) != 1 || !l.Live("drones", r.ID) || !l.Live("deliveries", r.ID) {
+		t.Fatal("side effects missing or doubled")
+	}
+	for _, del := range []func(context.Context, string) error{b.Deliveries.Delete, b.Drones.Cancel, b.Packages.Delete, b.Packages.Delete} {
+		if err := del(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Live("packages", r.ID) || l.Live("drones", r.ID) || l.Live("deliveries", r.ID) {
+		t.Fatal("undo over HTTP left records")
+	}
+}
+
+func TestHTTPFaultsKeepTheirClass(t *testing.T) {
+	srv := httptest.NewServer(delivery.HTTPHandler(delivery.Simulated(delivery.SimConfig{TransientRate: 1}, delivery.NewLedger(), nil)))
+	defer srv.Close()
+	b := delivery.HTTPBackends(srv.URL, delivery.NewHTTPClient(2))
+	err := b.Packages.Put(context.Background(), "d-1", valid())
+	if c := stream.Classify(err); !c.Transient {
+		t.Fatalf("503 over HTTP classified %+v (%v)", c, err)
+	}
+}
