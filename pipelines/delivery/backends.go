@@ -52,6 +52,10 @@ type Backends struct {
 // ErrSuspended is the permanent failure of a suspended account.
 var ErrSuspended = errors.New("account suspended")
 
+// ErrCancelled is the permanent failure of creating something for a
+// delivery that a compensation cancelled.
+var ErrCancelled = errors.New("delivery was cancelled by compensation")
+
 // ErrNoDrone is the permanent failure of a pickup no drone base serves.
 var ErrNoDrone = errors.New("no drone base serves the pickup location")
 
@@ -73,11 +77,10 @@ type SimConfig struct {
 // Ledger counts side effects per service and delivery id, so that tests and
 // the demo can check that nothing was created twice.
 type Ledger struct {
-	mu        sync.Mutex
-	created   map[string]int // service/id -> times created while not live
-	live      map[string]bool
-	deleted   map[string]int
-	recreated int // creations of a record that had been undone before
+	mu      sync.Mutex
+	created map[string]int // service/id -> times created
+	live    map[string]bool
+	deleted map[string]int // an undone record is a tombstone: never created again
 }
 
 // NewLedger returns an empty ledger.
@@ -85,39 +88,31 @@ func NewLedger() *Ledger {
 	return &Ledger{created: map[string]int{}, live: map[string]bool{}, deleted: map[string]int{}}
 }
 
-// put records a create-or-update: only the first creates. A record
-// created again after it was undone (a duplicate of a request that was
-// compensated) counts as recreated, not as created twice.
-func (l *Ledger) put(service, id string) {
+// put records a create-or-update: only the first creates. A record that a
+// compensation undid stays undone: a late call (a retry whose earlier
+// attempt timed out, a duplicate of the compensated request) is refused
+// with ErrCancelled instead of bringing it back.
+func (l *Ledger) put(service, id string) error {
 	k := service + "/" + id
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.deleted[k] > 0 {
+		return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
+	}
 	if !l.live[k] {
 		l.live[k] = true
-		if l.deleted[k] > 0 {
-			l.recreated++
-		} else {
-			l.created[k]++
-		}
+		l.created[k]++
 	}
-	l.mu.Unlock()
+	return nil
 }
 
-// Recreated returns how many records were created again after an undo.
-func (l *Ledger) Recreated() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.recreated
-}
-
-// del records a delete; deleting what is not there is not an error (undo is
-// idempotent).
+// del records a delete (undo). Deleting what is not there is not an
+// error (undo is idempotent); either way the id is cancelled for good.
 func (l *Ledger) del(service, id string) {
 	k := service + "/" + id
 	l.mu.Lock()
-	if l.live[k] {
-		l.live[k] = false
-		l.deleted[k]++
-	}
+	l.live[k] = false
+	l.deleted[k]++
 	l.mu.Unlock()
 }
 
@@ -236,8 +231,7 @@ func (p *simPackages) Put(ctx context.Context, id string, _ Request) error {
 	if err := p.call(ctx); err != nil {
 		return err
 	}
-	p.l.put("packages", id)
-	return nil
+	return p.l.put("packages", id)
 }
 
 func (p *simPackages) Delete(ctx context.Context, id string) error {
@@ -269,7 +263,9 @@ func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (s
 	if NoDroneBase(pickup) {
 		return "", fmt.Errorf("delivery %s: %w", id, ErrNoDrone)
 	}
-	d.l.put("drones", id)
+	if err := d.l.put("drones", id); err != nil {
+		return "", err
+	}
 	return "drone-for-" + id, nil
 }
 
@@ -290,8 +286,7 @@ func (d *simDeliveries) Put(ctx context.Context, id string, _ Progress) error {
 	if err := d.call(ctx); err != nil {
 		return err
 	}
-	d.l.put("deliveries", id)
-	return nil
+	return d.l.put("deliveries", id)
 }
 
 func (d *simDeliveries) Delete(ctx context.Context, id string) error {

@@ -81,3 +81,22 @@ func TestSimulatedFaultsAreTransient(t *testing.T) {
 		t.Fatalf("%v classified %+v", err, c)
 	}
 }
+
+func TestCompensatedDeliveriesStayCancelled(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
+	r := valid()
+	if err := b.Packages.Put(ctx, r.ID, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Packages.Delete(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A late retry, or a duplicate of the compensated request, must not
+	// bring the package back.
+	err := b.Packages.Put(ctx, r.ID, r)
+	if !errors.Is(err, delivery.ErrCancelled) || stream.Classify(err).Transient || l.Live("packages", r.ID) {
+		t.Fatalf("put after undo: %v", err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 // HTTPHandler serves b as JSON services, the way real backends would:
 //
 //	POST   /accounts/{owner}/check          200, 403 suspended
+//	(any PUT for a delivery a compensation cancelled: 409)
 //	PUT    /packages/{id}      (Request)    create-or-update
 //	DELETE /packages/{id}
 //	POST   /third-party/check  (Request)    {"needed": bool}
@@ -94,6 +95,8 @@ func reply(w http.ResponseWriter, v any, err error) {
 			code = http.StatusForbidden
 		case errors.Is(err, ErrNoDrone):
 			code = http.StatusUnprocessableEntity
+		case errors.Is(err, ErrCancelled):
+			code = http.StatusConflict
 		case c.Reason == stream.ReasonThrottled:
 			code = http.StatusTooManyRequests
 			if c.RetryAfter > 0 {

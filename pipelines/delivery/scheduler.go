@@ -39,6 +39,8 @@ type SchedulerConfig struct {
 	// observer (to tee measurements elsewhere too).
 	Observer stream.Observer
 	Logger   *slog.Logger
+	// DrainTimeout bounds the drain on cancel (default 10s).
+	DrainTimeout time.Duration
 }
 
 // Scheduler is a built scheduler pipeline.
@@ -67,6 +69,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		cfg.Logger = slog.Default()
 	}
 	opts := []stream.Option{stream.WithPipeline("delivery"), stream.WithLogger(cfg.Logger)}
+	if cfg.DrainTimeout > 0 {
+		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
+	}
 	switch {
 	case cfg.Observer != nil:
 		opts = append(opts, stream.WithObserver(cfg.Observer))

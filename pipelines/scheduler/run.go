@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,10 @@ type Config struct {
 	Every time.Duration
 	// Listen serves metrics and /status there, if set.
 	Listen string
+	// Restarts crashes the scheduler and the supervisor this many times
+	// during the load (without draining; new ones take over), to prove that
+	// nothing is lost or applied twice. Metrics are off when set.
+	Restarts int
 	// HTTP puts the simulated services behind real HTTP servers on
 	// loopback (JSON, PUT create-or-update) and calls them through a pooled
 	// HTTP client, instead of calling them in-process.
@@ -70,9 +75,6 @@ type Summary struct {
 	DeadLettered                   map[string]int // by kind of input
 	ExpectedDead                   int
 	Lost, Twice, LeftoverAfterUndo int
-	// Recreated counts records created again after a compensation undid
-	// them: duplicates of a compensated request that then went through.
-	Recreated int
 	P50, P99                       time.Duration
 	Elapsed                        time.Duration
 }
@@ -91,9 +93,9 @@ func (s Summary) String() string {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(&b, "verification %s: sent %d (%d duplicates) in %v; completed %d, compensated %d, dead-lettered %v (expected %d); "+
-		"lost %d, side effects applied twice %d, left after compensation %d, re-created after compensation %d; end-to-end p50 %v p99 %v",
+		"lost %d, side effects applied twice %d, left after compensation %d; end-to-end p50 %v p99 %v",
 		verdict, s.Sent, s.Duplicates, s.Elapsed.Round(time.Millisecond), s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead,
-		s.Lost, s.Twice, s.LeftoverAfterUndo, s.Recreated, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+		s.Lost, s.Twice, s.LeftoverAfterUndo, s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
 	return b.String()
 }
 
@@ -155,51 +157,96 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 		return Summary{}, err
 	}
 	defer producer.Close()
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "scheduler",
-		Topics: []string{topicRequests}, Logger: cfg.Logger})
-	if err != nil {
-		return Summary{}, err
-	}
-	supSrc, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "supervisor",
-		Topics: []string{topicFailures}, Logger: cfg.Logger})
-	if err != nil {
-		src.Close(ctx)
-		return Summary{}, err
-	}
-	schedMetrics.KafkaSource(src)
-	supMetrics.KafkaSource(supSrc)
-	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
-		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Metrics: schedMetrics, Observer: lat, Logger: cfg.Logger})
-	if err != nil {
-		return Summary{}, err
-	}
-	sup, err := supervisor.New(supervisor.Config{Source: supSrc, Committer: supSrc, Backends: backends, Notifier: notes,
-		Metrics: supMetrics, Logger: cfg.Logger})
-	if err != nil {
-		return Summary{}, err
-	}
 
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for _, g := range []*stream.Graph{sch.Graph, sup} {
-		wg.Go(func() {
-			if err := g.Run(runCtx); err != nil {
-				errs <- err
-			}
-		})
-	}
-	if cfg.Listen != "" {
-		addr, served, err := observe.Serve(runCtx, observe.ServerConfig{Addr: cfg.Listen, Gatherer: reg,
-			Graphs: []*stream.Graph{sch.Graph, sup}, Ready: src.Ready})
+	errs := make(chan error, 8)
+	w8 := &workers{}
+	spawn := func(withMetrics bool, drain time.Duration) (*incarnation, error) {
+		inc := &incarnation{done: make(chan struct{})}
+		var err error
+		inc.src, err = kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "scheduler",
+			Topics: []string{topicRequests}, Logger: cfg.Logger})
 		if err != nil {
-			stop()
-			wg.Wait()
+			return nil, err
+		}
+		inc.supSrc, err = kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "supervisor",
+			Topics: []string{topicFailures}, Logger: cfg.Logger})
+		if err != nil {
+			inc.src.Close(ctx)
+			return nil, err
+		}
+		scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: backends, Producer: producer,
+			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain}
+		pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: backends, Notifier: notes,
+			Logger: cfg.Logger, DrainTimeout: drain}
+		if withMetrics {
+			schedMetrics.KafkaSource(inc.src)
+			supMetrics.KafkaSource(inc.supSrc)
+			scfg.Metrics, pcfg.Metrics = schedMetrics, supMetrics
+		}
+		if inc.sch, err = delivery.NewScheduler(scfg); err != nil {
+			return nil, err
+		}
+		if inc.sup, err = supervisor.New(pcfg); err != nil {
+			return nil, err
+		}
+		runCtx, stop := context.WithCancel(context.Background())
+		inc.stop = stop
+		var wg sync.WaitGroup
+		for _, g := range []*stream.Graph{inc.sch.Graph, inc.sup} {
+			wg.Go(func() {
+				if err := g.Run(runCtx); err != nil && !inc.crashed.Load() {
+					errs <- err
+				}
+			})
+		}
+		go func() { wg.Wait(); close(inc.done) }()
+		return inc, nil
+	}
+	// Restarts need abrupt drains and cannot re-register metrics: the
+	// metrics are on when the run does not restart.
+	drain := time.Duration(0)
+	if cfg.Restarts > 0 {
+		drain = time.Nanosecond
+	}
+	first, err := spawn(cfg.Restarts == 0, drain)
+	if err != nil {
+		return Summary{}, err
+	}
+	w8.set(first)
+	defer func() { w8.current().shutdown(false) }()
+	if cfg.Listen != "" && cfg.Restarts == 0 {
+		srvCtx, stopSrv := context.WithCancel(context.Background())
+		addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: cfg.Listen, Gatherer: reg,
+			Graphs: []*stream.Graph{first.sch.Graph, first.sup}, Ready: first.src.Ready})
+		if err != nil {
+			stopSrv()
 			return Summary{}, fmt.Errorf("serving metrics on %s: %w", cfg.Listen, err)
 		}
 		fmt.Fprintf(w, "live view: http://%s/status  metrics: http://%s/metrics\n", addr, addr)
-		defer func() { <-served }()
+		defer func() { stopSrv(); <-served }()
+	}
+	if cfg.Restarts > 0 {
+		// Crash the scheduler and the supervisor at even moments of the
+		// load: stop them without draining (in-flight messages stay
+		// unsettled and are redone) and start new ones in the same groups.
+		go func() {
+			every := cfg.Duration / time.Duration(cfg.Restarts+1)
+			for range cfg.Restarts {
+				select {
+				case <-time.After(every):
+				case <-ctx.Done():
+					return
+				}
+				w8.current().shutdown(true)
+				inc, err := spawn(false, drain)
+				if err != nil {
+					errs <- err
+					return
+				}
+				w8.set(inc)
+				fmt.Fprintln(w, "  -- scheduler and supervisor crashed and restarted --")
+			}
+		}()
 	}
 
 	sent := loadgen.NewSent()
@@ -209,7 +256,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- loadgen.Run(ctx, producer, lg, sent) }()
 
-	st := &status{sch: sch, src: src, ledger: ledger, notes: notes, sent: sent, lat: lat, start: start}
+	st := &status{w: w8, ledger: ledger, notes: notes, sent: sent, lat: lat, start: start}
 	var tick <-chan time.Time
 	if cfg.Every > 0 {
 		t := time.NewTicker(cfg.Every)
@@ -223,8 +270,6 @@ wait:
 	for {
 		select {
 		case err := <-errs:
-			stop()
-			wg.Wait()
 			return Summary{}, err
 		case loadErr = <-loadDone:
 			loading = false
@@ -238,14 +283,10 @@ wait:
 		case <-ctx.Done():
 			break wait
 		}
-		if !loading && (accounted(sent, ledger, notes, sch) || time.Now().After(drainBy)) {
+		if !loading && (accounted(sent, ledger, notes, w8.deadLettered()) || time.Now().After(drainBy)) {
 			break
 		}
 	}
-	stop()
-	wg.Wait()
-	src.Close(context.Background())
-	supSrc.Close(context.Background())
 	sum, verr := verify(sent, ledger, notes, brokers)
 	if verr != nil {
 		return sum, verr
@@ -301,9 +342,8 @@ func deadLetters(brokers []string) (map[string]string, error) {
 }
 
 // accounted reports whether every request sent has an outcome.
-func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, sch *delivery.Scheduler) bool {
+func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, dead int) bool {
 	kinds, _ := sent.Kinds()
-	dead := deadLettered(sch)
 	pending := 0
 	for id, k := range kinds {
 		switch k {
@@ -359,14 +399,12 @@ func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications,
 		}
 	}
 	s.Twice = l.Twice()
-	s.Recreated = l.Recreated()
 	return s, nil
 }
 
 // status renders the live line.
 type status struct {
-	sch      *delivery.Scheduler
-	src      *kafka.Source
+	w        *workers
 	ledger   *delivery.Ledger
 	notes    *supervisor.Notifications
 	sent     *loadgen.Sent
@@ -385,13 +423,14 @@ func (s *status) line() string {
 	dt := now.Sub(s.lastAt).Seconds()
 	sent := s.sent.Total()
 	done := s.ledger.LiveCount("deliveries")
+	cur := s.w.current()
 	var lag int64
-	for _, p := range s.src.Stats().Partitions {
+	for _, p := range cur.src.Stats().Partitions {
 		lag += p.Lag
 	}
 	var inflight, retries int64
 	limit := int64(0)
-	for _, a := range s.sch.Steps {
+	for _, a := range cur.sch.Steps {
 		st := a.Stats()
 		inflight += st.InFlight
 		for _, n := range st.Retries {
@@ -399,7 +438,7 @@ func (s *status) line() string {
 		}
 		limit = max(limit, st.Limit)
 	}
-	dead := deadLettered(s.sch)
+	dead := s.w.deadLettered()
 	line := fmt.Sprintf("%5.1fs ingest %6.0f/s completed %6.0f/s | e2e p50 %v p99 %v | lag %d in-flight %d limit %d | retries %d dead-letters %d compensations %d",
 		now.Sub(s.start).Seconds(), float64(sent-s.lastSent)/dt, float64(done-s.lastDone)/dt,
 		s.lat.quantile(0.5).Round(time.Millisecond), s.lat.quantile(0.99).Round(time.Millisecond),
@@ -448,4 +487,53 @@ func (l *latencies) quantile(q float64) time.Duration {
 	}
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// incarnation is one life of the scheduler and the supervisor.
+type incarnation struct {
+	sch         *delivery.Scheduler
+	sup         *stream.Graph
+	src, supSrc *kafka.Source
+	stop        context.CancelFunc
+	done        chan struct{}
+	crashed     atomic.Bool
+}
+
+// shutdown stops both pipelines: a crash stops them without a drain (their
+// errors are expected then); otherwise they drain.
+func (inc *incarnation) shutdown(crash bool) {
+	inc.crashed.Store(crash)
+	inc.stop()
+	<-inc.done
+	inc.src.Close(context.Background())
+	inc.supSrc.Close(context.Background())
+}
+
+// workers holds the current incarnation and what earlier ones
+// dead-lettered.
+type workers struct {
+	mu       sync.Mutex
+	cur      *incarnation
+	deadBase int
+}
+
+func (w *workers) set(inc *incarnation) {
+	w.mu.Lock()
+	if w.cur != nil {
+		w.deadBase += deadLettered(w.cur.sch)
+	}
+	w.cur = inc
+	w.mu.Unlock()
+}
+
+func (w *workers) current() *incarnation {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cur
+}
+
+func (w *workers) deadLettered() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deadBase + deadLettered(w.cur.sch)
 }

@@ -76,6 +76,8 @@ type Config struct {
 	Retry   *flow.RetryPolicy
 	Metrics *observe.Metrics
 	Logger  *slog.Logger
+	// DrainTimeout bounds the drain on cancel (default 10s).
+	DrainTimeout time.Duration
 }
 
 // New builds the supervisor pipeline:
@@ -93,6 +95,9 @@ func New(cfg Config) (*stream.Graph, error) {
 		cfg.Logger = slog.Default()
 	}
 	opts := []stream.Option{stream.WithPipeline("supervisor"), stream.WithLogger(cfg.Logger)}
+	if cfg.DrainTimeout > 0 {
+		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
+	}
 	if cfg.Metrics != nil {
 		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
 	}
@@ -107,7 +112,7 @@ func New(cfg Config) (*stream.Graph, error) {
 	}), stream.Name("parse"))
 	b := cfg.Backends
 	undo := flow.MapAsync(64, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
-		return ev, Undo(ctx, b, ev.Progress)
+		return ev, Undo(ctx, b, ev.Progress, delivery.Step(ev.Stage))
 	}, flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger))
 	undone := stream.Via(evs, stream.Flow[delivery.Compensation, delivery.Compensation](undo), stream.Name("undo"))
 	notified := stream.Via(undone, flow.MapAsync(16, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
@@ -122,11 +127,17 @@ func New(cfg Config) (*stream.Graph, error) {
 	return g, nil
 }
 
-// Undo reverses the completed steps of p, last first. Each undo is
-// idempotent, so Undo may run again for the same request after a crash.
-// Checks (account, third-party) have nothing to undo.
-func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
+// Undo reverses the completed steps of p, last first, starting with
+// failed, the step that failed: its outcome is unknown (an attempt may have
+// timed out after the service acted), and undoing what was not done is
+// harmless. Each undo is idempotent, so Undo may run again for the same
+// request after a crash. Checks (account, third-party) have nothing to
+// undo.
+func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress, failed delivery.Step) error {
 	done := slices.Clone(p.Done)
+	if slices.Contains(delivery.Steps, failed) && !slices.Contains(done, failed) {
+		done = append(done, failed)
+	}
 	slices.Reverse(done)
 	for _, s := range done {
 		var err error

@@ -18,7 +18,7 @@ func TestUndoReversesCompletedStepsIdempotently(t *testing.T) {
 	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
 	p := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage, delivery.StepThirdParty, delivery.StepDrone}}
 	for range 2 { // a supervisor that crashed mid-compensation runs it again
-		if err := supervisor.Undo(ctx, b, p); err != nil {
+		if err := supervisor.Undo(ctx, b, p, delivery.StepDelivery); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,8 +52,10 @@ func TestUndoOrderIsReverse(t *testing.T) {
 	b := delivery.Simulated(delivery.SimConfig{}, delivery.NewLedger(), nil)
 	b.Drones = recorder{b.Drones, &calls}
 	b.Packages = pkgRecorder{b.Packages, &calls}
-	p := delivery.Progress{Request: delivery.Request{ID: "x"}, Done: []delivery.Step{delivery.StepPackage, delivery.StepDrone}}
-	if err := supervisor.Undo(context.Background(), b, p); err != nil {
+	// create_package succeeded, schedule_drone failed: its outcome is
+	// unknown, so it is undone too, first.
+	p := delivery.Progress{Request: delivery.Request{ID: "x"}, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage}}
+	if err := supervisor.Undo(context.Background(), b, p, delivery.StepDrone); err != nil {
 		t.Fatal(err)
 	}
 	if len(calls) != 2 || calls[0] != "cancel_drone" || calls[1] != "delete_package" {
