@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm
+.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery
 
 # The main job on embedded defaults: a 30-second run of the drone delivery
 # scheduler with an in-process broker, simulated backends and load.
@@ -44,3 +44,7 @@ bench-kafka:
 # The retry storm: a service down for 5 s under 200 clients (about 40 s).
 bench-storm:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkRetryStorm -benchtime 1x .
+
+# The delivery scheduler at fixed rates and one burst (about a minute).
+bench-delivery:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryPipeline -benchtime 1x .

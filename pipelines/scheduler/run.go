@@ -77,6 +77,11 @@ type Summary struct {
 	Lost, Twice, LeftoverAfterUndo int
 	P50, P99                       time.Duration
 	Elapsed                        time.Duration
+	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
+	// Drained how long after the load ended every request was accounted
+	// for.
+	MaxLag  int64
+	Drained time.Duration
 }
 
 // OK reports whether the run kept every promise: nothing lost (every
@@ -265,6 +270,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	}
 	var loadErr error
 	var drainBy time.Time
+	var maxLag int64
+	var drained time.Duration
 	loading := true
 wait:
 	for {
@@ -283,7 +290,13 @@ wait:
 		case <-ctx.Done():
 			break wait
 		}
+		var lag int64
+		for _, p := range w8.current().src.Stats().Partitions {
+			lag += p.Lag
+		}
+		maxLag = max(maxLag, lag)
 		if !loading && (accounted(sent, ledger, notes, w8.deadLettered()) || time.Now().After(drainBy)) {
+			drained = time.Since(drainBy.Add(-cfg.Drain))
 			break
 		}
 	}
@@ -292,6 +305,7 @@ wait:
 		return sum, verr
 	}
 	sum.Elapsed = time.Since(start)
+	sum.MaxLag, sum.Drained = maxLag, drained
 	sum.P50, sum.P99 = lat.quantile(0.5), lat.quantile(0.99)
 	if loadErr != nil {
 		return sum, loadErr
