@@ -195,6 +195,43 @@ func (s *sim) call(ctx context.Context) error {
 	return nil
 }
 
+// add records a creation that is not idempotent: every call creates.
+func (l *Ledger) add(service, id string) error {
+	k := service + "/" + id
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.deleted[k] > 0 {
+		return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
+	}
+	l.live[k] = true
+	l.created[k]++
+	return nil
+}
+
+// SimulatedNonIdempotent is Simulated with a drone service that cannot be
+// made idempotent: every Schedule call books another drone, so a replayed
+// request needs a StepStore to avoid booking twice (mode b of seed 002).
+func SimulatedNonIdempotent(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
+	b := Simulated(cfg, ledger, suspended)
+	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, 4), l: ledger}}
+	return b
+}
+
+type simDronesNonIdem struct{ simDrones }
+
+func (d *simDronesNonIdem) Schedule(ctx context.Context, id string, pickup Location) (string, error) {
+	if err := d.call(ctx); err != nil {
+		return "", err
+	}
+	if NoDroneBase(pickup) {
+		return "", fmt.Errorf("delivery %s: %w", id, ErrNoDrone)
+	}
+	if err := d.l.add("drones", id); err != nil {
+		return "", err
+	}
+	return "drone-for-" + id, nil
+}
+
 // Simulated returns in-process services that share cfg, record side
 // effects in ledger, and treat the owners in suspended as suspended.
 func Simulated(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,6 +42,11 @@ type SchedulerConfig struct {
 	Logger   *slog.Logger
 	// DrainTimeout bounds the drain on cancel (default 10s).
 	DrainTimeout time.Duration
+	// Steps, with NonIdempotent, records the completion of the named steps
+	// so that a replayed request skips them (for backends that cannot be
+	// made idempotent). Default: none; every step relies on PUT semantics.
+	Steps         StepStore
+	NonIdempotent []Step
 }
 
 // Scheduler is a built scheduler pipeline.
@@ -118,7 +124,18 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	for _, st := range steps {
 		fn := st.fn
 		step := st.step
+		keyed := false
+		if cfg.Steps != nil && slices.Contains(cfg.NonIdempotent, step) {
+			fn = recorded(cfg.Steps, step, fn)
+			keyed = true
+		}
 		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger)}
+		if keyed {
+			// One call at a time per delivery: two copies of a request (a
+			// duplicate) must not both find the step unrecorded and both
+			// run it.
+			aopts = append(aopts, flow.KeyBy(func(m *stream.Message[Progress]) string { return m.Value.Request.ID }))
+		}
 		if cfg.Metrics != nil {
 			aopts = append(aopts, cfg.Metrics.AsyncOptions(string(step))...)
 		}
@@ -160,4 +177,39 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	stream.To(compensate, stream.Sink[stream.Failure](events), stream.Name("compensation-events"))
 	stream.To(dead, stream.Sink[stream.Failure](kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)), stream.Name("dead-letters"))
 	return sch, nil
+}
+
+// recorded wraps a step that is not idempotent: a request that completed
+// it before (a replay after a crash) skips it and gets the recorded value
+// back; otherwise the step runs and its completion is recorded. The record
+// is written even if the pipeline is stopping, so that a call that acted is
+// never forgotten; only a process killed between the call and the record
+// can still repeat the step.
+func recorded(store StepStore, step Step, fn func(context.Context, Progress) (Progress, error)) func(context.Context, Progress) (Progress, error) {
+	return func(ctx context.Context, p Progress) (Progress, error) {
+		done, err := store.Done(ctx, p.Request.ID)
+		if err != nil {
+			return p, stream.Transient(err)
+		}
+		if v, ok := done[step]; ok {
+			if step == StepDrone {
+				p.DroneID = v
+			}
+			return p, nil
+		}
+		out, err := fn(ctx, p)
+		if err != nil {
+			return out, err
+		}
+		value := ""
+		if step == StepDrone {
+			value = out.DroneID
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := store.Record(rctx, p.Request.ID, step, value); err != nil {
+			return out, stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, p.Request.ID, err))
+		}
+		return out, nil
+	}
 }

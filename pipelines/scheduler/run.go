@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -53,6 +54,10 @@ type Config struct {
 	// during the load (without draining; new ones take over), to prove that
 	// nothing is lost or applied twice. Metrics are off when set.
 	Restarts int
+	// Redis, if set (host:port), makes the drone service non-idempotent
+	// (every call books a drone) and keeps durable step records there so
+	// that replayed requests do not book twice (mode b).
+	Redis string
 	// HTTP puts the simulated services behind real HTTP servers on
 	// loopback (JSON, PUT create-or-update) and calls them through a pooled
 	// HTTP client, instead of calling them in-process.
@@ -134,6 +139,22 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 
 	ledger := delivery.NewLedger()
 	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
+	var steps delivery.StepStore
+	if cfg.Redis != "" {
+		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
+		defer rc.Close()
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := rc.Ping(pctx).Err()
+		cancel()
+		if err != nil {
+			return Summary{}, fmt.Errorf("redis at %s: %w", cfg.Redis, err)
+		}
+		rs := delivery.NewRedisSteps(rc, time.Hour)
+		defer rs.Close()
+		steps = rs
+		backends = delivery.SimulatedNonIdempotent(cfg.Sim, ledger, loadgen.SuspendedOwner)
+		fmt.Fprintf(w, "mode b: drone scheduling is not idempotent; step records in Redis at %s\n", cfg.Redis)
+	}
 	if cfg.HTTP {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -180,7 +201,8 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			return nil, err
 		}
 		scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: backends, Producer: producer,
-			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain}
+			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain,
+			Steps: steps, NonIdempotent: []delivery.Step{delivery.StepDrone}}
 		pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: backends, Notifier: notes,
 			Logger: cfg.Logger, DrainTimeout: drain}
 		if withMetrics {

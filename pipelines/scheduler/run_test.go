@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
@@ -67,6 +68,26 @@ func TestDemoSurvivesCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !sum.OK() || sum.Completed == 0 || strings.Count(out.String(), "crashed and restarted") != 3 {
+		t.Fatalf("verification failed: %s", sum)
+	}
+}
+
+// TestModeBStepRecordsInRedis makes drone scheduling non-idempotent (every
+// call books a drone) and keeps step records in a real redis-server; with
+// the scheduler crashed three times, no drone is booked twice.
+func TestModeBStepRecordsInRedis(t *testing.T) {
+	cfg := scheduler.Defaults(4 * time.Second)
+	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
+	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
+	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 3, 30*time.Second
+	cfg.Redis = testenv.Redis(t)
+	var out strings.Builder
+	sum, err := scheduler.Run(context.Background(), cfg, &out)
+	t.Logf("%s\n%s", out.String(), sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out.String(), "mode b") {
 		t.Fatalf("verification failed: %s", sum)
 	}
 }

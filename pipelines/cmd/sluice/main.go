@@ -29,7 +29,7 @@ func main() {
 
 func usage() error {
 	return fmt.Errorf(`usage:
-  sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-listen 127.0.0.1:9464]
+  sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis host:port] [-listen 127.0.0.1:9464]
   sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]`)
 }
 
@@ -48,11 +48,12 @@ func run(args []string) error {
 		dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
 		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
 		backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
+		redisAddr := fs.String("redis", "", "host:port of a Redis server: drone scheduling becomes non-idempotent and step records go there (mode b)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		cfg := def
-		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen = *rate, *burst, *dur, *listen
+		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
 		switch *backends {
 		case "sim":
 		case "http":
