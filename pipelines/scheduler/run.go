@@ -317,7 +317,7 @@ wait:
 			lag += p.Lag
 		}
 		maxLag = max(maxLag, lag)
-		if !loading && (accounted(sent, ledger, notes, w8.deadLettered()) || time.Now().After(drainBy)) {
+		if !loading && (accounted(sent, ledger, notes, w8.deadLettered(), brokers) || time.Now().After(drainBy)) {
 			drained = time.Since(drainBy.Add(-cfg.Drain))
 			break
 		}
@@ -377,25 +377,41 @@ func deadLetters(brokers []string) (map[string]string, error) {
 	}
 }
 
-// accounted reports whether every request sent has an outcome.
-func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, dead int) bool {
+// accounted reports whether every request sent has an outcome. The
+// dead-letter count is a cheap first test; only when it says the run may be
+// complete is the dead-letter topic read and every request checked by id
+// (a redone failure can be dead-lettered twice, so counts alone can say
+// "done" too early).
+func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, dead int, brokers []string) bool {
 	kinds, _ := sent.Kinds()
-	pending := 0
+	var pending []string
 	for id, k := range kinds {
 		switch k {
 		case loadgen.Deliverable:
 			if !l.Live("deliveries", id) && !n.Has(id) {
-				pending++ // may be dead-lettered: counted below
+				pending = append(pending, id)
 			}
 		case loadgen.Undeliverable:
 			if !n.Has(id) {
-				pending++
+				pending = append(pending, id)
 			}
 		default:
-			pending++
+			pending = append(pending, id)
 		}
 	}
-	return dead >= pending
+	if dead < len(pending) {
+		return false
+	}
+	dl, err := deadLetters(brokers)
+	if err != nil {
+		return false
+	}
+	for _, id := range pending {
+		if _, ok := dl[id]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, brokers []string) (Summary, error) {
