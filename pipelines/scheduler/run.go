@@ -7,6 +7,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,8 +21,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -54,6 +57,9 @@ type Config struct {
 	// during the load (without draining; new ones take over), to prove that
 	// nothing is lost or applied twice. Metrics are off when set.
 	Restarts int
+	// Brokers, if set, are a real cluster to run against instead of the
+	// embedded one; the topics are created if missing.
+	Brokers []string
 	// Redis, if set (host:port), makes the drone service non-idempotent
 	// (every call books a drone) and keeps durable step records there so
 	// that replayed requests do not book twice (mode b).
@@ -129,13 +135,18 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
-		kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead))
-	if err != nil {
-		return Summary{}, fmt.Errorf("starting the embedded broker: %w", err)
+	brokers := cfg.Brokers
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
+			kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead))
+		if err != nil {
+			return Summary{}, fmt.Errorf("starting the embedded broker: %w", err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	} else if err := createTopics(ctx, brokers, map[string]int32{topicRequests: cfg.Partitions, topicFailures: 4, topicDead: 1}); err != nil {
+		return Summary{}, err
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
 
 	ledger := delivery.NewLedger()
 	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
@@ -588,4 +599,32 @@ func (w *workers) deadLettered() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.deadBase + deadLettered(w.cur.sch)
+}
+
+// createTopics creates the topics that do not exist yet.
+func createTopics(ctx context.Context, brokers []string, topics map[string]int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30_000
+	for name, parts := range topics {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = name, parts, -1
+		req.Topics = append(req.Topics, t)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(cctx, cl)
+	if err != nil {
+		return fmt.Errorf("creating topics on %v: %w", brokers, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %s: %w", t.Topic, err)
+		}
+	}
+	return nil
 }

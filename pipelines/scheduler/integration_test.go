@@ -1,0 +1,50 @@
+//go:build kafka
+
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/scheduler"
+)
+
+var broker *testenv.KafkaBroker
+
+func init() {
+	integration = func(m *testing.M) int {
+		b, err := testenv.StartKafka(os.Getenv(testenv.KafkaLibsEnv))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
+			return 1
+		}
+		broker = b
+		defer b.Stop()
+		return m.Run()
+	}
+}
+
+// TestRealKafkaDeliveryEndToEnd runs the delivery system against a real
+// Apache Kafka broker, with faults at every service and the scheduler and
+// supervisor crashed twice mid-run.
+func TestRealKafkaDeliveryEndToEnd(t *testing.T) {
+	cfg := scheduler.Defaults(4 * time.Second)
+	cfg.Brokers = []string{broker.Addr}
+	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
+	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
+	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 2, 60*time.Second
+	var out strings.Builder
+	sum, err := scheduler.Run(context.Background(), cfg, &out)
+	t.Logf("%s\n%s", out.String(), sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OK() || sum.Completed == 0 || sum.Compensated == 0 {
+		t.Fatalf("verification failed: %s", sum)
+	}
+}
