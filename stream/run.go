@@ -139,10 +139,7 @@ func (g *Graph) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := n.exec(runCtx, stageCtx)
-			if err != nil {
-				abort(&StageError{Stage: n.name, Err: err})
-			}
+			n.exec(runCtx, stageCtx, abort)
 		}()
 	}
 	wg.Wait()
@@ -161,7 +158,12 @@ func (g *Graph) Run(ctx context.Context) error {
 // exec runs the stage, then hands on what it built (if it ended well) and
 // closes its outputs. A source cancelled by ctx ends well: cancellation is
 // how a pipeline is asked to stop.
-func (n *node) exec(runCtx, stageCtx context.Context) (err error) {
+//
+// A stage's own error is reported (abort) before its inputs are marked
+// done: the stages feeding it then see the pipeline cancelled, and their
+// "downstream has ended" is recognized as an echo, not taken for the cause.
+func (n *node) exec(runCtx, stageCtx context.Context, abort func(error)) {
+	var err error
 	defer func() {
 		if r := recover(); r != nil {
 			err = NewPanicError(r)
@@ -170,6 +172,15 @@ func (n *node) exec(runCtx, stageCtx context.Context) (err error) {
 			if ferr := n.flush(stageCtx); ferr != nil && !isCancel(stageCtx, ferr) {
 				err = ferr
 			}
+		}
+		if err != nil && isCancel(stageCtx, err) {
+			// The stage saw the cancellation caused by another stage's
+			// error or by the drain timeout; that cause is reported, not
+			// this echo of it.
+			err = nil
+		}
+		if err != nil {
+			abort(&StageError{Stage: n.name, Err: err})
 		}
 		for _, o := range n.outs {
 			if err != nil {
@@ -180,18 +191,11 @@ func (n *node) exec(runCtx, stageCtx context.Context) (err error) {
 		for _, in := range n.ins {
 			in.done()
 		}
-		if err != nil && isCancel(stageCtx, err) {
-			// The stage saw the cancellation caused by another stage's
-			// error or by the drain timeout; that cause is reported, not
-			// this echo of it.
-			err = nil
-		}
 	}()
 	err = n.run(runCtx)
 	if n.source && err != nil && runCtx.Err() != nil && errors.Is(err, runCtx.Err()) && stageCtx.Err() == nil {
 		err = nil
 	}
-	return err
 }
 
 func isCancel(ctx context.Context, err error) bool {
