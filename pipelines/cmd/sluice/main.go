@@ -3,6 +3,8 @@
 //	sluice demo     the drone delivery scheduler, everything in one process
 //	                on embedded defaults, with a live status line and a
 //	                verification summary
+//	sluice run      delivery|supervisor: a worker against a real cluster
+//	sluice loadgen  produce delivery requests to a real cluster
 //	sluice broker   a standalone in-process Kafka-compatible dev broker
 package main
 
@@ -30,7 +32,10 @@ func main() {
 func usage() error {
 	return fmt.Errorf(`usage:
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis host:port] [-listen 127.0.0.1:9464]
-  sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]`)
+  sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-tls] [-sasl-mechanism M] ...
+  sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D]
+  sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]
+Flags of run and loadgen default to $SLUICE_* variables (-h lists them).`)
 }
 
 func run(args []string) error {
@@ -74,6 +79,10 @@ func run(args []string) error {
 			return fmt.Errorf("verification failed")
 		}
 		return nil
+	case "run":
+		return runWorker(ctx, args[1:])
+	case "loadgen":
+		return runLoadgen(ctx, args[1:])
 	case "broker":
 		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 		port := fs.Int("port", 9092, "port on 127.0.0.1")

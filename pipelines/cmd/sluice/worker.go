@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
+)
+
+// connFlags are the flags every command that talks to Kafka takes; each
+// has an environment variable that sets its default.
+type connFlags struct {
+	brokers, saslMech, saslUser, saslPass string
+	tls                                   bool
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.brokers, "brokers", env("SLUICE_BROKERS", "127.0.0.1:9092"), "Kafka brokers, comma separated ($SLUICE_BROKERS)")
+	fs.BoolVar(&c.tls, "tls", env("SLUICE_TLS", "") == "true", "connect with TLS ($SLUICE_TLS=true)")
+	fs.StringVar(&c.saslMech, "sasl-mechanism", env("SLUICE_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 ($SLUICE_SASL_MECHANISM)")
+	fs.StringVar(&c.saslUser, "sasl-user", env("SLUICE_SASL_USER", ""), "SASL user ($SLUICE_SASL_USER)")
+	fs.StringVar(&c.saslPass, "sasl-password", env("SLUICE_SASL_PASSWORD", ""), "SASL password ($SLUICE_SASL_PASSWORD; prefer the variable to the flag)")
+}
+
+func (c *connFlags) conn() kafka.Conn {
+	cn := kafka.Conn{Brokers: splitComma(c.brokers), ClientID: "sluice"}
+	if c.tls {
+		cn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if c.saslMech != "" {
+		cn.SASL = &kafka.SASL{Mechanism: c.saslMech, User: c.saslUser, Password: c.saslPass}
+	}
+	return cn
+}
+
+// runWorker runs `sluice run delivery|supervisor` against a real cluster
+// until SIGINT/SIGTERM, then drains and commits.
+func runWorker(ctx context.Context, args []string) error {
+	if len(args) == 0 || (args[0] != "delivery" && args[0] != "supervisor") {
+		return errors.New("usage: sluice run delivery|supervisor [flags]; -h for the flags")
+	}
+	which := args[0]
+	fs := flag.NewFlagSet("run "+which, flag.ContinueOnError)
+	var cf connFlags
+	cf.register(fs)
+	requests := fs.String("requests-topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic of delivery requests")
+	failures := fs.String("failures-topic", env("SLUICE_FAILURES_TOPIC", "delivery-failures"), "topic of compensation events")
+	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"), "topic of dead letters")
+	group := fs.String("group", env("SLUICE_GROUP", "sluice-"+which), "consumer group")
+	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services`)
+	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends")
+	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address")
+	parallelism := fs.Int("parallelism", 256, "calls in flight per step")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var backends delivery.Backends
+	if *backendsURL == "sim" {
+		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond},
+			delivery.NewLedger(), loadgen.SuspendedOwner)
+	} else {
+		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(4**parallelism))
+	}
+	topic := *requests
+	if which == "supervisor" {
+		topic = *failures
+	}
+	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, which)
+	if err != nil {
+		return err
+	}
+	m.KafkaSource(src)
+	var g *stream.Graph
+	switch which {
+	case "delivery":
+		producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer producer.Close()
+		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
+			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Metrics: m, Logger: logger}
+		if *redisAddr != "" {
+			rc := redis.NewClient(&redis.Options{Addr: *redisAddr})
+			defer rc.Close()
+			if err := rc.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis at %s: %w", *redisAddr, err)
+			}
+			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
+			defer steps.Close()
+			cfg.Steps, cfg.NonIdempotent = steps, []delivery.Step{delivery.StepDrone}
+		}
+		sch, err := delivery.NewScheduler(cfg)
+		if err != nil {
+			return err
+		}
+		g = sch.Graph
+	case "supervisor":
+		if g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: backends,
+			Notifier: supervisor.NewNotifications(), Metrics: m, Logger: logger}); err != nil {
+			return err
+		}
+	}
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	defer stopSrv()
+	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: *listen, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: src.Ready})
+	if err != nil {
+		return err
+	}
+	logger.Info("worker running", "pipeline", which, "topic", topic, "group", *group, "metrics", "http://"+addr+"/metrics")
+	runErr := g.Run(ctx)
+	closeErr := src.Close(context.Background())
+	stopSrv()
+	<-served
+	return errors.Join(runErr, closeErr)
+}
+
+// runLoadgen produces delivery requests to a real cluster.
+func runLoadgen(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	var cf connFlags
+	cf.register(fs)
+	topic := fs.String("topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic to produce to")
+	rate := fs.Float64("rate", 10_000, "requests per second")
+	burst := fs.Float64("burst", 0, "request rate during bursts (0: none)")
+	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
+	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
+	dur := fs.Duration("duration", time.Minute, "how long to send")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.ProducerLinger(2*time.Millisecond))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	cfg := loadgen.Default(*topic, *rate, *dur)
+	if *burst > 0 {
+		cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor = *burst, *every, *burstFor
+	}
+	sent := loadgen.NewSent()
+	began := time.Now()
+	err = loadgen.Run(ctx, cl, cfg, sent)
+	kinds, dups := sent.Kinds()
+	count := map[loadgen.Kind]int{}
+	for _, k := range kinds {
+		count[k]++
+	}
+	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
+		sent.Total(), time.Since(began).Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
+		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
+	return err
+}
