@@ -11,6 +11,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
 // TestWorkersAgainstABroker runs the commands a deployment runs — two
@@ -26,30 +30,84 @@ func TestWorkersAgainstABroker(t *testing.T) {
 	brokers := c.ListenAddrs()[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	addrs := make(chan string, 2)
+	onListen = func(which, addr string) {
+		if which == "delivery" {
+			addrs <- addr
+		}
+	}
+	defer func() { onListen = nil }()
 	done := make(chan error, 2)
 	go func() {
-		done <- runWorker(ctx, []string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:19464", "-backends", "sim"})
+		done <- runWorker(ctx, []string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
 	}()
 	go func() {
-		done <- runWorker(ctx, []string{"supervisor", "-brokers", brokers, "-listen", "127.0.0.1:19465", "-backends", "sim"})
+		done <- runWorker(ctx, []string{"supervisor", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
 	}()
-	if err := runLoadgen(ctx, []string{"-brokers", brokers, "-rate", "1000", "-duration", "1s"}); err != nil {
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("worker ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the delivery worker did not start")
+	}
+	sent, err := loadgenCmd(ctx, []string{"-brokers", brokers, "-rate", "1000", "-duration", "1s"})
+	if err != nil {
 		t.Fatal(err)
 	}
+	// Every deliverable request (and every duplicate of one) reaches the
+	// checkpoint.
+	kinds, dups := sent.Kinds()
+	want := dups
+	for _, k := range kinds {
+		if k == loadgen.Deliverable {
+			want++
+		}
+	}
+	// How many records the topic holds, as the broker says.
+	endOffsets := func() int64 {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = "delivery-requests"
+		for p := range int32(4) {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition, rp.Timestamp = p, -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, tp := range resp.Topics {
+			for _, p := range tp.Partitions {
+				n += p.Offset
+			}
+		}
+		return n
+	}
 	completed := regexp.MustCompile(`sluice_stage_received_total\{pipeline="delivery",stage="checkpoint"\} (\d+)`)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://127.0.0.1:19464/metrics")
+		resp, err := http.Get("http://" + addr + "/metrics")
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if m := completed.FindStringSubmatch(string(b)); m != nil {
-				if n, _ := strconv.Atoi(m[1]); n >= 900 {
+				if n, _ := strconv.Atoi(m[1]); n >= want {
 					break
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("requests did not reach the checkpoint:\n%s", grep(string(b), "checkpoint"))
+				t.Fatalf("requests did not reach the checkpoint (the topic holds %d records):\n%s\n%s", endOffsets(),
+					grep(string(b), "received_total"), grep(string(b), "sluice_kafka_committed"))
 			}
 		} else if time.Now().After(deadline) {
 			t.Fatal(err)

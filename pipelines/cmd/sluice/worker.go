@@ -56,6 +56,10 @@ func (c *connFlags) conn() kafka.Conn {
 	return cn
 }
 
+// onListen, if set (by tests), is told where a worker serves its
+// endpoints.
+var onListen func(which, addr string)
+
 // runWorker runs `sluice run delivery|supervisor` against a real cluster
 // until SIGINT/SIGTERM, then drains and commits.
 func runWorker(ctx context.Context, args []string) error {
@@ -137,6 +141,9 @@ func runWorker(ctx context.Context, args []string) error {
 		return err
 	}
 	logger.Info("worker running", "pipeline", which, "topic", topic, "group", *group, "metrics", "http://"+addr+"/metrics")
+	if onListen != nil {
+		onListen(which, addr)
+	}
 	runErr := g.Run(ctx)
 	closeErr := src.Close(context.Background())
 	stopSrv()
@@ -146,6 +153,12 @@ func runWorker(ctx context.Context, args []string) error {
 
 // runLoadgen produces delivery requests to a real cluster.
 func runLoadgen(ctx context.Context, args []string) error {
+	_, err := loadgenCmd(ctx, args)
+	return err
+}
+
+// loadgenCmd is runLoadgen returning the record of what it sent.
+func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
@@ -156,11 +169,11 @@ func runLoadgen(ctx context.Context, args []string) error {
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	cl, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.ProducerLinger(2*time.Millisecond))...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 	cfg := loadgen.Default(*topic, *rate, *dur)
@@ -178,5 +191,5 @@ func runLoadgen(ctx context.Context, args []string) error {
 	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
 		sent.Total(), time.Since(began).Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
 		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
-	return err
+	return sent, err
 }
