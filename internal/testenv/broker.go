@@ -212,3 +212,19 @@ func tail(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// WithKafka is the TestMain of an integration suite: it starts a broker
+// from the jars named by $SLUICE_KAFKA_LIBS, hands it to use, runs the
+// tests and stops the broker. It returns the exit code.
+func WithKafka(m interface{ Run() int }, use func(*KafkaBroker)) int {
+	began := time.Now()
+	b, err := StartKafka(os.Getenv(KafkaLibsEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
+		return 1
+	}
+	defer b.Stop()
+	fmt.Fprintf(os.Stderr, "Apache Kafka 4.1.0 broker on %s (SASL on %s), started in %v\n", b.Addr, b.SASLAddr, time.Since(began).Round(time.Millisecond))
+	use(b)
+	return m.Run()
+}

@@ -4,8 +4,6 @@ package scheduler_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +16,7 @@ var broker *testenv.KafkaBroker
 
 func init() {
 	integration = func(m *testing.M) int {
-		b, err := testenv.StartKafka(os.Getenv(testenv.KafkaLibsEnv))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
-			return 1
-		}
-		broker = b
-		defer b.Stop()
-		return m.Run()
+		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
 	}
 }
 

@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	supMetrics, err := observe.New(prometheus.WrapRegistererWithPrefix("", reg), "supervisor")
+	supMetrics, err := observe.New(reg, "supervisor")
 	if err != nil {
 		return Summary{}, err
 	}

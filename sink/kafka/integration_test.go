@@ -5,7 +5,6 @@ package kafka_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -19,14 +18,7 @@ var broker *testenv.KafkaBroker
 
 func init() {
 	integration = func(m *testing.M) int {
-		b, err := testenv.StartKafka(os.Getenv(testenv.KafkaLibsEnv))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
-			return 1
-		}
-		broker = b
-		defer b.Stop()
-		return m.Run()
+		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
 	}
 }
 

@@ -5,7 +5,6 @@ package kafka_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,17 +19,7 @@ var broker *testenv.KafkaBroker
 
 func init() {
 	integration = func(m *testing.M) int {
-		libs := os.Getenv(testenv.KafkaLibsEnv)
-		began := time.Now()
-		b, err := testenv.StartKafka(libs)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting the Kafka broker:", err)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "Apache Kafka 4.1.0 broker on %s (SASL on %s), started in %v\n", b.Addr, b.SASLAddr, time.Since(began).Round(time.Millisecond))
-		broker = b
-		defer b.Stop()
-		return m.Run()
+		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
 	}
 }
 
