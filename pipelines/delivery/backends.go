@@ -75,17 +75,84 @@ type SimConfig struct {
 }
 
 // Ledger counts side effects per service and delivery id, so that tests and
-// the demo can check that nothing was created twice.
+// the demo can check that nothing was created twice. It is sharded by id:
+// every simulated call of every step writes to it, and one lock would make
+// the simulation, not the pipeline, the bottleneck of a benchmark.
 type Ledger struct {
-	mu      sync.Mutex
-	created map[string]int // service/id -> times created
-	live    map[string]bool
-	deleted map[string]int // an undone record is a tombstone: never created again
+	shards [ledgerShards]ledgerShard
+	mu     sync.Mutex
+	live   map[string]int // service -> records live now
+}
+
+const ledgerShards = 64
+
+type ledgerShard struct {
+	mu sync.Mutex
+	m  map[ledgerKey]*ledgerEntry
+}
+
+type ledgerKey struct{ service, id string }
+
+// ledgerEntry is one record's history. An undone record is a tombstone:
+// it is never created again.
+type ledgerEntry struct {
+	created, deleted int
+	live             bool
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{created: map[string]int{}, live: map[string]bool{}, deleted: map[string]int{}}
+	l := &Ledger{live: map[string]int{}}
+	for i := range l.shards {
+		l.shards[i].m = map[ledgerKey]*ledgerEntry{}
+	}
+	return l
+}
+
+// shard returns the shard of id (FNV-1a over the id).
+func (l *Ledger) shard(id string) *ledgerShard {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return &l.shards[h%ledgerShards]
+}
+
+// update applies fn to the entry of service/id under its shard's lock and
+// keeps the per-service live count.
+func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error {
+	s := l.shard(id)
+	s.mu.Lock()
+	e := s.m[ledgerKey{service, id}]
+	if e == nil {
+		e = &ledgerEntry{}
+		s.m[ledgerKey{service, id}] = e
+	}
+	was := e.live
+	err := fn(e)
+	now := e.live
+	s.mu.Unlock()
+	if was != now {
+		d := 1
+		if !now {
+			d = -1
+		}
+		l.mu.Lock()
+		l.live[service] += d
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// get returns a copy of the entry of service/id.
+func (l *Ledger) get(service, id string) ledgerEntry {
+	s := l.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.m[ledgerKey{service, id}]; e != nil {
+		return *e
+	}
+	return ledgerEntry{}
 }
 
 // put records a create-or-update: only the first creates. A record that a
@@ -93,52 +160,58 @@ func NewLedger() *Ledger {
 // attempt timed out, a duplicate of the compensated request) is refused
 // with ErrCancelled instead of bringing it back.
 func (l *Ledger) put(service, id string) error {
-	k := service + "/" + id
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.deleted[k] > 0 {
-		return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
-	}
-	if !l.live[k] {
-		l.live[k] = true
-		l.created[k]++
-	}
-	return nil
+	return l.update(service, id, func(e *ledgerEntry) error {
+		if e.deleted > 0 {
+			return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
+		}
+		if !e.live {
+			e.live = true
+			e.created++
+		}
+		return nil
+	})
+}
+
+// add records a creation that is not idempotent: every call creates.
+func (l *Ledger) add(service, id string) error {
+	return l.update(service, id, func(e *ledgerEntry) error {
+		if e.deleted > 0 {
+			return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
+		}
+		e.live = true
+		e.created++
+		return nil
+	})
 }
 
 // del records a delete (undo). Deleting what is not there is not an
 // error (undo is idempotent); either way the id is cancelled for good.
 func (l *Ledger) del(service, id string) {
-	k := service + "/" + id
-	l.mu.Lock()
-	l.live[k] = false
-	l.deleted[k]++
-	l.mu.Unlock()
+	_ = l.update(service, id, func(e *ledgerEntry) error {
+		e.live = false
+		e.deleted++
+		return nil
+	})
 }
 
 // Live reports whether service holds a record for id now.
-func (l *Ledger) Live(service, id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.live[service+"/"+id]
-}
+func (l *Ledger) Live(service, id string) bool { return l.get(service, id).live }
 
 // Created returns how many times service created a record for id.
-func (l *Ledger) Created(service, id string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.created[service+"/"+id]
-}
+func (l *Ledger) Created(service, id string) int { return l.get(service, id).created }
 
 // Twice returns how many records any service created more than once.
 func (l *Ledger) Twice() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	n := 0
-	for _, c := range l.created {
-		if c > 1 {
-			n++
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for _, e := range s.m {
+			if e.created > 1 {
+				n++
+			}
 		}
+		s.mu.Unlock()
 	}
 	return n
 }
@@ -147,13 +220,7 @@ func (l *Ledger) Twice() int {
 func (l *Ledger) LiveCount(service string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for k, v := range l.live {
-		if v && len(k) > len(service) && k[:len(service)+1] == service+"/" {
-			n++
-		}
-	}
-	return n
+	return l.live[service]
 }
 
 // sim is the behaviour every simulated service shares.
@@ -178,11 +245,9 @@ func (s *sim) call(ctx context.Context) error {
 	roll := s.rng.Float64()
 	s.mu.Unlock()
 	if d > 0 {
-		t := time.NewTimer(d)
 		select {
-		case <-t.C:
+		case <-clock.after(d):
 		case <-ctx.Done():
-			t.Stop()
 			return ctx.Err()
 		}
 	}
@@ -192,19 +257,6 @@ func (s *sim) call(ctx context.Context) error {
 	case roll < s.cfg.TransientRate+s.cfg.ThrottleRate:
 		return stream.Throttled(fmt.Errorf("%s: too many requests", s.name), s.cfg.RetryAfter)
 	}
-	return nil
-}
-
-// add records a creation that is not idempotent: every call creates.
-func (l *Ledger) add(service, id string) error {
-	k := service + "/" + id
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.deleted[k] > 0 {
-		return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
-	}
-	l.live[k] = true
-	l.created[k]++
 	return nil
 }
 

@@ -29,7 +29,8 @@ type SchedulerConfig struct {
 	// to DeadLetterTopic.
 	Producer                       *kgo.Client
 	FailuresTopic, DeadLetterTopic string
-	// Parallelism of each step (default 256).
+	// Parallelism of each step (default 1024: at 50,000 requests/s and
+	// 6 ms a call, ~300 calls of each step are in flight).
 	Parallelism int
 	// Retry is the policy of every step (default: flow.Interactive with 5
 	// attempts, which fits the 500 ms latency budget).
@@ -62,7 +63,7 @@ type Scheduler struct {
 //	failures: with steps done -> compensation events; else -> dead letters
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Parallelism == 0 {
-		cfg.Parallelism = 256
+		cfg.Parallelism = 1024
 	}
 	if cfg.Retry == nil {
 		p := flow.Interactive()
@@ -91,7 +92,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if err := r.Validate(); err != nil {
 			return Progress{}, err
 		}
-		return Progress{Request: r}, nil
+		// Room for every step: recording one never allocates.
+		return Progress{Request: r, Done: make([]Step, 0, len(Steps))}, nil
 	}), stream.Name("validate"))
 
 	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[Progress, Progress]{}}
@@ -144,7 +146,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			if err != nil {
 				return p, err
 			}
-			out.Done = append(append([]Step(nil), p.Done...), step)
+			// In place: the input's Done keeps its length, so a retry or
+			// a failure still sees the steps done before this one.
+			out.Done = append(p.Done, step)
 			return out, nil
 		}, aopts...)
 		sch.Steps[step] = a
