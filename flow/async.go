@@ -149,6 +149,15 @@ func (a *Async[In, Out]) Stats() AsyncStats {
 	return st
 }
 
+// attemptTimeout is the bound on one call: the retry policy's, else
+// CallTimeout's, else none.
+func (a *Async[In, Out]) attemptTimeout() time.Duration {
+	if a.o.retry != nil && a.o.retry.AttemptTimeout > 0 {
+		return time.Duration(a.o.retry.AttemptTimeout)
+	}
+	return a.o.timeout
+}
+
 // currentLimit is the cap on calls in flight now.
 func (a *Async[In, Out]) currentLimit() int {
 	if a.o.limiter == nil {
@@ -175,6 +184,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.pool = newWorkers(r, a.parallelism)
+	if t := a.attemptTimeout(); t > 0 {
+		r.clock = newAttemptClock(callsCtx, t)
+	}
 	if a.o.logger != nil {
 		r.log = logx.NewLimited(a.o.logger, time.Second, 5)
 	}
@@ -185,6 +197,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		// No call outlives the stage: cancel what still runs and wait.
 		stopCalls()
 		r.pool.close()
+		if r.clock != nil {
+			r.clock.stop()
+		}
 		a.inFlight.Store(0)
 		a.waiting.Store(0)
 	}()
@@ -242,6 +257,7 @@ type asyncRun[In, Out any] struct {
 	inlineCounts callCounts
 	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
 	log          *logx.Limited
+	clock        *attemptClock // per-attempt timeouts, if any
 	timer        *time.Timer
 	timerAt      time.Time
 }
@@ -407,13 +423,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 			return
 		}
 	}
-	timeout := a.o.timeout
-	if a.o.retry != nil && a.o.retry.AttemptTimeout > 0 {
-		timeout = time.Duration(a.o.retry.AttemptTimeout)
-	}
-	ctx, cancel := r.callsCtx, context.CancelFunc(nil)
-	if timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+	ctx, cancel := r.callsCtx, func() {}
+	if r.clock != nil {
+		ctx, cancel = r.clock.start()
 	}
 	var began time.Time
 	if timed {
@@ -421,13 +433,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
 	timedOut := false
-	if j.err != nil && cancel != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
+	if j.err != nil && r.clock != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
 		timedOut = true
-		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, timeout, j.err)
+		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeout, j.err)
 	}
-	if cancel != nil {
-		cancel()
-	}
+	cancel()
 	if j.err != nil {
 		j.class = r.classify(j.err)
 	}
