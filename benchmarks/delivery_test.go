@@ -18,7 +18,7 @@ import (
 // highest consumer lag, how long after the load the backlog drained, and
 // whether the verification passed (lost 0, nothing applied twice).
 func BenchmarkDeliveryPipeline(b *testing.B) {
-	for _, rate := range []float64{10_000, 20_000, 25_000, 30_000} {
+	for _, rate := range []float64{10_000, 20_000, 30_000, 40_000, 50_000} {
 		b.Run(fmt.Sprintf("sustained_%dk", int(rate/1000)), func(b *testing.B) {
 			var sum scheduler.Summary
 			for b.Loop() {

@@ -88,23 +88,36 @@ const ledgerShards = 64
 
 type ledgerShard struct {
 	mu sync.Mutex
-	m  map[ledgerKey]*ledgerEntry
+	m  map[string]*ledgerRecords // by delivery id
 }
 
-type ledgerKey struct{ service, id string }
+// ledgerRecords are one delivery's records, one per service that creates
+// something.
+type ledgerRecords [len(ledgerServices)]ledgerEntry
+
+var ledgerServices = [...]string{"packages", "drones", "deliveries"}
 
 // ledgerEntry is one record's history. An undone record is a tombstone:
 // it is never created again.
 type ledgerEntry struct {
-	created, deleted int
+	created, deleted int32
 	live             bool
+}
+
+func serviceIndex(service string) int {
+	for i, s := range ledgerServices {
+		if s == service {
+			return i
+		}
+	}
+	panic("ledger: unknown service " + service)
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
 	l := &Ledger{live: map[string]int{}}
 	for i := range l.shards {
-		l.shards[i].m = map[ledgerKey]*ledgerEntry{}
+		l.shards[i].m = map[string]*ledgerRecords{}
 	}
 	return l
 }
@@ -121,13 +134,15 @@ func (l *Ledger) shard(id string) *ledgerShard {
 // update applies fn to the entry of service/id under its shard's lock and
 // keeps the per-service live count.
 func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error {
+	i := serviceIndex(service)
 	s := l.shard(id)
 	s.mu.Lock()
-	e := s.m[ledgerKey{service, id}]
-	if e == nil {
-		e = &ledgerEntry{}
-		s.m[ledgerKey{service, id}] = e
+	rs := s.m[id]
+	if rs == nil {
+		rs = &ledgerRecords{}
+		s.m[id] = rs
 	}
+	e := &rs[i]
 	was := e.live
 	err := fn(e)
 	now := e.live
@@ -146,11 +161,12 @@ func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error
 
 // get returns a copy of the entry of service/id.
 func (l *Ledger) get(service, id string) ledgerEntry {
+	i := serviceIndex(service)
 	s := l.shard(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.m[ledgerKey{service, id}]; e != nil {
-		return *e
+	if rs := s.m[id]; rs != nil {
+		return rs[i]
 	}
 	return ledgerEntry{}
 }
@@ -198,7 +214,7 @@ func (l *Ledger) del(service, id string) {
 func (l *Ledger) Live(service, id string) bool { return l.get(service, id).live }
 
 // Created returns how many times service created a record for id.
-func (l *Ledger) Created(service, id string) int { return l.get(service, id).created }
+func (l *Ledger) Created(service, id string) int { return int(l.get(service, id).created) }
 
 // Twice returns how many records any service created more than once.
 func (l *Ledger) Twice() int {
@@ -206,9 +222,11 @@ func (l *Ledger) Twice() int {
 	for i := range l.shards {
 		s := &l.shards[i]
 		s.mu.Lock()
-		for _, e := range s.m {
-			if e.created > 1 {
-				n++
+		for _, rs := range s.m {
+			for _, e := range rs {
+				if e.created > 1 {
+					n++
+				}
 			}
 		}
 		s.mu.Unlock()

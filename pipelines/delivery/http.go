@@ -3,13 +3,14 @@ package delivery
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/stream"

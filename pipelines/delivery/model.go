@@ -9,11 +9,12 @@
 package delivery
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	json "github.com/goccy/go-json"
 )
 
 // Location is a point on the map.

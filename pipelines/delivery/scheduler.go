@@ -2,12 +2,12 @@ package delivery
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"

@@ -6,7 +6,6 @@ package loadgen
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/time/rate"
 
@@ -69,6 +69,23 @@ func NewSent() *Sent { return &Sent{kinds: map[string]Kind{}} }
 // Total returns how many requests were produced (duplicates included).
 func (s *Sent) Total() int64 { return s.total.Load() }
 
+// reserve makes room for n requests in an empty record, so that recording
+// does not rehash a growing map at full rate.
+func (s *Sent) reserve(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.kinds) == 0 && n > 0 {
+		s.kinds = make(map[string]Kind, min(n, 10_000_000))
+	}
+}
+
+// Distinct returns how many different requests were produced.
+func (s *Sent) Distinct() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.kinds)
+}
+
 // Kinds returns the expected outcome per request id, and the number of
 // duplicates sent.
 func (s *Sent) Kinds() (map[string]Kind, int) {
@@ -94,6 +111,7 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	var produceErr error
 	start := time.Now()
 	var recent []delivery.Request
+	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))
 	for seq := 0; ; seq++ {
 		now := time.Now()
 		if now.Sub(start) >= cfg.Duration || ctx.Err() != nil {

@@ -10,12 +10,13 @@ package supervisor
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
