@@ -53,7 +53,7 @@ type SchedulerConfig struct {
 // Scheduler is a built scheduler pipeline.
 type Scheduler struct {
 	Graph *stream.Graph
-	Steps map[Step]*flow.Async[Progress, Progress]
+	Steps map[Step]*flow.Async[*Progress, *Progress]
 }
 
 // NewScheduler builds the pipeline:
@@ -88,38 +88,45 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	g := stream.New(opts...)
 	raw := stream.From(g, cfg.Source, stream.Name("requests"))
 	reqs := stream.Via(raw, flow.Map(Parse), stream.Name("parse"))
-	valid := stream.Via(reqs, flow.Map(func(r Request) (Progress, error) {
+	// A request travels the steps as one *Progress: each step records what
+	// it did in place, only on success, so a retry or a failure still sees
+	// the steps done before it.
+	valid := stream.Via(reqs, flow.Map(func(r Request) (*Progress, error) {
 		if err := r.Validate(); err != nil {
-			return Progress{}, err
+			return nil, err
 		}
 		// Room for every step: recording one never allocates.
-		return Progress{Request: r, Done: make([]Step, 0, len(Steps))}, nil
+		return &Progress{Request: r, Done: make([]Step, 0, len(Steps))}, nil
 	}), stream.Name("validate"))
 
-	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[Progress, Progress]{}}
+	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{}}
 	b := cfg.Backends
 	steps := []struct {
 		step Step
-		fn   func(context.Context, Progress) (Progress, error)
+		fn   stepFunc
 	}{
-		{StepAccount, func(ctx context.Context, p Progress) (Progress, error) {
-			return p, b.Accounts.Check(ctx, p.Request.Owner)
+		{StepAccount, func(ctx context.Context, p *Progress) error {
+			return b.Accounts.Check(ctx, p.Request.Owner)
 		}},
-		{StepPackage, func(ctx context.Context, p Progress) (Progress, error) {
-			return p, b.Packages.Put(ctx, p.Request.ID, p.Request)
+		{StepPackage, func(ctx context.Context, p *Progress) error {
+			return b.Packages.Put(ctx, p.Request.ID, p.Request)
 		}},
-		{StepThirdParty, func(ctx context.Context, p Progress) (Progress, error) {
+		{StepThirdParty, func(ctx context.Context, p *Progress) error {
 			need, err := b.ThirdParty.Needed(ctx, p.Request)
-			p.ThirdParty = need
-			return p, err
+			if err == nil {
+				p.ThirdParty = need
+			}
+			return err
 		}},
-		{StepDrone, func(ctx context.Context, p Progress) (Progress, error) {
+		{StepDrone, func(ctx context.Context, p *Progress) error {
 			id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
-			p.DroneID = id
-			return p, err
+			if err == nil {
+				p.DroneID = id
+			}
+			return err
 		}},
-		{StepDelivery, func(ctx context.Context, p Progress) (Progress, error) {
-			return p, b.Deliveries.Put(ctx, p.Request.ID, p)
+		{StepDelivery, func(ctx context.Context, p *Progress) error {
+			return b.Deliveries.Put(ctx, p.Request.ID, *p)
 		}},
 	}
 	s := valid
@@ -136,29 +143,26 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			// One call at a time per delivery: two copies of a request (a
 			// duplicate) must not both find the step unrecorded and both
 			// run it.
-			aopts = append(aopts, flow.KeyBy(func(m *stream.Message[Progress]) string { return m.Value.Request.ID }))
+			aopts = append(aopts, flow.KeyBy(func(m *stream.Message[*Progress]) string { return m.Value.Request.ID }))
 		}
 		if cfg.Metrics != nil {
 			aopts = append(aopts, cfg.Metrics.AsyncOptions(string(step))...)
 		}
-		a := flow.MapAsync(cfg.Parallelism, func(ctx context.Context, p Progress) (Progress, error) {
-			out, err := fn(ctx, p)
-			if err != nil {
+		a := flow.MapAsync(cfg.Parallelism, func(ctx context.Context, p *Progress) (*Progress, error) {
+			if err := fn(ctx, p); err != nil {
 				return p, err
 			}
-			// In place: the input's Done keeps its length, so a retry or
-			// a failure still sees the steps done before this one.
-			out.Done = append(p.Done, step)
-			return out, nil
+			p.Done = append(p.Done, step)
+			return p, nil
 		}, aopts...)
 		sch.Steps[step] = a
-		s = stream.Via(s, stream.Flow[Progress, Progress](a), stream.Name(string(step)))
+		s = stream.Via(s, stream.Flow[*Progress, *Progress](a), stream.Name(string(step)))
 		if cfg.Metrics != nil {
 			cfg.Metrics.Async(string(step), a)
 		}
 	}
-	ck := checkpoint.New[Progress](cfg.Committer, checkpoint.Interval(200*time.Millisecond))
-	stream.To(s, stream.Sink[Progress](ck), stream.Name("checkpoint"))
+	ck := checkpoint.New[*Progress](cfg.Committer, checkpoint.Interval(200*time.Millisecond))
+	stream.To(s, stream.Sink[*Progress](ck), stream.Name("checkpoint"))
 	if cfg.Metrics != nil {
 		cfg.Metrics.Graph(g)
 		cfg.Metrics.Checkpoint("checkpoint", ck)
@@ -167,11 +171,11 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	// A failure after some steps succeeded must be compensated; anything
 	// else is dead-lettered with its reason.
 	compensate, dead := stream.Split(g.Failures(), func(f stream.Failure) bool {
-		p, ok := f.Value.(Progress)
+		p, ok := f.Value.(*Progress)
 		return ok && len(p.Done) > 0
 	}, stream.Name("route-failures"))
 	events := kafkasink.NewSink(cfg.Producer, func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
-		ev := Compensation{Progress: m.Value.Value.(Progress), Stage: m.Value.Stage, Reason: fmt.Sprint(m.Value.Err)}
+		ev := Compensation{Progress: *m.Value.Value.(*Progress), Stage: m.Value.Stage, Reason: fmt.Sprint(m.Value.Err)}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return nil, err
@@ -189,31 +193,34 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 // is written even if the pipeline is stopping, so that a call that acted is
 // never forgotten; only a process killed between the call and the record
 // can still repeat the step.
-func recorded(store StepStore, step Step, fn func(context.Context, Progress) (Progress, error)) func(context.Context, Progress) (Progress, error) {
-	return func(ctx context.Context, p Progress) (Progress, error) {
+func recorded(store StepStore, step Step, fn stepFunc) stepFunc {
+	return func(ctx context.Context, p *Progress) error {
 		done, err := store.Done(ctx, p.Request.ID)
 		if err != nil {
-			return p, stream.Transient(err)
+			return stream.Transient(err)
 		}
 		if v, ok := done[step]; ok {
 			if step == StepDrone {
 				p.DroneID = v
 			}
-			return p, nil
+			return nil
 		}
-		out, err := fn(ctx, p)
-		if err != nil {
-			return out, err
+		if err := fn(ctx, p); err != nil {
+			return err
 		}
 		value := ""
 		if step == StepDrone {
-			value = out.DroneID
+			value = p.DroneID
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := store.Record(rctx, p.Request.ID, step, value); err != nil {
-			return out, stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, p.Request.ID, err))
+			return stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, p.Request.ID, err))
 		}
-		return out, nil
+		return nil
 	}
 }
+
+// stepFunc runs one step for a request and records on p what it learned
+// (only when it succeeds).
+type stepFunc func(ctx context.Context, p *Progress) error
