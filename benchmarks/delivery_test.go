@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
@@ -22,7 +23,19 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 		b.Run(fmt.Sprintf("sustained_%dk", int(rate/1000)), func(b *testing.B) {
 			var sum scheduler.Summary
 			for b.Loop() {
-				sum = deliveryRun(b, rate, 0, 10*time.Second)
+				sum = deliveryRun(b, rate, "", 10*time.Second)
+			}
+			reportDelivery(b, sum)
+		})
+	}
+	// Mode b: the drone service is not idempotent; step records in a real
+	// redis-server (started here on a loopback port) make replays skip it.
+	for _, rate := range []float64{10_000, 20_000, 30_000, 40_000} {
+		b.Run(fmt.Sprintf("redis_steps_%dk", int(rate/1000)), func(b *testing.B) {
+			addr := testenv.Redis(b)
+			var sum scheduler.Summary
+			for b.Loop() {
+				sum = deliveryRun(b, rate, addr, 10*time.Second)
 			}
 			reportDelivery(b, sum)
 		})
@@ -32,14 +45,15 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	b.Run("burst_40k_10s", func(b *testing.B) {
 		var sum scheduler.Summary
 		for b.Loop() {
-			sum = deliveryRun(b, 40_000, 0, 10*time.Second)
+			sum = deliveryRun(b, 40_000, "", 10*time.Second)
 		}
 		reportDelivery(b, sum)
 	})
 }
 
-func deliveryRun(b *testing.B, rate float64, _ time.Duration, d time.Duration) scheduler.Summary {
+func deliveryRun(b *testing.B, rate float64, redis string, d time.Duration) scheduler.Summary {
 	cfg := scheduler.Defaults(d)
+	cfg.Redis = redis
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor = rate, 0, 0, 0
 	cfg.Every, cfg.Drain = -1, 60*time.Second
 	sum, err := scheduler.Run(context.Background(), cfg, io.Discard)

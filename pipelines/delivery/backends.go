@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-streams/sluice/stream"
@@ -80,8 +81,7 @@ type SimConfig struct {
 // the simulation, not the pipeline, the bottleneck of a benchmark.
 type Ledger struct {
 	shards [ledgerShards]ledgerShard
-	mu     sync.Mutex
-	live   map[string]int // service -> records live now
+	live   [len(ledgerServices)]atomic.Int64 // records live now, by service
 }
 
 const ledgerShards = 64
@@ -115,7 +115,7 @@ func serviceIndex(service string) int {
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	l := &Ledger{live: map[string]int{}}
+	l := &Ledger{}
 	for i := range l.shards {
 		l.shards[i].m = map[string]*ledgerRecords{}
 	}
@@ -147,14 +147,11 @@ func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error
 	err := fn(e)
 	now := e.live
 	s.mu.Unlock()
-	if was != now {
-		d := 1
-		if !now {
-			d = -1
-		}
-		l.mu.Lock()
-		l.live[service] += d
-		l.mu.Unlock()
+	switch {
+	case now && !was:
+		l.live[i].Add(1)
+	case was && !now:
+		l.live[i].Add(-1)
 	}
 	return err
 }
@@ -235,11 +232,7 @@ func (l *Ledger) Twice() int {
 }
 
 // LiveCount returns how many records service holds now.
-func (l *Ledger) LiveCount(service string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.live[service]
-}
+func (l *Ledger) LiveCount(service string) int { return int(l.live[serviceIndex(service)].Load()) }
 
 // sim is the behaviour every simulated service shares.
 type sim struct {

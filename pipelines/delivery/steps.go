@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,20 +22,23 @@ type StepStore interface {
 }
 
 // RedisSteps is a StepStore in Redis: one hash per request
-// ("sluice:steps:<id>", field = step), expiring after TTL. Records from
-// concurrent requests are written in batches, one pipeline per batch, so
-// that a step costs a fraction of a round trip.
+// ("sluice:steps:<id>", field = step), expiring after TTL. Reads and writes
+// from concurrent requests are batched: whatever is waiting goes in one
+// pipeline, one round trip, so that a step costs a fraction of one.
 type RedisSteps struct {
 	cl   redis.UniversalClient
 	ttl  time.Duration
-	reqs chan stepWrite
+	ops  chan *stepOp
 	stop chan struct{}
 	done chan struct{}
 }
 
-type stepWrite struct {
+// stepOp is one read (HGETALL) or write (HSET + EXPIRE) waiting for its
+// batch.
+type stepOp struct {
 	id, value string
-	step      Step
+	step      Step // "" for a read
+	read      *redis.MapStringStringCmd
 	err       chan error
 }
 
@@ -44,8 +48,8 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	s := &RedisSteps{cl: cl, ttl: ttl, reqs: make(chan stepWrite, 1024), stop: make(chan struct{}), done: make(chan struct{})}
-	go s.writer()
+	s := &RedisSteps{cl: cl, ttl: ttl, ops: make(chan *stepOp, 4096), stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
 	return s
 }
 
@@ -53,10 +57,11 @@ func key(id string) string { return "sluice:steps:" + id }
 
 // Done reads the request's record.
 func (s *RedisSteps) Done(ctx context.Context, id string) (map[Step]string, error) {
-	m, err := s.cl.HGetAll(ctx, key(id)).Result()
-	if err != nil {
+	op := &stepOp{id: id}
+	if err := s.do(ctx, op); err != nil {
 		return nil, fmt.Errorf("reading step record of %s: %w", id, err)
 	}
+	m := op.read.Val()
 	out := make(map[Step]string, len(m))
 	for k, v := range m {
 		out[Step(k)] = v
@@ -64,65 +69,76 @@ func (s *RedisSteps) Done(ctx context.Context, id string) (map[Step]string, erro
 	return out, nil
 }
 
-// Record queues the write and waits until the batch holding it is
-// written.
+// Record writes that a request completed a step, and returns once the
+// batch holding the write is written.
 func (s *RedisSteps) Record(ctx context.Context, id string, step Step, value string) error {
-	w := stepWrite{id: id, step: step, value: value, err: make(chan error, 1)}
+	return s.do(ctx, &stepOp{id: id, step: step, value: value})
+}
+
+// do queues op and waits for its batch.
+func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
+	op.err = make(chan error, 1)
 	select {
-	case s.reqs <- w:
+	case s.ops <- op:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
 		return fmt.Errorf("step store closed")
 	}
 	select {
-	case err := <-w.err:
+	case err := <-op.err:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// writer takes whatever writes are waiting (up to 512) and sends them in
-// one pipeline: HSET and EXPIRE per request.
-func (s *RedisSteps) writer() {
+// run takes whatever operations are waiting (up to 1024) and sends them in
+// one pipeline.
+func (s *RedisSteps) run() {
 	defer close(s.done)
-	batch := make([]stepWrite, 0, 512)
+	batch := make([]*stepOp, 0, 1024)
 	for {
 		select {
-		case w := <-s.reqs:
-			batch = append(batch[:0], w)
+		case op := <-s.ops:
+			batch = append(batch[:0], op)
 		case <-s.stop:
 			return
 		}
 	more:
 		for len(batch) < cap(batch) {
 			select {
-			case w := <-s.reqs:
-				batch = append(batch, w)
+			case op := <-s.ops:
+				batch = append(batch, op)
 			default:
 				break more
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := s.cl.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, w := range batch {
-				p.HSet(ctx, key(w.id), string(w.step), w.value)
-				p.Expire(ctx, key(w.id), s.ttl)
+			for _, op := range batch {
+				if op.step == "" {
+					op.read = p.HGetAll(ctx, key(op.id))
+					continue
+				}
+				p.HSet(ctx, key(op.id), string(op.step), op.value)
+				p.Expire(ctx, key(op.id), s.ttl)
 			}
 			return nil
 		})
 		cancel()
-		if err != nil {
-			err = fmt.Errorf("writing %d step records: %w", len(batch), err)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			err = fmt.Errorf("step records (a batch of %d): %w", len(batch), err)
+		} else {
+			err = nil
 		}
-		for _, w := range batch {
-			w.err <- err
+		for _, op := range batch {
+			op.err <- err
 		}
 	}
 }
 
-// Close stops the writer; pending Records fail.
+// Close stops the batcher; pending operations fail.
 func (s *RedisSteps) Close() {
 	close(s.stop)
 	<-s.done
