@@ -82,9 +82,12 @@ type Breaker struct {
 	cfg BreakerConfig
 	cb  *gobreaker.TwoStepCircuitBreaker[struct{}]
 
-	mu        sync.Mutex
-	reopens   int
-	holdUntil time.Time // probes refused until then, beyond gobreaker's OpenFor
+	mu      sync.Mutex
+	reopens int
+	// holdUntil (unix nanoseconds; 0: none) refuses probes until then,
+	// beyond gobreaker's OpenFor. Atomic: every call reads it, and a closed
+	// breaker must cost no lock of its own.
+	holdUntil atomic.Int64
 
 	transitions atomic.Int64
 }
@@ -138,9 +141,10 @@ func (b *Breaker) changed(name string, from, to gobreaker.State) {
 		b.reopens++
 		open := b.cfg.OpenFor << min(b.reopens, 30)
 		open = min(open, b.cfg.MaxOpenFor)
-		b.holdUntil = time.Now().Add(open)
+		b.holdUntil.Store(time.Now().Add(open).UnixNano())
 	case to == Closed:
-		b.reopens, b.holdUntil = 0, time.Time{}
+		b.reopens = 0
+		b.holdUntil.Store(0)
 	}
 	b.mu.Unlock()
 	if b.cfg.OnStateChange != nil {
@@ -153,11 +157,10 @@ func (b *Breaker) changed(name string, from, to gobreaker.State) {
 // succeeded (failures that say nothing about the dependency's health, such
 // as a rejected request, count as successes).
 func (b *Breaker) Allow() (done func(success bool), err error) {
-	b.mu.Lock()
-	hold := time.Until(b.holdUntil)
-	b.mu.Unlock()
-	if hold > 0 {
-		return nil, &OpenError{Name: b.cfg.Name, Until: hold}
+	if h := b.holdUntil.Load(); h != 0 {
+		if hold := time.Until(time.Unix(0, h)); hold > 0 {
+			return nil, &OpenError{Name: b.cfg.Name, Until: hold}
+		}
 	}
 	d, err := b.cb.Allow()
 	if err != nil {
@@ -175,10 +178,7 @@ func (b *Breaker) Allow() (done func(success bool), err error) {
 // State returns the breaker's state. A breaker held open past gobreaker's
 // own open time (doubled after failed probes) reports Open.
 func (b *Breaker) State() BreakerState {
-	b.mu.Lock()
-	held := time.Now().Before(b.holdUntil)
-	b.mu.Unlock()
-	if held {
+	if h := b.holdUntil.Load(); h != 0 && time.Now().UnixNano() < h {
 		return Open
 	}
 	return b.cb.State()

@@ -10,6 +10,7 @@ import (
 	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
@@ -48,12 +49,22 @@ type SchedulerConfig struct {
 	// made idempotent). Default: none; every step relies on PUT semantics.
 	Steps         StepStore
 	NonIdempotent []Step
+	// LatencyTarget is the p99 call latency each step's adaptive
+	// concurrency limit holds (default 100 ms: a fifth of the 500 ms
+	// budget); the limit stays between a tenth of Parallelism and
+	// Parallelism.
+	LatencyTarget time.Duration
 }
 
 // Scheduler is a built scheduler pipeline.
 type Scheduler struct {
 	Graph *stream.Graph
 	Steps map[Step]*flow.Async[*Progress, *Progress]
+	// Breakers guard each step's service: a service failing half its calls
+	// is given a rest instead of a storm of retries.
+	Breakers map[Step]*backpressure.Breaker
+	// Limits are the steps' adaptive concurrency limits.
+	Limits map[Step]*backpressure.Adaptive
 }
 
 // NewScheduler builds the pipeline:
@@ -64,6 +75,9 @@ type Scheduler struct {
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Parallelism == 0 {
 		cfg.Parallelism = 1024
+	}
+	if cfg.LatencyTarget == 0 {
+		cfg.LatencyTarget = 100 * time.Millisecond
 	}
 	if cfg.Retry == nil {
 		p := flow.Interactive()
@@ -99,7 +113,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		return &Progress{Request: r, Done: make([]Step, 0, len(Steps))}, nil
 	}), stream.Name("validate"))
 
-	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{}}
+	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
+		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
 	b := cfg.Backends
 	steps := []struct {
 		step Step
@@ -138,7 +153,17 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			fn = recorded(cfg.Steps, step, fn)
 			keyed = true
 		}
-		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger)}
+		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step)})
+		if err != nil {
+			return nil, err
+		}
+		lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: cfg.LatencyTarget,
+			Initial: max(1, cfg.Parallelism/4), Min: max(1, cfg.Parallelism/10), Max: cfg.Parallelism})
+		if err != nil {
+			return nil, err
+		}
+		sch.Breakers[step], sch.Limits[step] = br, lim
+		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger), flow.Breaker(br), flow.WithLimiter(lim)}
 		if keyed {
 			// One call at a time per delivery: two copies of a request (a
 			// duplicate) must not both find the step unrecorded and both
@@ -159,6 +184,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		s = stream.Via(s, stream.Flow[*Progress, *Progress](a), stream.Name(string(step)))
 		if cfg.Metrics != nil {
 			cfg.Metrics.Async(string(step), a)
+			cfg.Metrics.Breaker(string(step), br)
 		}
 	}
 	ck := checkpoint.New[*Progress](cfg.Committer, checkpoint.Interval(200*time.Millisecond))

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -26,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -60,9 +62,10 @@ type Config struct {
 	// Brokers, if set, are a real cluster to run against instead of the
 	// embedded one; the topics are created if missing.
 	Brokers []string
-	// Redis, if set (host:port), makes the drone service non-idempotent
-	// (every call books a drone) and keeps durable step records there so
-	// that replayed requests do not book twice (mode b).
+	// Redis, if set, makes the drone service non-idempotent (every call
+	// books a drone) and keeps durable step records in Redis so that
+	// replayed requests do not book twice (mode b): host:port of a server,
+	// or EmbeddedRedis for an in-process one (miniredis).
 	Redis string
 	// HTTP puts the simulated services behind real HTTP servers on
 	// loopback (JSON, PUT create-or-update) and calls them through a pooled
@@ -115,6 +118,10 @@ func (s Summary) String() string {
 	return b.String()
 }
 
+// EmbeddedRedis as Config.Redis runs an in-process Redis-compatible server
+// for the step records.
+const EmbeddedRedis = "embedded"
+
 const (
 	topicRequests = "delivery-requests"
 	topicFailures = "delivery-failures"
@@ -151,6 +158,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	ledger := delivery.NewLedger()
 	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
 	var steps delivery.StepStore
+	if cfg.Redis == EmbeddedRedis {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return Summary{}, fmt.Errorf("starting the embedded Redis: %w", err)
+		}
+		defer mr.Close()
+		cfg.Redis = mr.Addr()
+		fmt.Fprintf(w, "step records: embedded Redis (miniredis) on %s\n", cfg.Redis)
+	}
 	if cfg.Redis != "" {
 		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
 		defer rc.Close()
@@ -497,20 +513,33 @@ func (s *status) line() string {
 		lag += p.Lag
 	}
 	var inflight, retries int64
-	limit := int64(0)
+	lo, hi := int64(-1), int64(0)
 	for _, a := range cur.sch.Steps {
 		st := a.Stats()
 		inflight += st.InFlight
 		for _, n := range st.Retries {
 			retries += n
 		}
-		limit = max(limit, st.Limit)
+		if lo < 0 || st.Limit < lo {
+			lo = st.Limit
+		}
+		hi = max(hi, st.Limit)
+	}
+	breakers := "closed"
+	var notClosed []string
+	for _, step := range delivery.Steps {
+		if b := cur.sch.Breakers[step]; b != nil && b.State() != backpressure.Closed {
+			notClosed = append(notClosed, fmt.Sprintf("%s %s", step, b.State()))
+		}
+	}
+	if len(notClosed) > 0 {
+		breakers = strings.Join(notClosed, ", ")
 	}
 	dead := s.w.deadLettered()
-	line := fmt.Sprintf("%5.1fs ingest %6.0f/s completed %6.0f/s | e2e p50 %v p99 %v | lag %d in-flight %d limit %d | retries %d dead-letters %d compensations %d",
+	line := fmt.Sprintf("%5.1fs ingest %6.0f/s completed %6.0f/s | e2e p50 %v p99 %v | lag %d in-flight %d limit %d..%d | retries %d breakers %s | dead-letters %d compensations %d",
 		now.Sub(s.start).Seconds(), float64(sent-s.lastSent)/dt, float64(done-s.lastDone)/dt,
 		s.lat.quantile(0.5).Round(time.Millisecond), s.lat.quantile(0.99).Round(time.Millisecond),
-		lag, inflight, limit, retries, dead, s.notes.Len())
+		lag, inflight, lo, hi, retries, breakers, dead, s.notes.Len())
 	s.lastSent, s.lastDone, s.lastAt = sent, done, now
 	return line
 }
