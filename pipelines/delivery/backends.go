@@ -82,6 +82,7 @@ type SimConfig struct {
 type Ledger struct {
 	shards [ledgerShards]ledgerShard
 	live   [len(ledgerServices)]atomic.Int64 // records live now, by service
+	undone [len(ledgerServices)]atomic.Int64 // records ever undone, by service
 }
 
 const ledgerShards = 64
@@ -143,9 +144,12 @@ func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error
 		s.m[id] = rs
 	}
 	e := &rs[i]
-	was := e.live
+	was, wasUndone := e.live, e.deleted > 0
 	err := fn(e)
 	now := e.live
+	if !wasUndone && e.deleted > 0 {
+		l.undone[i].Add(1)
+	}
 	s.mu.Unlock()
 	switch {
 	case now && !was:
@@ -209,6 +213,13 @@ func (l *Ledger) del(service, id string) {
 
 // Live reports whether service holds a record for id now.
 func (l *Ledger) Live(service, id string) bool { return l.get(service, id).live }
+
+// Undone reports whether service's record for id was ever undone (deleted
+// by a compensation).
+func (l *Ledger) Undone(service, id string) bool { return l.get(service, id).deleted > 0 }
+
+// UndoneCount returns how many of service's records were ever undone.
+func (l *Ledger) UndoneCount(service string) int { return int(l.undone[serviceIndex(service)].Load()) }
 
 // Created returns how many times service created a record for id.
 func (l *Ledger) Created(service, id string) int { return int(l.get(service, id).created) }

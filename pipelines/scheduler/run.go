@@ -344,12 +344,12 @@ wait:
 			lag += p.Lag
 		}
 		maxLag = max(maxLag, lag)
-		if !loading && (accounted(sent, ledger, notes, w8.deadLettered(), brokers) || time.Now().After(drainBy)) {
+		if !loading && (Accounted(sent, ledger, w8.deadLettered(), brokers) || time.Now().After(drainBy)) {
 			drained = time.Since(drainBy.Add(-cfg.Drain))
 			break
 		}
 	}
-	sum, verr := verify(sent, ledger, notes, brokers)
+	sum, verr := Verify(sent, ledger, brokers)
 	if verr != nil {
 		return sum, verr
 	}
@@ -404,15 +404,18 @@ func deadLetters(brokers []string) (map[string]string, error) {
 	}
 }
 
-// accounted reports whether every request sent has an outcome. The
-// dead-letter count is a cheap first test; only when it says the run may be
-// complete is the dead-letter topic read and every request checked by id
-// (a redone failure can be dead-lettered twice, so counts alone can say
-// "done" too early).
-func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, dead int, brokers []string) bool {
+// Accounted reports whether every request sent has an outcome: a
+// delivery, a completed compensation (the package undone: undo runs last
+// to first, so the package is the last thing it undoes), or a dead letter
+// with its reason. dead is the number of dead letters written so far (a
+// cheap first test); only when the counts say the run may be complete is
+// the dead-letter topic read and every request checked by id (a redone
+// failure can be dead-lettered twice, so counts alone can say "done" too
+// early).
+func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []string) bool {
 	// Every request needs at least one outcome: while the outcomes are
 	// fewer than the requests, there is no need to look closer.
-	if l.LiveCount("deliveries")+n.Len()+dead < sent.Distinct() {
+	if l.LiveCount("deliveries")+l.UndoneCount("packages")+dead < sent.Distinct() {
 		return false
 	}
 	kinds, _ := sent.Kinds()
@@ -420,11 +423,11 @@ func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notificatio
 	for id, k := range kinds {
 		switch k {
 		case loadgen.Deliverable:
-			if !l.Live("deliveries", id) && !n.Has(id) {
+			if !l.Live("deliveries", id) && !l.Undone("packages", id) {
 				pending = append(pending, id)
 			}
 		case loadgen.Undeliverable:
-			if !n.Has(id) {
+			if !l.Undone("packages", id) {
 				pending = append(pending, id)
 			}
 		default:
@@ -446,7 +449,11 @@ func accounted(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notificatio
 	return true
 }
 
-func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications, brokers []string) (Summary, error) {
+// Verify checks every request the load generator sent against the
+// services' ledger and the dead-letter topic: lost (no outcome), applied
+// twice (a side effect created more than once), left after compensation (a
+// compensated request with a record still live).
+func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, error) {
 	kinds, dups := sent.Kinds()
 	dead, err := deadLetters(brokers)
 	if err != nil {
@@ -458,15 +465,15 @@ func verify(sent *loadgen.Sent, l *delivery.Ledger, n *supervisor.Notifications,
 		switch k {
 		case loadgen.Deliverable, loadgen.Undeliverable:
 			switch {
-			case l.Live("deliveries", id) && k == loadgen.Deliverable:
-				s.Completed++
-			case n.Has(id):
+			case l.Undone("packages", id):
 				s.Compensated++
 				for _, svc := range []string{"packages", "drones", "deliveries"} {
 					if l.Live(svc, id) {
 						s.LeftoverAfterUndo++
 					}
 				}
+			case l.Live("deliveries", id) && k == loadgen.Deliverable:
+				s.Completed++
 			case isDead:
 				s.DeadLettered["retries_exhausted"]++
 			default:
