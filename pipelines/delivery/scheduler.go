@@ -2,9 +2,11 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"syscall"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -213,38 +215,78 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	return sch, nil
 }
 
-// recorded wraps a step that is not idempotent: a request that completed
-// it before (a replay after a crash) skips it and gets the recorded value
-// back; otherwise the step runs and its completion is recorded. The record
-// is written even if the pipeline is stopping, so that a call that acted is
-// never forgotten; only a process killed between the call and the record
-// can still repeat the step.
+// ErrOutcomeUnknown fails a request whose non-idempotent step was called
+// and never answered: a worker crashed mid-call, or the attempt timed out or
+// lost its connection. The service may have acted; calling again could act
+// twice, so the request is compensated instead (the supervisor undoes the
+// step, which is harmless if it had not acted).
+var ErrOutcomeUnknown = errors.New("outcome of a non-idempotent step is unknown; compensating rather than risking it twice")
+
+// recorded wraps a step that is not idempotent. A request that completed it
+// before (a replay) skips it and gets the recorded value back; one that
+// started it and never learned the outcome fails with ErrOutcomeUnknown.
+// Otherwise the call is marked started, made, and then recorded done — or,
+// if the service answered that it did not act, the mark is cleared so that
+// a retry may call again. The writes after the call are made even if the
+// pipeline is stopping, so that a call that acted is never forgotten.
 func recorded(store StepStore, step Step, fn stepFunc) stepFunc {
 	return func(ctx context.Context, p *Progress) error {
-		done, err := store.Done(ctx, p.Request.ID)
+		id := p.Request.ID
+		rec, err := store.Load(ctx, id)
 		if err != nil {
 			return stream.Transient(err)
 		}
-		if v, ok := done[step]; ok {
+		if v, ok := rec.Done[step]; ok {
 			if step == StepDrone {
 				p.DroneID = v
 			}
 			return nil
 		}
-		if err := fn(ctx, p); err != nil {
-			return err
+		if rec.Started[step] {
+			return fmt.Errorf("%s of %s: %w", step, id, ErrOutcomeUnknown)
 		}
-		value := ""
-		if step == StepDrone {
-			value = p.DroneID
+		if err := store.Start(ctx, id, step); err != nil {
+			return stream.Transient(err)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		callErr := fn(ctx, p)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := store.Record(rctx, p.Request.ID, step, value); err != nil {
-			return stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, p.Request.ID, err))
+		switch {
+		case callErr == nil:
+			value := ""
+			if step == StepDrone {
+				value = p.DroneID
+			}
+			if err := store.Record(wctx, id, step, value); err != nil {
+				return stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, id, err))
+			}
+			return nil
+		case outcomeUnknown(callErr):
+			// Not wrapped with %w: the cause (a timeout) would read as
+			// transient and be retried.
+			return fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr)
+		default:
+			if err := store.Abandon(wctx, id, step); err != nil {
+				return stream.Transient(err)
+			}
+			return callErr
 		}
-		return nil
 	}
+}
+
+// outcomeUnknown reports whether a failed call may still have acted: it
+// timed out, was cancelled or lost its connection after it was sent. A
+// refused connection or an answer from the service (an error status, a
+// throttle, a refusal) means it did not.
+func outcomeUnknown(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	c := stream.Classify(err)
+	return c.Transient && (c.Reason == stream.ReasonTimeout || c.Reason == stream.ReasonConnection)
 }
 
 // stepFunc runs one step for a request and records on p what it learned

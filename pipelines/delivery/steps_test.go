@@ -26,8 +26,16 @@ func TestRedisStepsBatches(t *testing.T) {
 	for i := range 500 {
 		wg.Go(func() {
 			id := fmt.Sprintf("r-%d", i)
-			if done, err := s.Done(ctx, id); err != nil || len(done) != 0 {
-				t.Errorf("%s before: %v %v", id, done, err)
+			if rec, err := s.Load(ctx, id); err != nil || len(rec.Done)+len(rec.Started) != 0 {
+				t.Errorf("%s before: %v %v", id, rec, err)
+				return
+			}
+			if err := s.Start(ctx, id, delivery.StepDrone); err != nil {
+				t.Error(err)
+				return
+			}
+			if rec, err := s.Load(ctx, id); err != nil || !rec.Started[delivery.StepDrone] || len(rec.Done) != 0 {
+				t.Errorf("%s started: %v %v", id, rec, err)
 				return
 			}
 			if err := s.Record(ctx, id, delivery.StepDrone, "drone-"+id); err != nil {
@@ -38,9 +46,9 @@ func TestRedisStepsBatches(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			done, err := s.Done(ctx, id)
-			if err != nil || done[delivery.StepDrone] != "drone-"+id || len(done) != 2 {
-				t.Errorf("%s after: %v %v", id, done, err)
+			rec, err := s.Load(ctx, id)
+			if err != nil || rec.Done[delivery.StepDrone] != "drone-"+id || len(rec.Done) != 2 || len(rec.Started) != 0 {
+				t.Errorf("%s after: %v %v", id, rec, err)
 			}
 		})
 	}
@@ -58,7 +66,7 @@ func TestRedisStepsUnreachable(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := s.Done(ctx, "d-1")
+	_, err := s.Load(ctx, "d-1")
 	if err == nil || !strings.Contains(err.Error(), "d-1") {
 		t.Fatalf("got %v", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -113,7 +112,7 @@ func New(cfg Config) (*stream.Graph, error) {
 	}), stream.Name("parse"))
 	b := cfg.Backends
 	undo := flow.MapAsync(64, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
-		return ev, Undo(ctx, b, ev.Progress, delivery.Step(ev.Stage))
+		return ev, Undo(ctx, b, ev.Progress)
 	}, flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger))
 	undone := stream.Via(evs, stream.Flow[delivery.Compensation, delivery.Compensation](undo), stream.Name("undo"))
 	notified := stream.Via(undone, flow.MapAsync(16, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
@@ -128,30 +127,29 @@ func New(cfg Config) (*stream.Graph, error) {
 	return g, nil
 }
 
-// Undo reverses the completed steps of p, last first, starting with
-// failed, the step that failed: its outcome is unknown (an attempt may have
-// timed out after the service acted), and undoing what was not done is
-// harmless. Each undo is idempotent, so Undo may run again for the same
-// request after a crash. Checks (account, third-party) have nothing to
-// undo.
-func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress, failed delivery.Step) error {
-	done := slices.Clone(p.Done)
-	if slices.Contains(delivery.Steps, failed) && !slices.Contains(done, failed) {
-		done = append(done, failed)
-	}
-	slices.Reverse(done)
-	for _, s := range done {
-		var err error
-		switch s {
-		case delivery.StepDelivery:
-			err = b.Deliveries.Delete(ctx, p.Request.ID)
-		case delivery.StepDrone:
-			err = b.Drones.Cancel(ctx, p.Request.ID)
-		case delivery.StepPackage:
-			err = b.Packages.Delete(ctx, p.Request.ID)
-		}
-		if err != nil {
-			return fmt.Errorf("undoing %s of %s: %w", s, p.Request.ID, err)
+// Undo reverses every side effect of the workflow for p's request, last
+// first: delivery, drone, package. Not only the steps p.Done lists: in an
+// at-least-once pipeline another copy of the request (a replay after a
+// crash, a duplicate) may have gone further than the copy that failed — it
+// may even have completed — before the compensation runs. Undoing a step
+// that was never done is harmless, and every undo leaves a tombstone that
+// refuses a later copy's create, so the request ends cancelled whichever
+// copy got how far. The step that failed is covered too: its outcome is
+// unknown (an attempt may have timed out after the service acted). Each
+// undo is idempotent, so Undo may run again after a crash. Checks
+// (account, third party) have nothing to undo.
+func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
+	id := p.Request.ID
+	for _, u := range []struct {
+		step delivery.Step
+		undo func(context.Context, string) error
+	}{
+		{delivery.StepDelivery, b.Deliveries.Delete},
+		{delivery.StepDrone, b.Drones.Cancel},
+		{delivery.StepPackage, b.Packages.Delete},
+	} {
+		if err := u.undo(ctx, id); err != nil {
+			return fmt.Errorf("undoing %s of %s: %w", u.step, id, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +19,7 @@ func TestUndoReversesCompletedStepsIdempotently(t *testing.T) {
 	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
 	p := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage, delivery.StepThirdParty, delivery.StepDrone}}
 	for range 2 { // a supervisor that crashed mid-compensation runs it again
-		if err := supervisor.Undo(ctx, b, p, delivery.StepDelivery); err != nil {
+		if err := supervisor.Undo(ctx, b, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -55,10 +56,35 @@ func TestUndoOrderIsReverse(t *testing.T) {
 	// create_package succeeded, schedule_drone failed: its outcome is
 	// unknown, so it is undone too, first.
 	p := delivery.Progress{Request: delivery.Request{ID: "x"}, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage}}
-	if err := supervisor.Undo(context.Background(), b, p, delivery.StepDrone); err != nil {
+	if err := supervisor.Undo(context.Background(), b, p); err != nil {
 		t.Fatal(err)
 	}
 	if len(calls) != 2 || calls[0] != "cancel_drone" || calls[1] != "delete_package" {
 		t.Fatalf("undo order %v", calls)
+	}
+}
+
+// A copy of the request that failed early is compensated after another
+// copy (a replay, a duplicate) completed every step: nothing may stay, and
+// a copy still on its way is refused from then on.
+func TestUndoCoversWhatOtherCopiesDid(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
+	r := delivery.Request{ID: "d-7", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}, Deadline: time.Now()}
+	_ = b.Packages.Put(ctx, r.ID, r)
+	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
+	_ = b.Deliveries.Put(ctx, r.ID, delivery.Progress{Request: r})
+	failedEarly := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount}}
+	if err := supervisor.Undo(ctx, b, failedEarly); err != nil {
+		t.Fatal(err)
+	}
+	for _, svc := range []string{"packages", "drones", "deliveries"} {
+		if l.Live(svc, r.ID) {
+			t.Fatalf("%s still live after compensation", svc)
+		}
+	}
+	if _, err := b.Drones.Schedule(ctx, r.ID, r.Pickup); !errors.Is(err, delivery.ErrCancelled) {
+		t.Fatalf("a late copy booked a drone after compensation: %v", err)
 	}
 }
