@@ -60,6 +60,19 @@ func (c *connFlags) conn() kafka.Conn {
 // endpoints.
 var onListen func(which, addr string)
 
+// envDuration reads a duration from the environment, or def if unset.
+func envDuration(name string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("$%s=%q is not a duration (like 10s): %w", name, v, err)
+	}
+	return d, nil
+}
+
 // runWorker runs `sluice run delivery|supervisor` against a real cluster
 // until SIGINT/SIGTERM, then drains and commits.
 func runWorker(ctx context.Context, args []string) error {
@@ -77,7 +90,13 @@ func runWorker(ctx context.Context, args []string) error {
 	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services`)
 	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends")
 	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address")
-	parallelism := fs.Int("parallelism", 256, "calls in flight per step")
+	parallelism := fs.Int("parallelism", 1024, "calls in flight per step at most")
+	sessionDef, err := envDuration("SLUICE_SESSION_TIMEOUT", 45*time.Second)
+	if err != nil {
+		return err
+	}
+	session := fs.Duration("session-timeout", sessionDef,
+		"how long the group waits for a silent worker before its partitions move to the others ($SLUICE_SESSION_TIMEOUT)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -93,7 +112,8 @@ func runWorker(ctx context.Context, args []string) error {
 	if which == "supervisor" {
 		topic = *failures
 	}
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger})
+	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger,
+		Opts: []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(max(100*time.Millisecond, *session/10))}})
 	if err != nil {
 		return err
 	}

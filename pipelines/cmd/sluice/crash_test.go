@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/pipelines/scheduler"
+)
+
+// TestWorkerProcessesSurviveSIGKILL runs the scheduler and the supervisor
+// as the sluice binary, in processes of their own, against a broker, a real
+// redis-server and HTTP services that fail now and then — with a drone
+// service that is not idempotent (mode b: every call books a drone). While
+// the load generator sends, each worker is killed with SIGKILL twice and
+// started again. Afterwards every request must have an outcome, no side
+// effect may exist twice (no drone booked twice), and every compensation
+// must have left nothing behind.
+func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sluice: %v\n%s", err, out)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
+		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),
+		kfake.GroupMinSessionTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	redisAddr := testenv.Redis(t)
+
+	// The services live in this process, so that their ledger can be
+	// checked whatever happens to the workers.
+	ledger := delivery.NewLedger()
+	sim := delivery.SimConfig{MinLatency: time.Millisecond, MaxLatency: 5 * time.Millisecond,
+		TransientRate: 0.05, ThrottleRate: 0.01, RetryAfter: 20 * time.Millisecond}
+	srv := httptest.NewServer(delivery.HTTPHandler(delivery.SimulatedNonIdempotent(sim, ledger, loadgen.SuspendedOwner)))
+	defer srv.Close()
+
+	logs := t.TempDir()
+	incarnation := map[string]int{}
+	start := func(which string) *exec.Cmd {
+		incarnation[which]++
+		log, err := os.Create(filepath.Join(logs, fmt.Sprintf("%s-%d.log", which, incarnation[which])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { log.Close() })
+		cmd := exec.Command(bin, "run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
+			"-redis", redisAddr, "-listen", "127.0.0.1:0", "-session-timeout", "1s", "-parallelism", "128")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	kill := func(cmd *exec.Cmd) {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	workers := map[string]*exec.Cmd{"delivery": start("delivery"), "supervisor": start("supervisor")}
+	defer func() {
+		for _, cmd := range workers {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				kill(cmd)
+			}
+		}
+		if t.Failed() {
+			entries, _ := os.ReadDir(logs)
+			for _, e := range entries {
+				b, _ := os.ReadFile(filepath.Join(logs, e.Name()))
+				t.Logf("--- %s (last 2 KB)\n%s", e.Name(), tailString(string(b), 2048))
+			}
+		}
+	}()
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	const load = 8 * time.Second
+	sent := loadgen.NewSent()
+	cfg := loadgen.Default("delivery-requests", 1500, load)
+	cfg.Undeliverable = 0.02 // compensations to crash in the middle of
+	loadDone := make(chan error, 1)
+	go func() { loadDone <- loadgen.Run(context.Background(), producer, cfg, sent) }()
+
+	// Kill each worker twice while the load runs, alternating, once it has
+	// done some work, and start a new one in its place.
+	for i, which := range []string{"delivery", "supervisor", "delivery", "supervisor"} {
+		time.Sleep(load / 5)
+		before := ledger.LiveCount("deliveries")
+		kill(workers[which])
+		workers[which] = start(which)
+		t.Logf("killed the %s worker at %v (deliveries so far %d)", which, time.Duration(i+1)*load/5, before)
+	}
+	if err := <-loadDone; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !scheduler.Accounted(sent, ledger, -1, brokers) {
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	sum, err := scheduler.Verify(sent, ledger, brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(sum)
+	if !sum.OK() {
+		t.Fatalf("after SIGKILLs: %s", sum)
+	}
+	if sum.Completed == 0 || sum.Compensated == 0 {
+		t.Fatalf("the run proves little: %s", sum)
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
