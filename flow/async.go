@@ -402,11 +402,15 @@ func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
 
 // call runs fn for one job on a worker goroutine; timed says whether to
 // measure its latency on its own.
-func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts) {
+// call makes one attempt of j's call, starting at now (read by the
+// caller, once for a chunk of calls run back to back), and returns when it
+// ended: one clock read per call serves the retry budget's start, the
+// attempt's deadline, the limiter's latency and the workers' average.
+func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
 	a := r.a
 	j.attempts++
 	if j.attempts == 1 {
-		j.first = time.Now()
+		j.first = now
 		if a.o.budget != nil {
 			a.o.budget.Request()
 		}
@@ -420,16 +424,12 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 			// retry waits for the breaker.
 			j.err, j.class = err, r.classify(err)
 			counts.failed++
-			return
+			return now
 		}
 	}
 	ctx, cancel := r.callsCtx, func() {}
 	if r.clock != nil {
-		ctx, cancel = r.clock.start()
-	}
-	var began time.Time
-	if timed {
-		began = time.Now()
+		ctx, cancel = r.clock.start(now)
 	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
 	timedOut := false
@@ -451,16 +451,18 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if timedOut {
 		counts.timeouts++
 	}
+	end = time.Now()
 	if !timed {
-		return
+		return end
 	}
-	lat := time.Since(began)
+	lat := end.Sub(now)
 	if a.o.limiter != nil {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if a.o.onCall != nil {
 		a.o.onCall(CallInfo{Latency: lat, InFlight: j.inFlight, Err: j.err})
 	}
+	return end
 }
 
 func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
@@ -485,10 +487,11 @@ func (r *asyncRun[In, Out]) runInline(n int) {
 		batch = append(batch, j)
 	}
 	t0 := time.Now()
+	t := t0
 	for _, j := range batch {
-		r.call(j, timed, &r.inlineCounts)
+		t = r.call(j, timed, &r.inlineCounts, t)
 	}
-	el := float64(time.Since(t0))
+	el := float64(t.Sub(t0))
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
 	r.pool.observe(el, len(batch))

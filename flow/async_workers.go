@@ -121,11 +121,12 @@ func (w *workers[In, Out]) work() {
 		w.mu.Unlock()
 
 		t0 := time.Now()
+		t := t0
 		for _, j := range batch {
-			w.r.call(j, timed, &counts)
+			t = w.r.call(j, timed, &counts, t)
 		}
 		counts.flush(w.r.a)
-		lastNs, lastN = float64(time.Since(t0)), len(batch)
+		lastNs, lastN = float64(t.Sub(t0)), len(batch)
 		w.r.finished(batch)
 	}
 }

@@ -114,11 +114,11 @@ func newAttemptClock(parent context.Context, timeout time.Duration) *attemptCloc
 
 // start returns the context of a call starting now and the function that
 // ends it.
-func (c *attemptClock) start() (context.Context, func()) {
+func (c *attemptClock) start(now time.Time) (context.Context, func()) {
 	if cancelCtxKey == nil {
-		return context.WithTimeout(c.parent, c.timeout)
+		return context.WithDeadline(c.parent, now.Add(c.timeout))
 	}
-	a := &attemptCtx{parent: c.parent, deadline: time.Now().Add(c.timeout)}
+	a := &attemptCtx{parent: c.parent, deadline: now.Add(c.timeout)}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()

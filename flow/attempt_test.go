@@ -22,7 +22,7 @@ func TestAttemptContext(t *testing.T) {
 	c := newAttemptClock(parent, 20*time.Millisecond)
 	defer c.stop()
 
-	ctx, end := c.start()
+	ctx, end := c.start(time.Now())
 	if ctx.Value(ctxKey{}) != "v" {
 		t.Fatal("the parent's value is lost")
 	}
@@ -46,7 +46,7 @@ func TestAttemptContext(t *testing.T) {
 	end()
 
 	// A call that returns in time is cancelled by its end, not timed out.
-	ctx, end = c.start()
+	ctx, end = c.start(time.Now())
 	end()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.Canceled) {
@@ -54,7 +54,7 @@ func TestAttemptContext(t *testing.T) {
 	}
 
 	// The parent's end cancels the calls that still run, and any later.
-	ctx, end = c.start()
+	ctx, end = c.start(time.Now())
 	defer end()
 	stop()
 	<-ctx.Done()
@@ -63,7 +63,7 @@ func TestAttemptContext(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		late, endLate := c.start()
+		late, endLate := c.start(time.Now())
 		endLate()
 		if late.Err() != nil || time.Now().After(deadline) {
 			break
@@ -79,7 +79,7 @@ func TestAttemptContextMany(t *testing.T) {
 	errs := make(chan error, 200)
 	for i := range 200 {
 		go func() {
-			ctx, end := c.start()
+			ctx, end := c.start(time.Now())
 			defer end()
 			d := time.Duration(i%2) * 100 * time.Millisecond // 0 or 100 ms
 			select {
