@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,39 +113,56 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	start := time.Now()
 	var recent []delivery.Request
 	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))
-	for seq := 0; ; seq++ {
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errOnce.Do(func() { produceErr = err })
+		}
+	}
+	type made struct {
+		key   string
+		value []byte
+		kind  Kind
+		dup   bool
+	}
+	var chunk []made
+	for seq := 0; ; {
 		now := time.Now()
 		if now.Sub(start) >= cfg.Duration || ctx.Err() != nil {
 			break
 		}
-		if cfg.BurstEvery > 0 && cfg.BurstRate > 0 {
-			inBurst := now.Sub(start)%cfg.BurstEvery < cfg.BurstFor
-			want := rate.Limit(cfg.Rate)
-			if inBurst {
-				want = rate.Limit(cfg.BurstRate)
-			}
-			if lim.Limit() != want {
-				lim.SetLimit(want)
-				lim.SetBurst(max(1, int(float64(want)/50)))
-			}
+		want := rate.Limit(cfg.Rate)
+		if cfg.BurstEvery > 0 && cfg.BurstRate > 0 && now.Sub(start)%cfg.BurstEvery < cfg.BurstFor {
+			want = rate.Limit(cfg.BurstRate)
 		}
-		if err := lim.Wait(ctx); err != nil {
+		if lim.Limit() != want {
+			lim.SetLimit(want)
+			lim.SetBurst(max(1, int(float64(want)/50)))
+		}
+		// A millisecond's worth at a time: one limiter wait and one lock
+		// per chunk rather than per request.
+		n := max(1, int(float64(want)/1000))
+		if err := lim.WaitN(ctx, n); err != nil {
 			break
 		}
-		key, value, kind, dup := next(rng, cfg, seq, &recent)
+		chunk = chunk[:0]
+		for range n {
+			key, value, kind, dup := next(rng, cfg, seq, &recent)
+			chunk = append(chunk, made{key, value, kind, dup})
+			seq++
+		}
 		sent.mu.Lock()
-		if dup {
-			sent.duplicates++
-		} else {
-			sent.kinds[key] = kind
+		for _, m := range chunk {
+			if m.dup {
+				sent.duplicates++
+			} else {
+				sent.kinds[m.key] = m.kind
+			}
 		}
 		sent.mu.Unlock()
-		sent.total.Add(1)
-		cl.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(key), Value: value}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				errOnce.Do(func() { produceErr = err })
-			}
-		})
+		sent.total.Add(int64(n))
+		for _, m := range chunk {
+			cl.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(m.key), Value: m.value}, promise)
+		}
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -155,6 +173,17 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 		return fmt.Errorf("loadgen: producing: %w", produceErr)
 	}
 	return nil
+}
+
+// deliveryID is "d-" and seq in at least eight digits.
+func deliveryID(seq int) string {
+	b := make([]byte, 0, 12)
+	b = append(b, "d-"...)
+	d := strconv.AppendInt(nil, int64(seq), 10)
+	for range 8 - len(d) {
+		b = append(b, '0')
+	}
+	return string(append(b, d...))
 }
 
 func next(rng *rand.Rand, cfg Config, seq int, recent *[]delivery.Request) (key string, value []byte, kind Kind, dup bool) {
@@ -171,8 +200,8 @@ func next(rng *rand.Rand, cfg Config, seq int, recent *[]delivery.Request) (key 
 	}
 	roll -= cfg.Duplicate
 	r := delivery.Request{
-		ID:       fmt.Sprintf("d-%08d", seq),
-		Owner:    fmt.Sprintf("acct-%d", rng.IntN(5000)),
+		ID:       deliveryID(seq),
+		Owner:    "acct-" + strconv.Itoa(rng.IntN(5000)),
 		Pickup:   delivery.Location{Lat: 47.5 + rng.Float64()*0.5, Lon: -122.5 + rng.Float64()*0.5},
 		Dropoff:  delivery.Location{Lat: 47.5 + rng.Float64()*0.5, Lon: -122.5 + rng.Float64()*0.5},
 		Size:     []string{"small", "medium", "large"}[rng.IntN(3)],
