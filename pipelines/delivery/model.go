@@ -109,6 +109,8 @@ type Progress struct {
 	Done       []Step  `json:"done"`
 	ThirdParty bool    `json:"third_party,omitempty"`
 	DroneID    string  `json:"drone_id,omitempty"`
+	// mark identifies this copy of the request in step records (mode b).
+	mark string
 }
 
 // Compensation is the failure event the supervisor acts on: the request,

@@ -67,7 +67,7 @@ func TestRecordedStep(t *testing.T) {
 
 	// A worker killed between the call and its record leaves the step
 	// started: the replay does not call.
-	if err := store.Start(ctx, "d", StepDrone); err != nil {
+	if _, err := store.Begin(ctx, "d", StepDrone, "a copy that crashed"); err != nil {
 		t.Fatal(err)
 	}
 	if err := step(ctx, progress("d")); !errors.Is(err, ErrOutcomeUnknown) || calls != 4 {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -223,30 +225,39 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 var ErrOutcomeUnknown = errors.New("outcome of a non-idempotent step is unknown; compensating rather than risking it twice")
 
 // recorded wraps a step that is not idempotent. A request that completed it
-// before (a replay) skips it and gets the recorded value back; one that
-// started it and never learned the outcome fails with ErrOutcomeUnknown.
-// Otherwise the call is marked started, made, and then recorded done — or,
+// before (a replay) skips it and gets the recorded value back; one whose
+// step another copy started (a copy that crashed, or gave up on an
+// answer) fails with ErrOutcomeUnknown. Marks name the copy of the request
+// (its *Progress) that wrote them, so a copy's own retry is not mistaken
+// for a stranger's.
+// Otherwise the call is marked started (in the same round trip as the
+// read), made, and then recorded done — or,
 // if the service answered that it did not act, the mark is cleared so that
 // a retry may call again. The writes after the call are made even if the
 // pipeline is stopping, so that a call that acted is never forgotten.
 func recorded(store StepStore, step Step, fn stepFunc) stepFunc {
 	return func(ctx context.Context, p *Progress) error {
 		id := p.Request.ID
-		rec, err := store.Load(ctx, id)
+		if p.mark == "" {
+			p.mark = strconv.FormatUint(rand.Uint64(), 36)
+		}
+		rec, err := store.Begin(ctx, id, step, p.mark)
 		if err != nil {
+			// The mark may have been written: if so it is this copy's,
+			// and the retry will know it called nothing.
 			return stream.Transient(err)
 		}
-		if v, ok := rec.Done[step]; ok {
+		if rec.Done {
 			if step == StepDrone {
-				p.DroneID = v
+				p.DroneID = rec.Value
 			}
 			return nil
 		}
-		if rec.Started[step] {
+		if rec.StartedBy != "" && rec.StartedBy != p.mark {
 			return fmt.Errorf("%s of %s: %w", step, id, ErrOutcomeUnknown)
 		}
-		if err := store.Start(ctx, id, step); err != nil {
-			return stream.Transient(err)
+		if err := ctx.Err(); err != nil {
+			return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
 		}
 		callErr := fn(ctx, p)
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

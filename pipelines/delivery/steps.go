@@ -10,34 +10,36 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// StepStore keeps a durable record of the steps each request started and
-// completed, for backends that cannot be made idempotent (mode b of seed
-// 002; mode a, PUT by delivery id, needs none). A replayed request reads it
-// and skips what was done; a step started and never finished (the worker
-// crashed mid-call, or an attempt was cut short) has an unknown outcome and
-// is compensated rather than risked twice.
+// StepStore keeps a durable record of the non-idempotent steps each request
+// started and completed (mode b of seed 002; mode a, PUT by delivery id,
+// needs none). A replayed request reads it and skips what was done; a step
+// started and never finished (the worker crashed mid-call, or an attempt was
+// cut short) has an unknown outcome and is compensated rather than risked
+// twice.
 type StepStore interface {
-	// Load returns what is recorded for a request.
-	Load(ctx context.Context, id string) (StepRecord, error)
-	// Start notes that a request is about to call a step.
-	Start(ctx context.Context, id string, step Step) error
+	// Begin marks a request's step started by mark (which names the
+	// caller's copy of the request) unless the step has a record already,
+	// and returns the record as it was — atomically, in one round trip.
+	Begin(ctx context.Context, id string, step Step, mark string) (StepState, error)
 	// Record notes that a request completed a step, with the value it
 	// returned (the drone id of schedule_drone).
 	Record(ctx context.Context, id string, step Step, value string) error
-	// Abandon notes that a started call certainly did not act (the service
-	// answered no), so that the step may be called again.
+	// Abandon removes a started mark whose call certainly did not act (the
+	// service answered no), so that the step may be called again.
 	Abandon(ctx context.Context, id string, step Step) error
 }
 
-// StepRecord is what a StepStore holds for one request.
-type StepRecord struct {
-	Done    map[Step]string // completed steps and their values
-	Started map[Step]bool   // steps called and neither completed nor abandoned
+// StepState is the record of one step of one request.
+type StepState struct {
+	Done      bool
+	Value     string // recorded with Done
+	StartedBy string // the mark of the copy that started it, if not done
 }
 
-// RedisSteps is a StepStore in Redis: one hash per request
-// ("sluice:steps:<id>"; field <step> = value once done, <step>:started
-// while a call is out), expiring after TTL. Reads and writes from
+// RedisSteps is a StepStore in Redis: one string per request and step
+// ("sluice:steps:<id>:<step>" = "s:<mark>" once started, "d:<value>" once
+// done), expiring TTL after the step began. Begin is SET NX GET (Redis 7+),
+// Record a SET that keeps the TTL: two commands per step. Operations from
 // concurrent requests are batched: whatever is waiting goes in one
 // pipeline, one round trip, so that a step costs a fraction of one.
 type RedisSteps struct {
@@ -51,23 +53,20 @@ type RedisSteps struct {
 // stepOp is one operation waiting for its batch.
 type stepOp struct {
 	kind  opKind
-	id    string
-	step  Step
+	key   string
 	value string
-	read  *redis.MapStringStringCmd
+	old   *redis.StatusCmd // Begin: the record before
+	cmd   redis.Cmder
 	err   chan error
 }
 
 type opKind uint8
 
 const (
-	opLoad opKind = iota
-	opStart
+	opBegin opKind = iota
 	opRecord
 	opAbandon
 )
-
-const startedSuffix = ":started"
 
 // NewRedisSteps returns a step store on cl whose records live for ttl
 // (default 24h: longer than any replay). Close it when done.
@@ -80,43 +79,44 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	return s
 }
 
-func key(id string) string { return "sluice:steps:" + id }
+func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + string(step) }
 
-// Load reads the request's record.
-func (s *RedisSteps) Load(ctx context.Context, id string) (StepRecord, error) {
-	op := &stepOp{kind: opLoad, id: id}
+// Begin marks the step started unless it has a record, and returns the
+// record as it was.
+func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
+	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: "s:" + mark}
 	if err := s.do(ctx, op); err != nil {
-		return StepRecord{}, fmt.Errorf("reading step record of %s: %w", id, err)
+		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	rec := StepRecord{Done: map[Step]string{}, Started: map[Step]bool{}}
-	for k, v := range op.read.Val() {
-		if step, ok := strings.CutSuffix(k, startedSuffix); ok {
-			rec.Started[Step(step)] = true
-		} else {
-			rec.Done[Step(k)] = v
-		}
+	old, err := op.old.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return StepState{}, nil
+	case err != nil:
+		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	return rec, nil
-}
-
-// Start writes that a call of step is out, once its batch is written.
-func (s *RedisSteps) Start(ctx context.Context, id string, step Step) error {
-	return s.write(ctx, &stepOp{kind: opStart, id: id, step: step})
+	if v, ok := strings.CutPrefix(old, "d:"); ok {
+		return StepState{Done: true, Value: v}, nil
+	}
+	if m, ok := strings.CutPrefix(old, "s:"); ok {
+		return StepState{StartedBy: m}, nil
+	}
+	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
 }
 
 // Record writes that a request completed a step.
 func (s *RedisSteps) Record(ctx context.Context, id string, step Step, value string) error {
-	return s.write(ctx, &stepOp{kind: opRecord, id: id, step: step, value: value})
+	return s.write(ctx, &stepOp{kind: opRecord, key: stepKey(id, step), value: "d:" + value})
 }
 
-// Abandon clears a started mark.
+// Abandon removes a started mark.
 func (s *RedisSteps) Abandon(ctx context.Context, id string, step Step) error {
-	return s.write(ctx, &stepOp{kind: opAbandon, id: id, step: step})
+	return s.write(ctx, &stepOp{kind: opAbandon, key: stepKey(id, step)})
 }
 
 func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
 	if err := s.do(ctx, op); err != nil {
-		return fmt.Errorf("writing step record of %s (%s): %w", op.id, op.step, err)
+		return fmt.Errorf("writing step record %s: %w", op.key, err)
 	}
 	return nil
 }
@@ -161,33 +161,32 @@ func (s *RedisSteps) run() {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := s.cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, _ = s.cl.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, op := range batch {
-				k := key(op.id)
 				switch op.kind {
-				case opLoad:
-					op.read = p.HGetAll(ctx, k)
-					continue
-				case opStart:
-					p.HSet(ctx, k, string(op.step)+startedSuffix, "1")
+				case opBegin:
+					op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+					op.cmd = op.old
 				case opRecord:
-					p.HSet(ctx, k, string(op.step), op.value)
-					p.HDel(ctx, k, string(op.step)+startedSuffix)
+					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
 				case opAbandon:
-					p.HDel(ctx, k, string(op.step)+startedSuffix)
+					op.cmd = p.Del(ctx, op.key)
 				}
-				p.Expire(ctx, k, s.ttl)
 			}
 			return nil
 		})
 		cancel()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			err = fmt.Errorf("step records (a batch of %d): %w", len(batch), err)
-		} else {
-			err = nil
-		}
+		// Each operation gets its own command's error (a nil reply is
+		// not one: SET NX GET answers nil for a step with no record).
 		for _, op := range batch {
-			op.err <- err
+			opErr := op.cmd.Err()
+			if errors.Is(opErr, redis.Nil) {
+				opErr = nil
+			}
+			if opErr != nil {
+				opErr = fmt.Errorf("a batch of %d step operations: %w", len(batch), opErr)
+			}
+			op.err <- opErr
 		}
 	}
 }

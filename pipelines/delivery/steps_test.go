@@ -14,8 +14,9 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 )
 
-// Concurrent reads and writes through the batcher land in Redis, each
-// answered with its own result.
+// Concurrent operations through the batcher land in Redis, each answered
+// with its own result: a step starts once, a second Begin sees who started
+// it, a record is seen as done, an abandoned step can start again.
 func TestRedisStepsBatches(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
 	defer cl.Close()
@@ -26,34 +27,35 @@ func TestRedisStepsBatches(t *testing.T) {
 	for i := range 500 {
 		wg.Go(func() {
 			id := fmt.Sprintf("r-%d", i)
-			if rec, err := s.Load(ctx, id); err != nil || len(rec.Done)+len(rec.Started) != 0 {
-				t.Errorf("%s before: %v %v", id, rec, err)
-				return
+			check := func(what string, step delivery.Step, mark string, want delivery.StepState) bool {
+				got, err := s.Begin(ctx, id, step, mark)
+				if err != nil || got != want {
+					t.Errorf("%s %s: got %+v %v, want %+v", id, what, got, err, want)
+					return false
+				}
+				return true
 			}
-			if err := s.Start(ctx, id, delivery.StepDrone); err != nil {
-				t.Error(err)
-				return
-			}
-			if rec, err := s.Load(ctx, id); err != nil || !rec.Started[delivery.StepDrone] || len(rec.Done) != 0 {
-				t.Errorf("%s started: %v %v", id, rec, err)
+			if !check("fresh", delivery.StepDrone, "a", delivery.StepState{}) ||
+				!check("started", delivery.StepDrone, "b", delivery.StepState{StartedBy: "a"}) {
 				return
 			}
 			if err := s.Record(ctx, id, delivery.StepDrone, "drone-"+id); err != nil {
 				t.Error(err)
 				return
 			}
-			if err := s.Record(ctx, id, delivery.StepPackage, ""); err != nil {
+			if !check("done", delivery.StepDrone, "b", delivery.StepState{Done: true, Value: "drone-" + id}) ||
+				!check("fresh", delivery.StepPackage, "a", delivery.StepState{}) {
+				return
+			}
+			if err := s.Abandon(ctx, id, delivery.StepPackage); err != nil {
 				t.Error(err)
 				return
 			}
-			rec, err := s.Load(ctx, id)
-			if err != nil || rec.Done[delivery.StepDrone] != "drone-"+id || len(rec.Done) != 2 || len(rec.Started) != 0 {
-				t.Errorf("%s after: %v %v", id, rec, err)
-			}
+			check("abandoned", delivery.StepPackage, "c", delivery.StepState{})
 		})
 	}
 	wg.Wait()
-	if ttl := cl.TTL(ctx, "sluice:steps:r-7").Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := cl.TTL(ctx, "sluice:steps:r-7:schedule_drone").Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("ttl %v", ttl)
 	}
 }
@@ -66,7 +68,7 @@ func TestRedisStepsUnreachable(t *testing.T) {
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := s.Load(ctx, "d-1")
+	_, err := s.Begin(ctx, "d-1", delivery.StepDrone, "m")
 	if err == nil || !strings.Contains(err.Error(), "d-1") {
 		t.Fatalf("got %v", err)
 	}
