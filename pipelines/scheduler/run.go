@@ -89,8 +89,10 @@ type Summary struct {
 	DeadLettered                   map[string]int // by kind of input
 	ExpectedDead                   int
 	Lost, Twice, LeftoverAfterUndo int
-	P50, P99                       time.Duration
-	Elapsed                        time.Duration
+	// P50 and P99 are end-to-end latencies (produce to settle) over every
+	// request of the run.
+	P50, P99 time.Duration
+	Elapsed  time.Duration
 	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
 	// Drained how long after the load ended every request was accounted
 	// for.
@@ -361,7 +363,8 @@ wait:
 	}
 	sum.Elapsed = time.Since(start)
 	sum.MaxLag, sum.Drained = maxLag, drained
-	sum.P50, sum.P99 = lat.quantile(0.5), lat.quantile(0.99)
+	qs := lat.overall(0.5, 0.99)
+	sum.P50, sum.P99 = qs[0], qs[1]
 	if loadErr != nil {
 		return sum, loadErr
 	}
@@ -551,20 +554,22 @@ func (s *status) line() string {
 	dead := s.w.deadLettered()
 	line := fmt.Sprintf("%5.1fs ingest %6.0f/s completed %6.0f/s | e2e p50 %v p99 %v | lag %d in-flight %d limit %d..%d | retries %d breakers %s | dead-letters %d compensations %d",
 		now.Sub(s.start).Seconds(), float64(sent-s.lastSent)/dt, float64(done-s.lastDone)/dt,
-		s.lat.quantile(0.5).Round(time.Millisecond), s.lat.quantile(0.99).Round(time.Millisecond),
+		s.lat.recent(0.5).Round(time.Millisecond), s.lat.recent(0.99).Round(time.Millisecond),
 		lag, inflight, lo, hi, retries, breakers, dead, s.notes.Len())
 	s.lastSent, s.lastDone, s.lastAt = sent, done, now
 	return line
 }
 
-// latencies keeps the last end-to-end latencies for the status line's
-// quantiles and forwards every measurement to the metrics.
+// latencies keeps every end-to-end latency of the run — the last 20,000
+// for the status line's quantiles, all of them for the summary's — and
+// forwards each measurement to the metrics.
 type latencies struct {
 	next stream.Observer
 	mu   sync.Mutex
 	ring []time.Duration
 	pos  int
 	full bool
+	all  []time.Duration
 }
 
 func newLatencies(next stream.Observer) *latencies {
@@ -581,10 +586,12 @@ func (l *latencies) Latency(d time.Duration) {
 	if l.pos == len(l.ring) {
 		l.pos, l.full = 0, true
 	}
+	l.all = append(l.all, d)
 	l.mu.Unlock()
 }
 
-func (l *latencies) quantile(q float64) time.Duration {
+// recent returns the q-quantile of the last 20,000 latencies.
+func (l *latencies) recent(q float64) time.Duration {
 	l.mu.Lock()
 	n := l.pos
 	if l.full {
@@ -592,10 +599,30 @@ func (l *latencies) quantile(q float64) time.Duration {
 	}
 	s := slices.Clone(l.ring[:n])
 	l.mu.Unlock()
+	return quantile(s, q)
+}
+
+// overall returns the q-quantiles of every latency of the run.
+func (l *latencies) overall(qs ...float64) []time.Duration {
+	l.mu.Lock()
+	s := slices.Clone(l.all)
+	l.mu.Unlock()
+	slices.Sort(s)
+	out := make([]time.Duration, len(qs))
+	for i, q := range qs {
+		out[i] = quantile(s, q)
+	}
+	return out
+}
+
+// quantile sorts s (if it is not sorted) and returns its q-quantile.
+func quantile(s []time.Duration, q float64) time.Duration {
 	if len(s) == 0 {
 		return 0
 	}
-	slices.Sort(s)
+	if !slices.IsSorted(s) {
+		slices.Sort(s)
+	}
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
