@@ -55,8 +55,10 @@ type SchedulerConfig struct {
 	NonIdempotent []Step
 	// LatencyTarget is the p99 call latency each step's adaptive
 	// concurrency limit holds (default 100 ms: a fifth of the 500 ms
-	// budget); the limit stays between a tenth of Parallelism and
-	// Parallelism.
+	// budget); the limit stays between a quarter of Parallelism and
+	// Parallelism: latency that comes from this process (a collection, a
+	// burst's queueing), not the service, should not cut a step to a few
+	// calls in flight.
 	LatencyTarget time.Duration
 }
 
@@ -162,7 +164,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			return nil, err
 		}
 		lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: cfg.LatencyTarget,
-			Initial: max(1, cfg.Parallelism/4), Min: max(1, cfg.Parallelism/10), Max: cfg.Parallelism})
+			Initial: max(1, cfg.Parallelism/4), Min: max(1, cfg.Parallelism/4), Max: cfg.Parallelism})
 		if err != nil {
 			return nil, err
 		}
