@@ -17,7 +17,7 @@ test: vet fmt-check
 # node, loopback), started from its Maven Central jars; needs java and mvn.
 test-kafka:
 	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
-		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./sink/kafka/ ./pipelines/scheduler/
+		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./sink/kafka/ ./pipelines/scheduler/ ./pipelines/cmd/sluice/
 
 vet:
 	$(GO) vet ./...

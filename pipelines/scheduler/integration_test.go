@@ -21,14 +21,16 @@ func init() {
 }
 
 // TestRealKafkaDeliveryEndToEnd runs the delivery system against a real
-// Apache Kafka broker, with faults at every service and the scheduler and
-// supervisor crashed twice mid-run.
+// Apache Kafka broker and a real redis-server (mode b: drone scheduling is
+// not idempotent), with faults at every service, duplicates, malformed and
+// invalid requests, and the scheduler and supervisor crashed twice mid-run.
 func TestRealKafkaDeliveryEndToEnd(t *testing.T) {
 	cfg := scheduler.Defaults(4 * time.Second)
 	cfg.Brokers = []string{broker.Addr}
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 2, 60*time.Second
+	cfg.Redis = testenv.Redis(t)
 	var out strings.Builder
 	sum, err := scheduler.Run(context.Background(), cfg, &out)
 	t.Logf("%s\n%s", out.String(), sum)

@@ -30,10 +30,6 @@ import (
 // effect may exist twice (no drone booked twice), and every compensation
 // must have left nothing behind.
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("building sluice: %v\n%s", err, out)
-	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
 		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond))
@@ -41,7 +37,16 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	brokers := c.ListenAddrs()
+	killWorkers(t, c.ListenAddrs())
+}
+
+// killWorkers is TestWorkerProcessesSurviveSIGKILL against brokers that
+// hold the three topics.
+func killWorkers(t *testing.T, brokers []string) {
+	bin := filepath.Join(t.TempDir(), "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building sluice: %v\n%s", err, out)
+	}
 	redisAddr := testenv.Redis(t)
 
 	// The services live in this process, so that their ledger can be
