@@ -4,6 +4,7 @@ package scheduler_test
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,13 +13,8 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
-var broker *testenv.KafkaBroker
-
-func init() {
-	integration = func(m *testing.M) int {
-		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
-	}
-}
+// TestMain starts a real broker for the suite (testenv.RunTests).
+func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, (*testing.M).Run)) }
 
 // TestRealKafkaDeliveryEndToEnd runs the delivery system against a real
 // Apache Kafka broker and a real redis-server (mode b: drone scheduling is
@@ -26,7 +22,7 @@ func init() {
 // invalid requests, and the scheduler and supervisor crashed twice mid-run.
 func TestRealKafkaDeliveryEndToEnd(t *testing.T) {
 	cfg := scheduler.Defaults(4 * time.Second)
-	cfg.Brokers = []string{broker.Addr}
+	cfg.Brokers = []string{testenv.Broker().Addr}
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 2, 60*time.Second

@@ -10,13 +10,20 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
 )
 
-func TestUndoReversesCompletedStepsIdempotently(t *testing.T) {
-	ctx := context.Background()
+// booked returns simulated services in which request id has a package and
+// a drone.
+func booked(ctx context.Context, id string) (*delivery.Ledger, delivery.Backends, delivery.Request) {
 	l := delivery.NewLedger()
 	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
-	r := delivery.Request{ID: "d-9", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}, Deadline: time.Now()}
+	r := delivery.Request{ID: id, Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}, Deadline: time.Now()}
 	_ = b.Packages.Put(ctx, r.ID, r)
 	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
+	return l, b, r
+}
+
+func TestUndoReversesCompletedStepsIdempotently(t *testing.T) {
+	ctx := context.Background()
+	l, b, r := booked(ctx, "d-9")
 	p := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage, delivery.StepThirdParty, delivery.StepDrone}}
 	for range 2 { // a supervisor that crashed mid-compensation runs it again
 		if err := supervisor.Undo(ctx, b, p); err != nil {
@@ -69,11 +76,7 @@ func TestUndoOrderIsReverse(t *testing.T) {
 // a copy still on its way is refused from then on.
 func TestUndoCoversWhatOtherCopiesDid(t *testing.T) {
 	ctx := context.Background()
-	l := delivery.NewLedger()
-	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
-	r := delivery.Request{ID: "d-7", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}, Deadline: time.Now()}
-	_ = b.Packages.Put(ctx, r.ID, r)
-	_, _ = b.Drones.Schedule(ctx, r.ID, r.Pickup)
+	l, b, r := booked(ctx, "d-7")
 	_ = b.Deliveries.Put(ctx, r.ID, delivery.Progress{Request: r})
 	failedEarly := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount}}
 	if err := supervisor.Undo(ctx, b, failedEarly); err != nil {

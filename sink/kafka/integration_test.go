@@ -14,16 +14,8 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
-var broker *testenv.KafkaBroker
-
-func init() {
-	integration = func(m *testing.M) int {
-		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
-	}
-}
-
 func TestRealKafkaProducerSinkReadBackByKcat(t *testing.T) {
-	if err := testenv.CreateTopic([]string{broker.Addr}, "it-out", 2); err != nil {
+	if err := testenv.CreateTopic([]string{testenv.Broker().Addr}, "it-out", 2); err != nil {
 		t.Fatal(err)
 	}
 	tr := stream.NewTracker(0)
@@ -33,14 +25,14 @@ func TestRealKafkaProducerSinkReadBackByKcat(t *testing.T) {
 	}
 	g := stream.New()
 	stream.To(stream.From(g, source.Slice(vals, source.Track(tr))),
-		stream.Sink[[]byte](kafkasink.NewSink(client(t, []string{broker.Addr}), kafkasink.Records("it-out"))))
+		stream.Sink[[]byte](kafkasink.NewSink(client(t, []string{testenv.Broker().Addr}), kafkasink.Records("it-out"))))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if st := tr.Stats(); st.Settled[stream.Completed] != 1000 {
 		t.Fatalf("settled %+v", st.Settled)
 	}
-	out := testenv.Kcat(t, nil, "-b", broker.Addr, "-t", "it-out", "-C", "-e", "-q", "-f", `%s\n`)
+	out := testenv.Kcat(t, nil, "-b", testenv.Broker().Addr, "-t", "it-out", "-C", "-e", "-q", "-f", `%s\n`)
 	if n := len(strings.Fields(string(out))); n != 1000 {
 		t.Fatalf("kcat read %d records, want 1000", n)
 	}

@@ -5,15 +5,17 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
-	if integration != nil {
-		os.Exit(integration(m))
-	}
-	goleak.VerifyTestMain(m)
+	// With the kafka build tag, against a real broker.
+	os.Exit(testenv.RunTests(m, goleakMain))
 }
 
-// integration is set by the kafka-tagged files: it starts a real broker,
-// runs the tests and stops the broker.
-var integration func(m *testing.M) int
+// goleakMain checks that no test leaves a goroutine behind.
+func goleakMain(m *testing.M) int {
+	goleak.VerifyTestMain(m)
+	return 0
+}

@@ -15,21 +15,13 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
-var broker *testenv.KafkaBroker
-
-func init() {
-	integration = func(m *testing.M) int {
-		return testenv.WithKafka(m, func(b *testenv.KafkaBroker) { broker = b })
-	}
-}
-
 var topicSeq atomic.Int64
 
 // realTopic creates a fresh topic on the real broker.
 func realTopic(t *testing.T, partitions int32) string {
 	t.Helper()
 	name := fmt.Sprintf("it-%d-%s", topicSeq.Add(1), strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))
-	if err := testenv.CreateTopic([]string{broker.Addr}, name, partitions); err != nil {
+	if err := testenv.CreateTopic([]string{testenv.Broker().Addr}, name, partitions); err != nil {
 		t.Fatal(err)
 	}
 	return name
@@ -37,7 +29,7 @@ func realTopic(t *testing.T, partitions int32) string {
 
 func TestRealKafkaConsumesAndCommits(t *testing.T) {
 	topic := realTopic(t, 4)
-	brokers := []string{broker.Addr}
+	brokers := []string{testenv.Broker().Addr}
 	testenv.Produce(t, brokers, topic, 5000, func(i int) []byte { return fmt.Appendf(nil, "v%d", i) })
 	committed := map[int32]int64{}
 	seen := map[string]bool{}
@@ -57,9 +49,9 @@ func TestRealKafkaConsumesAndCommits(t *testing.T) {
 
 func TestRealKafkaKcat(t *testing.T) {
 	topic := realTopic(t, 1)
-	testenv.Kcat(t, []byte("k1:hello\nk2:\n"), "-b", broker.Addr, "-t", topic, "-P", "-K:", "-Z", "-H", "origin=kcat")
+	testenv.Kcat(t, []byte("k1:hello\nk2:\n"), "-b", testenv.Broker().Addr, "-t", topic, "-P", "-K:", "-Z", "-H", "origin=kcat")
 	var got []stream.Message[[]byte]
-	consume(t, newSource(t, []string{broker.Addr}, "it-"+topic, func(c *kafka.Config) { c.Topics = []string{topic} }), 2,
+	consume(t, newSource(t, []string{testenv.Broker().Addr}, "it-"+topic, func(c *kafka.Config) { c.Topics = []string{topic} }), 2,
 		func(m stream.Message[[]byte]) { got = append(got, m) })
 	if string(got[0].Value) != "hello" || got[1].Value != nil || string(got[1].Header("origin")) != "kcat" {
 		t.Fatalf("got %q and %v (headers %v)", got[0].Value, got[1].Value, got[1].Headers)
@@ -67,23 +59,23 @@ func TestRealKafkaKcat(t *testing.T) {
 }
 
 func TestRealKafkaCrashSafety(t *testing.T) {
-	crashTest(t, []string{broker.Addr}, realTopic(t, crashParts))
+	crashTest(t, []string{testenv.Broker().Addr}, realTopic(t, crashParts))
 }
 
 func TestRealKafkaRebalance(t *testing.T) {
-	rebalanceTest(t, []string{broker.Addr}, realTopic(t, crashParts))
+	rebalanceTest(t, []string{testenv.Broker().Addr}, realTopic(t, crashParts))
 }
 
 func TestRealKafkaBadInput(t *testing.T) {
 	ctx := context.Background()
-	_, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: []string{broker.Addr}}, Group: "g",
+	_, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: []string{testenv.Broker().Addr}}, Group: "g",
 		Topics: []string{"does-not-exist"}, Logger: quiet})
 	if err == nil || !strings.Contains(err.Error(), "does-not-exist") {
 		t.Fatalf("unknown topic: %v", err)
 	}
 	t.Log(err)
 	topic := realTopic(t, 1)
-	cfg := kafka.Config{Conn: kafka.Conn{Brokers: []string{broker.SASLAddr}, ConnectTimeout: 10 * time.Second,
+	cfg := kafka.Config{Conn: kafka.Conn{Brokers: []string{testenv.Broker().SASLAddr}, ConnectTimeout: 10 * time.Second,
 		SASL: &kafka.SASL{Mechanism: "PLAIN", User: testenv.SASLUser, Password: "wrong"}}, Group: "g", Topics: []string{topic}, Logger: quiet}
 	_, err = kafka.NewSource(ctx, cfg)
 	if err == nil || !strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
