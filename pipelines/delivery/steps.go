@@ -79,6 +79,23 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	return s
 }
 
+// CheckRedis makes sure the server at cl answers and can keep step records:
+// Begin needs SET with both NX and GET, which Redis has since 7.0. It names
+// the problem: an unreachable server, or one too old.
+func CheckRedis(ctx context.Context, cl redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := cl.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis does not answer: %w", err)
+	}
+	const probe = "sluice:steps:probe"
+	err := cl.SetArgs(ctx, probe, "s:probe", redis.SetArgs{Mode: "NX", Get: true, TTL: 10 * time.Second}).Err()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redis cannot keep step records (SET NX GET needs Redis 7.0 or later): %w", err)
+	}
+	return nil
+}
+
 func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + string(step) }
 
 // Begin marks the step started unless it has a record, and returns the

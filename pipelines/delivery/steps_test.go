@@ -60,6 +60,21 @@ func TestRedisStepsBatches(t *testing.T) {
 	}
 }
 
+// CheckRedis accepts a real redis-server and names an unreachable one.
+func TestCheckRedis(t *testing.T) {
+	ctx := context.Background()
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	if err := delivery.CheckRedis(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer down.Close()
+	if err := delivery.CheckRedis(ctx, down); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("unreachable: %v", err)
+	}
+}
+
 // An unreachable Redis is an error naming the request, not a hang.
 func TestRedisStepsUnreachable(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})

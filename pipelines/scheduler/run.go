@@ -178,10 +178,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if cfg.Redis != "" {
 		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
 		defer rc.Close()
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := rc.Ping(pctx).Err()
-		cancel()
-		if err != nil {
+		if err := delivery.CheckRedis(ctx, rc); err != nil {
 			return Summary{}, fmt.Errorf("redis at %s: %w", cfg.Redis, err)
 		}
 		rs := delivery.NewRedisSteps(rc, time.Hour)

@@ -136,7 +136,7 @@ func runWorker(ctx context.Context, args []string) error {
 		if *redisAddr != "" {
 			rc := redis.NewClient(&redis.Options{Addr: *redisAddr})
 			defer rc.Close()
-			if err := rc.Ping(ctx).Err(); err != nil {
+			if err := delivery.CheckRedis(ctx, rc); err != nil {
 				return fmt.Errorf("redis at %s: %w", *redisAddr, err)
 			}
 			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
