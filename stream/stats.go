@@ -23,6 +23,9 @@ type StageStats struct {
 	// Blocked is the time the stage spent waiting for room downstream: a
 	// stage that blocks a lot is held back by a slower one after it.
 	Blocked time.Duration
+	// FailurePath marks a stage that handles what other stages failed (it
+	// reads the failure stream, directly or after other such stages).
+	FailurePath bool
 }
 
 // InFlight returns the messages the stage holds: received but not yet
@@ -46,6 +49,8 @@ func (g *Graph) Stats() []StageStats {
 			Settled: n.stats.settled.Load(),
 			Failed:  n.stats.failed.Load(),
 			Blocked: time.Duration(n.stats.blocked.Load()),
+
+			FailurePath: n.failurePath,
 		}
 		for o := range s.SettledBy {
 			s.SettledBy[o] = n.stats.byOutcome[o].Load()

@@ -103,6 +103,8 @@ type StageStatus struct {
 	Buffered int64   `json:"buffered"`
 	Capacity int64   `json:"capacity"`
 	Blocked  float64 `json:"blocked_seconds"`
+	// FailurePath: the stage handles what other stages failed.
+	FailurePath bool `json:"failure_path,omitempty"`
 }
 
 func snapshot(gs []*stream.Graph) Status {
@@ -111,7 +113,8 @@ func snapshot(gs []*stream.Graph) Status {
 		p := PipelineStatus{Name: g.Name()}
 		for _, s := range g.Stats() {
 			p.Stages = append(p.Stages, StageStatus{Name: s.Name, In: s.In, Out: s.Out, Settled: s.Settled, Failed: s.Failed,
-				InFlight: s.InFlight(), Buffered: s.Buffered, Capacity: s.Capacity, Blocked: s.Blocked.Seconds()})
+				InFlight: s.InFlight(), Buffered: s.Buffered, Capacity: s.Capacity, Blocked: s.Blocked.Seconds(),
+				FailurePath: s.FailurePath})
 		}
 		st.Pipelines = append(st.Pipelines, p)
 	}

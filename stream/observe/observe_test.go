@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -232,7 +233,13 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	defer cancel()
 	g := stream.New(stream.WithPipeline("deliveries"))
 	s := stream.From(g, source.Generator(func(i int64) int64 { return i }, source.Rate(20000, 200)), stream.Name("generate"))
-	s = stream.Via(s, flow.Map(func(x int64) (int64, error) { return x * 2, nil }), stream.Name("parse"))
+	s = stream.Via(s, flow.Map(func(x int64) (int64, error) {
+		if x%100 == 7 {
+			return 0, fmt.Errorf("unparsable %d", x)
+		}
+		return x * 2, nil
+	}), stream.Name("parse"))
+	stream.To(g.Failures(), sink.Discard[stream.Failure](), stream.Name("dead-letters"))
 	s = stream.Via(s, stream.Flow[int64, int64](flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
 		time.Sleep(time.Millisecond)
 		return x, nil
@@ -253,7 +260,7 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer ccancel()
 		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-			"--window-size=1100,320", "--virtual-time-budget=2500"}
+			"--window-size=1100,440", "--virtual-time-budget=2500"}
 		out, err := exec.CommandContext(cctx, chromium, append(base, args...)...).Output()
 		if err != nil {
 			t.Fatalf("chromium %v: %v", args, err)
@@ -266,6 +273,13 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
 		}
+	}
+	// The dead-letter stage is drawn apart, in the failures row, after
+	// the main chain.
+	main, failures, ok := strings.Cut(dom, `class="chain failures"`)
+	if !ok || !strings.Contains(failures, `data-stage="dead-letters"`) || strings.Contains(main, `data-stage="dead-letters"`) ||
+		!strings.Contains(main, `data-stage="checkpoint"`) {
+		t.Errorf("the failure path is not drawn apart:\n%s", dom)
 	}
 	run("--screenshot="+shot, url)
 	if fi, err := os.Stat(shot); err != nil || fi.Size() < 2000 {
