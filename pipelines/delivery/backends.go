@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-streams/sluice/stream"
@@ -75,176 +74,6 @@ type SimConfig struct {
 	RetryAfter                  time.Duration
 }
 
-// Ledger counts side effects per service and delivery id, so that tests and
-// the demo can check that nothing was created twice. It is sharded by id:
-// every simulated call of every step writes to it, and one lock would make
-// the simulation, not the pipeline, the bottleneck of a benchmark.
-type Ledger struct {
-	shards [ledgerShards]ledgerShard
-	live   [len(ledgerServices)]atomic.Int64 // records live now, by service
-	undone [len(ledgerServices)]atomic.Int64 // records ever undone, by service
-}
-
-const ledgerShards = 64
-
-type ledgerShard struct {
-	mu sync.Mutex
-	m  map[string]*ledgerRecords // by delivery id
-}
-
-// ledgerRecords are one delivery's records, one per service that creates
-// something.
-type ledgerRecords [len(ledgerServices)]ledgerEntry
-
-var ledgerServices = [...]string{"packages", "drones", "deliveries"}
-
-// ledgerEntry is one record's history. An undone record is a tombstone:
-// it is never created again.
-type ledgerEntry struct {
-	created, deleted int32
-	live             bool
-}
-
-func serviceIndex(service string) int {
-	for i, s := range ledgerServices {
-		if s == service {
-			return i
-		}
-	}
-	panic("ledger: unknown service " + service)
-}
-
-// NewLedger returns an empty ledger.
-func NewLedger() *Ledger {
-	l := &Ledger{}
-	for i := range l.shards {
-		l.shards[i].m = map[string]*ledgerRecords{}
-	}
-	return l
-}
-
-// shard returns the shard of id (FNV-1a over the id).
-func (l *Ledger) shard(id string) *ledgerShard {
-	h := uint32(2166136261)
-	for i := 0; i < len(id); i++ {
-		h = (h ^ uint32(id[i])) * 16777619
-	}
-	return &l.shards[h%ledgerShards]
-}
-
-// update applies fn to the entry of service/id under its shard's lock and
-// keeps the per-service live count.
-func (l *Ledger) update(service, id string, fn func(e *ledgerEntry) error) error {
-	i := serviceIndex(service)
-	s := l.shard(id)
-	s.mu.Lock()
-	rs := s.m[id]
-	if rs == nil {
-		rs = &ledgerRecords{}
-		s.m[id] = rs
-	}
-	e := &rs[i]
-	was, wasUndone := e.live, e.deleted > 0
-	err := fn(e)
-	now := e.live
-	if !wasUndone && e.deleted > 0 {
-		l.undone[i].Add(1)
-	}
-	s.mu.Unlock()
-	switch {
-	case now && !was:
-		l.live[i].Add(1)
-	case was && !now:
-		l.live[i].Add(-1)
-	}
-	return err
-}
-
-// get returns a copy of the entry of service/id.
-func (l *Ledger) get(service, id string) ledgerEntry {
-	i := serviceIndex(service)
-	s := l.shard(id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rs := s.m[id]; rs != nil {
-		return rs[i]
-	}
-	return ledgerEntry{}
-}
-
-// put records a create-or-update: only the first creates. A record that a
-// compensation undid stays undone: a late call (a retry whose earlier
-// attempt timed out, a duplicate of the compensated request) is refused
-// with ErrCancelled instead of bringing it back.
-func (l *Ledger) put(service, id string) error {
-	return l.update(service, id, func(e *ledgerEntry) error {
-		if e.deleted > 0 {
-			return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
-		}
-		if !e.live {
-			e.live = true
-			e.created++
-		}
-		return nil
-	})
-}
-
-// add records a creation that is not idempotent: every call creates.
-func (l *Ledger) add(service, id string) error {
-	return l.update(service, id, func(e *ledgerEntry) error {
-		if e.deleted > 0 {
-			return fmt.Errorf("%s %s: %w", service, id, ErrCancelled)
-		}
-		e.live = true
-		e.created++
-		return nil
-	})
-}
-
-// del records a delete (undo). Deleting what is not there is not an
-// error (undo is idempotent); either way the id is cancelled for good.
-func (l *Ledger) del(service, id string) {
-	_ = l.update(service, id, func(e *ledgerEntry) error {
-		e.live = false
-		e.deleted++
-		return nil
-	})
-}
-
-// Live reports whether service holds a record for id now.
-func (l *Ledger) Live(service, id string) bool { return l.get(service, id).live }
-
-// Undone reports whether service's record for id was ever undone (deleted
-// by a compensation).
-func (l *Ledger) Undone(service, id string) bool { return l.get(service, id).deleted > 0 }
-
-// UndoneCount returns how many of service's records were ever undone.
-func (l *Ledger) UndoneCount(service string) int { return int(l.undone[serviceIndex(service)].Load()) }
-
-// Created returns how many times service created a record for id.
-func (l *Ledger) Created(service, id string) int { return int(l.get(service, id).created) }
-
-// Twice returns how many records any service created more than once.
-func (l *Ledger) Twice() int {
-	n := 0
-	for i := range l.shards {
-		s := &l.shards[i]
-		s.mu.Lock()
-		for _, rs := range s.m {
-			for _, e := range rs {
-				if e.created > 1 {
-					n++
-				}
-			}
-		}
-		s.mu.Unlock()
-	}
-	return n
-}
-
-// LiveCount returns how many records service holds now.
-func (l *Ledger) LiveCount(service string) int { return int(l.live[serviceIndex(service)].Load()) }
-
 // sim is the behaviour every simulated service shares.
 type sim struct {
 	name string
@@ -300,7 +129,7 @@ func (d *simDronesNonIdem) Schedule(ctx context.Context, id string, pickup Locat
 	if NoDroneBase(pickup) {
 		return "", fmt.Errorf("delivery %s: %w", id, ErrNoDrone)
 	}
-	if err := d.l.add("drones", id); err != nil {
+	if err := d.l.add(svcDrones, id); err != nil {
 		return "", err
 	}
 	return "drone-for-" + id, nil
@@ -342,14 +171,14 @@ func (p *simPackages) Put(ctx context.Context, id string, _ Request) error {
 	if err := p.call(ctx); err != nil {
 		return err
 	}
-	return p.l.put("packages", id)
+	return p.l.put(svcPackages, id)
 }
 
 func (p *simPackages) Delete(ctx context.Context, id string) error {
 	if err := p.call(ctx); err != nil {
 		return err
 	}
-	p.l.del("packages", id)
+	p.l.del(svcPackages, id)
 	return nil
 }
 
@@ -374,7 +203,7 @@ func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (s
 	if NoDroneBase(pickup) {
 		return "", fmt.Errorf("delivery %s: %w", id, ErrNoDrone)
 	}
-	if err := d.l.put("drones", id); err != nil {
+	if err := d.l.put(svcDrones, id); err != nil {
 		return "", err
 	}
 	return "drone-for-" + id, nil
@@ -384,7 +213,7 @@ func (d *simDrones) Cancel(ctx context.Context, id string) error {
 	if err := d.call(ctx); err != nil {
 		return err
 	}
-	d.l.del("drones", id)
+	d.l.del(svcDrones, id)
 	return nil
 }
 
@@ -397,13 +226,13 @@ func (d *simDeliveries) Put(ctx context.Context, id string, _ Progress) error {
 	if err := d.call(ctx); err != nil {
 		return err
 	}
-	return d.l.put("deliveries", id)
+	return d.l.put(svcDeliveries, id)
 }
 
 func (d *simDeliveries) Delete(ctx context.Context, id string) error {
 	if err := d.call(ctx); err != nil {
 		return err
 	}
-	d.l.del("deliveries", id)
+	d.l.del(svcDeliveries, id)
 	return nil
 }

@@ -1,0 +1,179 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+)
+
+// Summary is the verification of a run.
+type Summary struct {
+	Sent, Duplicates               int
+	Completed, Compensated         int
+	DeadLettered                   map[string]int // by kind of input
+	ExpectedDead                   int
+	Lost, Twice, LeftoverAfterUndo int
+	// P50 and P99 are end-to-end latencies (produce to settle) over every
+	// request of the run.
+	P50, P99 time.Duration
+	Elapsed  time.Duration
+	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
+	// Drained how long after the load ended every request was accounted
+	// for.
+	MaxLag  int64
+	Drained time.Duration
+}
+
+// OK reports whether the run kept every promise: nothing lost (every
+// request completed, compensated or dead-lettered with its reason),
+// nothing applied twice, every compensation complete.
+func (s Summary) OK() bool {
+	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0
+}
+
+func (s Summary) String() string {
+	var b strings.Builder
+	verdict := "PASS"
+	if !s.OK() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "verification %s: sent %d (%d duplicates)", verdict, s.Sent, s.Duplicates)
+	if s.Elapsed > 0 {
+		fmt.Fprintf(&b, " in %v", s.Elapsed.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "; completed %d, compensated %d, dead-lettered %v (expected %d); "+
+		"lost %d, side effects applied twice %d, left after compensation %d",
+		s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead, s.Lost, s.Twice, s.LeftoverAfterUndo)
+	if s.P99 > 0 {
+		fmt.Fprintf(&b, "; end-to-end p50 %v p99 %v", s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+	}
+	return b.String()
+}
+
+// deadLetters reads the dead-letter topic: request id -> reason. A request
+// dead-lettered is accounted for, whatever its kind (a deliverable one
+// whose transient faults outlasted its retries before any step succeeded
+// lands there too, with its reason).
+func deadLetters(brokers []string) (map[string]string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topicDead),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	out := map[string]string{}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		recs := fs.Records()
+		if len(recs) == 0 {
+			return out, nil
+		}
+		for _, r := range recs {
+			reason := ""
+			for _, h := range r.Headers {
+				if h.Key == kafkasink.HeaderReason {
+					reason = string(h.Value)
+				}
+			}
+			out[string(r.Key)] = reason
+		}
+	}
+}
+
+// Accounted reports whether every request sent has an outcome: a
+// delivery, a completed compensation (the package undone: undo runs last
+// to first, so the package is the last thing it undoes), or a dead letter
+// with its reason. dead is the number of dead letters written so far (a
+// cheap first test; negative if unknown); only when the counts say the run
+// may be complete is the dead-letter topic read and every request checked by id (a redone
+// failure can be dead-lettered twice, so counts alone can say "done" too
+// early).
+func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []string) bool {
+	// Every request needs at least one outcome: while the outcomes are
+	// fewer than the requests, there is no need to look closer.
+	if dead >= 0 && l.LiveCount("deliveries")+l.UndoneCount("packages")+dead < sent.Distinct() {
+		return false
+	}
+	kinds, _ := sent.Kinds()
+	var pending []string
+	for id, k := range kinds {
+		switch k {
+		case loadgen.Deliverable:
+			if !l.Live("deliveries", id) && !l.Undone("packages", id) {
+				pending = append(pending, id)
+			}
+		case loadgen.Undeliverable:
+			if !l.Undone("packages", id) {
+				pending = append(pending, id)
+			}
+		default:
+			pending = append(pending, id)
+		}
+	}
+	if dead >= 0 && dead < len(pending) {
+		return false
+	}
+	dl, err := deadLetters(brokers)
+	if err != nil {
+		return false
+	}
+	for _, id := range pending {
+		if _, ok := dl[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Verify checks every request the load generator sent against the
+// services' ledger and the dead-letter topic: lost (no outcome), applied
+// twice (a side effect created more than once), left after compensation (a
+// compensated request with a record still live).
+func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, error) {
+	kinds, dups := sent.Kinds()
+	dead, err := deadLetters(brokers)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}}
+	for id, k := range kinds {
+		_, isDead := dead[id]
+		switch k {
+		case loadgen.Deliverable, loadgen.Undeliverable:
+			switch {
+			case l.Undone("packages", id):
+				s.Compensated++
+				for _, svc := range []string{"packages", "drones", "deliveries"} {
+					if l.Live(svc, id) {
+						s.LeftoverAfterUndo++
+					}
+				}
+			case l.Live("deliveries", id) && k == loadgen.Deliverable:
+				s.Completed++
+			case isDead:
+				s.DeadLettered["retries_exhausted"]++
+			default:
+				s.Lost++
+			}
+		default:
+			s.ExpectedDead++
+			name := map[loadgen.Kind]string{loadgen.Malformed: "malformed", loadgen.Invalid: "invalid", loadgen.Suspended: "suspended"}[k]
+			if isDead {
+				s.DeadLettered[name]++
+			} else {
+				s.Lost++
+			}
+		}
+	}
+	s.Twice = l.Twice()
+	return s, nil
+}
