@@ -69,10 +69,16 @@ type SimConfig struct {
 	MinLatency, MaxLatency time.Duration
 	// TransientRate is the share of calls that fail with a transient error
 	// (as a 503); ThrottleRate the share answered "slow down" with
-	// RetryAfter.
-	TransientRate, ThrottleRate float64
-	RetryAfter                  time.Duration
+	// RetryAfter; PermanentRate the share refused for good (ErrRejected,
+	// as a 400), which no retry helps (undo operations are never refused).
+	TransientRate, ThrottleRate, PermanentRate float64
+	RetryAfter                                 time.Duration
 }
+
+// ErrRejected is the permanent failure a simulated service answers to a
+// share of its calls (SimConfig.PermanentRate), refusing them for a reason
+// of its own: the request must be compensated or dead-lettered.
+var ErrRejected = errors.New("rejected by the service")
 
 // sim is the behaviour every simulated service shares.
 type sim struct {
@@ -87,7 +93,13 @@ func newSim(name string, cfg SimConfig, seed uint64) *sim {
 }
 
 // call waits the service's latency and returns the fault it decides on.
-func (s *sim) call(ctx context.Context) error {
+func (s *sim) call(ctx context.Context) error { return s.serve(ctx, true) }
+
+// undo is call for an undo operation, which the service may fail
+// transiently but never rejects: a compensation must be able to finish.
+func (s *sim) undo(ctx context.Context) error { return s.serve(ctx, false) }
+
+func (s *sim) serve(ctx context.Context, mayReject bool) error {
 	s.mu.Lock()
 	d := s.cfg.MinLatency
 	if span := s.cfg.MaxLatency - s.cfg.MinLatency; span > 0 {
@@ -107,6 +119,8 @@ func (s *sim) call(ctx context.Context) error {
 		return stream.Transient(fmt.Errorf("%s: service unavailable", s.name))
 	case roll < s.cfg.TransientRate+s.cfg.ThrottleRate:
 		return stream.Throttled(fmt.Errorf("%s: too many requests", s.name), s.cfg.RetryAfter)
+	case mayReject && roll < s.cfg.TransientRate+s.cfg.ThrottleRate+s.cfg.PermanentRate:
+		return fmt.Errorf("%s: %w", s.name, ErrRejected)
 	}
 	return nil
 }
@@ -175,7 +189,7 @@ func (p *simPackages) Put(ctx context.Context, id string, _ Request) error {
 }
 
 func (p *simPackages) Delete(ctx context.Context, id string) error {
-	if err := p.call(ctx); err != nil {
+	if err := p.undo(ctx); err != nil {
 		return err
 	}
 	p.l.del(svcPackages, id)
@@ -210,7 +224,7 @@ func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (s
 }
 
 func (d *simDrones) Cancel(ctx context.Context, id string) error {
-	if err := d.call(ctx); err != nil {
+	if err := d.undo(ctx); err != nil {
 		return err
 	}
 	d.l.del(svcDrones, id)
@@ -230,7 +244,7 @@ func (d *simDeliveries) Put(ctx context.Context, id string, _ Progress) error {
 }
 
 func (d *simDeliveries) Delete(ctx context.Context, id string) error {
-	if err := d.call(ctx); err != nil {
+	if err := d.undo(ctx); err != nil {
 		return err
 	}
 	d.l.del(svcDeliveries, id)

@@ -82,6 +82,18 @@ func TestSimulatedFaultsAreTransient(t *testing.T) {
 	}
 }
 
+func TestSimulatedPermanentFaults(t *testing.T) {
+	b := delivery.Simulated(delivery.SimConfig{PermanentRate: 1}, delivery.NewLedger(), nil)
+	_, err := b.Drones.Schedule(context.Background(), "d-1", valid().Pickup)
+	if !errors.Is(err, delivery.ErrRejected) || stream.Classify(err).Transient {
+		t.Fatalf("%v: want a permanent ErrRejected", err)
+	}
+	// Undo operations are never rejected: a compensation can finish.
+	if err := b.Drones.Cancel(context.Background(), "d-1"); err != nil {
+		t.Fatalf("undo rejected: %v", err)
+	}
+}
+
 func TestCompensatedDeliveriesStayCancelled(t *testing.T) {
 	ctx := context.Background()
 	l := delivery.NewLedger()

@@ -84,14 +84,17 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// reply writes v as JSON, or maps err to a status: 403 suspended, 422 no
-// drone base, 429 throttled (with Retry-After), 503 other transient
-// faults, 500 anything else.
+// reply writes v as JSON, or maps err to a status: 400 rejected, 403
+// suspended, 422 no drone base, 409 cancelled by a compensation, 429
+// throttled (with Retry-After), 503 other transient faults, 500 anything
+// else.
 func reply(w http.ResponseWriter, v any, err error) {
 	if err != nil {
 		c := stream.Classify(err)
 		code := http.StatusInternalServerError
 		switch {
+		case errors.Is(err, ErrRejected):
+			code = http.StatusBadRequest
 		case errors.Is(err, ErrSuspended):
 			code = http.StatusForbidden
 		case errors.Is(err, ErrNoDrone):

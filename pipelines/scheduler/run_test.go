@@ -11,7 +11,8 @@ import (
 )
 
 // TestDemoEndToEnd runs the whole system in one process for a few seconds,
-// with transient faults and throttling at every service, malformed,
+// with transient faults, throttling and permanent refusals (0.5% of calls)
+// at every service, malformed,
 // invalid, duplicate, suspended-owner and undeliverable requests, and
 // checks the verification: nothing lost, nothing applied twice, every
 // compensation complete, every bad input dead-lettered.
@@ -19,7 +20,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg := scheduler.Defaults(3 * time.Second)
 	cfg.Rate, cfg.BurstRate = 1000, 2000
 	cfg.BurstEvery, cfg.BurstFor = 2*time.Second, 500*time.Millisecond
-	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
+	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate, cfg.Sim.PermanentRate = 0.05, 0.01, 0.005
 	cfg.Every = 500 * time.Millisecond
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Drain = 20 * time.Second

@@ -146,7 +146,7 @@ func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, 
 	}
 	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}}
 	for id, k := range kinds {
-		_, isDead := dead[id]
+		reason, isDead := dead[id]
 		switch k {
 		case loadgen.Deliverable, loadgen.Undeliverable:
 			switch {
@@ -160,7 +160,13 @@ func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, 
 			case l.Live("deliveries", id) && k == loadgen.Deliverable:
 				s.Completed++
 			case isDead:
-				s.DeadLettered["retries_exhausted"]++
+				// Failed before any step succeeded: refused by a service,
+				// or out of retries.
+				if strings.Contains(reason, delivery.ErrRejected.Error()) {
+					s.DeadLettered["rejected"]++
+				} else {
+					s.DeadLettered["retries_exhausted"]++
+				}
 			default:
 				s.Lost++
 			}
