@@ -31,7 +31,8 @@ func main() {
 
 func usage() error {
 	return fmt.Errorf(`usage:
-  sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none] [-listen 127.0.0.1:9464]
+  sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
+              [-transient 0.01] [-permanent 0] [-listen 127.0.0.1:9464]
   sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-tls] [-sasl-mechanism M] ...
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D]
   sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]
@@ -53,12 +54,18 @@ func run(args []string) error {
 		dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
 		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
 		backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
+		transient := fs.Float64("transient", def.Sim.TransientRate, "share of service calls failing transiently (503)")
+		permanent := fs.Float64("permanent", def.Sim.PermanentRate, "share of service calls refused for good (400): compensated or dead-lettered")
 		redisAddr := fs.String("redis", scheduler.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		cfg := def
 		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
+		cfg.Sim.TransientRate, cfg.Sim.PermanentRate = *transient, *permanent
+		if *transient < 0 || *permanent < 0 || *transient+*permanent+cfg.Sim.ThrottleRate > 1 {
+			return fmt.Errorf("-transient %v and -permanent %v: want shares in [0, 1] that add up to at most 1", *transient, *permanent)
+		}
 		if cfg.Redis == "none" {
 			cfg.Redis = ""
 		}
