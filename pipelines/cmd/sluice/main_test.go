@@ -52,7 +52,7 @@ func TestWorkersAgainstABroker(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the delivery worker did not start")
 	}
-	sent, err := loadgenCmd(ctx, []string{"-brokers", brokers, "-rate", "1000", "-duration", "1s"})
+	sent, err := loadgenCmd(ctx, []string{"-brokers", brokers, "-rate", "1000", "-burst", "0", "-duration", "1s"})
 	if err != nil {
 		t.Fatal(err)
 	}

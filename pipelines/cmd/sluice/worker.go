@@ -184,7 +184,7 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	cf.register(fs)
 	topic := fs.String("topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic to produce to")
 	rate := fs.Float64("rate", 10_000, "requests per second")
-	burst := fs.Float64("burst", 0, "request rate during bursts (0: none)")
+	burst := fs.Float64("burst", 50_000, "request rate during bursts (0: none); seed 002's peaks are 50,000/s")
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
