@@ -131,3 +131,24 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Retry policies come from a file and the environment; a bad one stops the
+// worker before it connects, naming what is wrong.
+func TestWorkerRetryPolicyFlags(t *testing.T) {
+	ctx := context.Background()
+	err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-retry-policy", "nonesuch"})
+	if err == nil || !strings.Contains(err.Error(), `"nonesuch" is not defined`) || !strings.Contains(err.Error(), "interactive") {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	t.Setenv("SLUICE_RETRY_INTERACTIVE_MAX_ATTEMPTS", "many")
+	err = runWorker(ctx, []string{"supervisor", "-brokers", "127.0.0.1:1", "-retry-policy", "interactive"})
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_RETRY_INTERACTIVE_MAX_ATTEMPTS") {
+		t.Fatalf("bad override: %v", err)
+	}
+	t.Setenv("SLUICE_RETRY_INTERACTIVE_MAX_ATTEMPTS", "4")
+	err = runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-retry-policies", "../../../docs/retry-policies.json",
+		"-retry-policy", "drone-scheduler"})
+	if err == nil || strings.Contains(err.Error(), "retry") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("a good policy should get as far as the unreachable broker: %v", err)
+	}
+}

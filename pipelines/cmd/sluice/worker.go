@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -97,8 +98,24 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	session := fs.Duration("session-timeout", sessionDef,
 		"how long the group waits for a silent worker before its partitions move to the others ($SLUICE_SESSION_TIMEOUT)")
+	policiesFile := fs.String("retry-policies", env("SLUICE_RETRY_POLICIES", ""),
+		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
+	policyName := fs.String("retry-policy", env("SLUICE_RETRY_POLICY", ""),
+		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor)`)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
+	if err != nil {
+		return err
+	}
+	var retry *flow.RetryPolicy
+	if *policyName != "" {
+		p, err := policies.Get(*policyName)
+		if err != nil {
+			return fmt.Errorf("-retry-policy: %w", err)
+		}
+		retry = &p
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var backends delivery.Backends
@@ -132,7 +149,7 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		defer producer.Close()
 		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
-			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Metrics: m, Logger: logger}
+			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger}
 		if *redisAddr != "" {
 			rc := redis.NewClient(&redis.Options{Addr: *redisAddr})
 			defer rc.Close()
@@ -150,7 +167,7 @@ func runWorker(ctx context.Context, args []string) error {
 		g = sch.Graph
 	case "supervisor":
 		if g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: backends,
-			Notifier: supervisor.NewNotifications(), Metrics: m, Logger: logger}); err != nil {
+			Notifier: supervisor.NewNotifications(), Retry: retry, Metrics: m, Logger: logger}); err != nil {
 			return err
 		}
 	}
