@@ -110,7 +110,7 @@ func StartKafka(libs string) (*KafkaBroker, error) {
 	if err := b.waitReady(2 * time.Minute); err != nil {
 		logTail, _ := os.ReadFile(b.log.Name())
 		b.Stop()
-		return nil, fmt.Errorf("%w\nbroker log:\n%s", err, tail(logTail, 4000))
+		return nil, fmt.Errorf("%w\nbroker log:\n%s", err, Tail(logTail, 4000))
 	}
 	return b, nil
 }
@@ -206,7 +206,8 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-func tail(b []byte, n int) string {
+// Tail returns the last n bytes of b, for logs in test failures.
+func Tail(b []byte, n int) string {
 	if len(b) > n {
 		b = b[len(b)-n:]
 	}

@@ -3,9 +3,7 @@
 package scheduler_test
 
 import (
-	"context"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,12 +25,7 @@ func TestRealKafkaDeliveryEndToEnd(t *testing.T) {
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 2, 60*time.Second
 	cfg.Redis = testenv.Redis(t)
-	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
-	t.Logf("%s\n%s", out.String(), sum)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum, _ := runDemo(t, cfg)
 	if !sum.OK() || sum.Completed == 0 || sum.Compensated == 0 {
 		t.Fatalf("verification failed: %s", sum)
 	}

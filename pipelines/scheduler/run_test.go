@@ -10,6 +10,19 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
+// runDemo runs the system with cfg and returns its summary and what it
+// printed, which the test log keeps; an error of the run fails the test.
+func runDemo(t *testing.T, cfg scheduler.Config) (scheduler.Summary, string) {
+	t.Helper()
+	var out strings.Builder
+	sum, err := scheduler.Run(context.Background(), cfg, &out)
+	t.Logf("%s\n%s", out.String(), sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, out.String()
+}
+
 // TestDemoEndToEnd runs the whole system in one process for a few seconds,
 // with transient faults, throttling and permanent refusals (0.5% of calls)
 // at every service, malformed,
@@ -24,12 +37,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg.Every = 500 * time.Millisecond
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Drain = 20 * time.Second
-	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
-	t.Logf("%s\n%s", out.String(), sum)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sum, _ := runDemo(t, cfg)
 	if !sum.OK() || sum.Completed == 0 || sum.Compensated == 0 || sum.Duplicates == 0 {
 		t.Fatalf("verification failed: %s", sum)
 	}
@@ -42,13 +50,8 @@ func TestDemoEndToEndHTTP(t *testing.T) {
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 500, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.HTTP, cfg.Drain = time.Second, true, 20*time.Second
-	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
-	t.Logf("%s\n%s", out.String(), sum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out.String(), "HTTP services") {
+	sum, out := runDemo(t, cfg)
+	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out, "HTTP services") {
 		t.Fatalf("verification failed: %s", sum)
 	}
 }
@@ -62,13 +65,8 @@ func TestDemoSurvivesCrashes(t *testing.T) {
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 3, 30*time.Second
-	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
-	t.Logf("%s\n%s", out.String(), sum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sum.OK() || sum.Completed == 0 || strings.Count(out.String(), "crashed and restarted") != 3 {
+	sum, out := runDemo(t, cfg)
+	if !sum.OK() || sum.Completed == 0 || strings.Count(out, "crashed and restarted") != 3 {
 		t.Fatalf("verification failed: %s", sum)
 	}
 }
@@ -82,13 +80,8 @@ func TestModeBStepRecordsInRedis(t *testing.T) {
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 3, 30*time.Second
 	cfg.Redis = testenv.Redis(t)
-	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
-	t.Logf("%s\n%s", out.String(), sum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out.String(), "mode b") {
+	sum, out := runDemo(t, cfg)
+	if !sum.OK() || sum.Completed == 0 || !strings.Contains(out, "mode b") {
 		t.Fatalf("verification failed: %s", sum)
 	}
 }

@@ -94,7 +94,7 @@ func killWorkers(t *testing.T, brokers []string) {
 			entries, _ := os.ReadDir(logs)
 			for _, e := range entries {
 				b, _ := os.ReadFile(filepath.Join(logs, e.Name()))
-				t.Logf("--- %s (last 2 KB)\n%s", e.Name(), tailString(string(b), 2048))
+				t.Logf("--- %s (last 2 KB)\n%s", e.Name(), testenv.Tail(b, 2048))
 			}
 		}
 	}()
@@ -141,11 +141,4 @@ func killWorkers(t *testing.T, brokers []string) {
 	if sum.Completed == 0 || sum.Compensated == 0 {
 		t.Fatalf("the run proves little: %s", sum)
 	}
-}
-
-func tailString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }
