@@ -19,7 +19,9 @@ type RetryPolicies map[string]RetryPolicy
 // EnvPrefix starts the environment variables that override policy fields:
 // SLUICE_RETRY_<POLICY>_<FIELD>, for example SLUICE_RETRY_BACKGROUND_MAX_ATTEMPTS=5
 // or SLUICE_RETRY_INTERACTIVE_BASE_DELAY=20ms (policy names upper-cased,
-// '-' as '_').
+// '-' as '_'). When policy names share a prefix ("drone" and
+// "drone-scheduler"), a variable belongs to the longest name it starts
+// with.
 const EnvPrefix = "SLUICE_RETRY_"
 
 // DefaultRetryPolicies returns "background" and "interactive".
@@ -107,29 +109,54 @@ func (ps RetryPolicies) applyEnv(environ []string) error {
 		if !ok || !strings.HasPrefix(key, EnvPrefix) {
 			continue
 		}
-		rest := strings.TrimPrefix(key, EnvPrefix)
-		matched := false
-		for name, p := range ps {
-			pre := envName(name) + "_"
-			if !strings.HasPrefix(rest, pre) {
-				continue
-			}
-			field := strings.ToLower(strings.TrimPrefix(rest, pre))
-			if err := setField(&p, field, val); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", key, err))
-			}
-			ps[name] = p
-			matched = true
-			break
+		name, field, err := ps.envTarget(strings.TrimPrefix(key, EnvPrefix))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			continue
 		}
-		if !matched {
-			errs = append(errs, fmt.Errorf("%s: no policy matches (known: %v)", key, sortedNames(ps)))
+		p := ps[name]
+		if err := setField(&p, field, val); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", key, err))
+			continue
 		}
+		ps[name] = p
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("retry policies from the environment: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// envTarget finds the policy a variable (without EnvPrefix) is about and
+// the field it sets. Names may share a prefix ("drone" and
+// "drone-scheduler"): the longest policy name that the variable starts
+// with wins, so the answer never depends on map order. Two policies with
+// the same variable name ("a-b" and "a_b") cannot be told apart: an error
+// names both.
+func (ps RetryPolicies) envTarget(rest string) (name, field string, err error) {
+	best := ""
+	var tied []string
+	for n := range ps {
+		e := envName(n)
+		if !strings.HasPrefix(rest, e+"_") {
+			continue
+		}
+		switch {
+		case len(e) > len(envName(best)) || best == "":
+			best, tied = n, nil
+		case e == envName(best):
+			tied = append(tied, n)
+		}
+	}
+	if best == "" {
+		return "", "", fmt.Errorf("no policy matches (known: %v)", sortedNames(ps))
+	}
+	if len(tied) > 0 {
+		both := append(tied, best)
+		sort.Strings(both)
+		return "", "", fmt.Errorf("policies %q share the variable name %s: rename one", both, envName(best))
+	}
+	return best, strings.ToLower(strings.TrimPrefix(rest, envName(best)+"_")), nil
 }
 
 func sortedNames(ps RetryPolicies) []string {

@@ -389,3 +389,32 @@ func TestDocsRetryPoliciesLoad(t *testing.T) {
 		}
 	}
 }
+
+// Variables of policies whose names share a prefix ("drone" and
+// "drone-scheduler") reach the policy whose whole name matches, every time:
+// the longest name wins. Two policies with the same variable name are an
+// error naming both.
+func TestRetryPolicyEnvMatchesWholeNames(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(p, []byte(`{"policies": {"drone": {}, "drone-scheduler": {}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"SLUICE_RETRY_DRONE_SCHEDULER_MAX_ATTEMPTS=7", "SLUICE_RETRY_DRONE_MAX_ATTEMPTS=3"}
+	// Map iteration order decided the match before: repeat to see it.
+	for range 50 {
+		ps, err := flow.LoadRetryPolicies(p, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, s := ps["drone"], ps["drone-scheduler"]; d.MaxAttempts != 3 || s.MaxAttempts != 7 {
+			t.Fatalf("drone max_attempts %d (want 3), drone-scheduler %d (want 7)", d.MaxAttempts, s.MaxAttempts)
+		}
+	}
+	if err := os.WriteFile(p, []byte(`{"policies": {"drone-scheduler": {}, "drone_scheduler": {}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := flow.LoadRetryPolicies(p, []string{"SLUICE_RETRY_DRONE_SCHEDULER_MAX_ATTEMPTS=7"})
+	if err == nil || !strings.Contains(err.Error(), `"drone-scheduler"`) || !strings.Contains(err.Error(), `"drone_scheduler"`) {
+		t.Fatalf("two policies with one variable name: %v, want an error naming both", err)
+	}
+}
