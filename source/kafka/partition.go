@@ -46,14 +46,16 @@ func newPartition(s *Source, topic string, p int32) *partition {
 	return &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
 }
 
-// track records the offsets of delivered records and returns the seq of
-// the first. It returns ok == false if the partition was revoked meanwhile.
-func (p *partition) track(recs []*kgo.Record) (first int64, ok bool) {
+// track records the offsets of fetched records, to be delivered, and the
+// partition's high watermark, and returns the seq of the first. It returns
+// ok == false if the partition was revoked meanwhile.
+func (p *partition) track(recs []*kgo.Record, hwm int64) (first int64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.revoked {
 		return 0, false
 	}
+	p.hwm = hwm
 	for p.n+len(recs) > len(p.ring) {
 		p.grow()
 	}
@@ -128,6 +130,12 @@ func (p *partition) commitOffset() int64 {
 		return p.ring[p.head].offset
 	}
 	return p.nextOff
+}
+
+func (p *partition) isRevoked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.revoked
 }
 
 func (p *partition) unsettled() int {

@@ -28,8 +28,9 @@ type Source struct {
 	log     *slog.Logger
 	limited *logx.Limited // for warnings an outage repeats
 
-	mu    sync.Mutex // guards parts; revoke and lose take it
-	parts map[tpKey]*partition
+	mu       sync.Mutex // guards parts and topicIDs; revoke and lose take it
+	parts    map[tpKey]*partition
+	topicIDs map[string][16]byte // learned from fetches, for commits by topic ID
 
 	commitMu sync.Mutex // one commit at a time, revocation's included
 
@@ -52,7 +53,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{}}
+	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}}
 	s.limited = logx.NewLimited(s.log, time.Second, 5)
 	balancer := cfg.Balancer
 	if balancer == nil {
@@ -75,6 +76,10 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		// drain 8x slower; 100 ms costs an idle consumer ten empty fetches
 		// a second. Opts can set another.
 		kgo.FetchMaxWait(100*time.Millisecond),
+		// Rebalance callbacks wait while a poll result is being tracked
+		// (Run calls AllowRebalance right after), so every record is
+		// tracked by the assignment that fetched it.
+		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
@@ -172,7 +177,7 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	if err := s.commitParts(ctx, parts); err != nil {
+	if err := s.commitParts(ctx, parts, true); err != nil {
 		s.log.Warn("commit on revoke failed: their records will be processed again by the new owner", "err", err)
 	}
 	s.log.Info("partitions revoked", "partitions", revoked)
@@ -212,45 +217,34 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 
 // Run polls records and emits them until ctx is cancelled. It returns an
 // error only if the client cannot go on (closed, fatal group error).
+//
+// Each poll result is tracked at once, while franz-go holds rebalances
+// back (BlockRebalanceOnPoll), by the partition states of the assignment
+// that fetched it; then rebalances are allowed again and the records are
+// sent, which may wait for room downstream for as long as the pipeline is
+// slow. A record whose assignment was revoked or lost meanwhile is not
+// sent: it stays unsettled in that assignment's state, and whoever owns
+// the partition now reads it again from the committed offset.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
+	var held []heldPartition
 	for {
 		fs := s.cl.PollRecords(ctx, s.cfg.MaxPollRecords)
+		held = s.track(fs, held[:0])
+		s.cl.AllowRebalance()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if fs.IsClientClosed() {
 			return errors.New("kafka source: client closed while the pipeline runs")
 		}
-		var fatal error
-		fs.EachError(func(t string, p int32, err error) {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			var ge *kgo.ErrGroupSession
-			if errors.As(err, &ge) {
-				s.limited.Log(ctx, slog.LevelWarn, "group", "group session error; partitions will be reassigned", slog.Any("err", err))
-				return
-			}
-			if kerr.IsRetriable(err) || errors.Is(err, kerr.UnknownTopicOrPartition) {
-				s.limited.Log(ctx, slog.LevelWarn, "fetch", "transient fetch error", slog.String("topic", t),
-					slog.Int("partition", int(p)), slog.Any("err", err))
-				return
-			}
-			if fatal == nil {
-				fatal = fmt.Errorf("kafka source: fetching %s/%d: %w", t, p, err)
-			}
-		})
-		if fatal != nil {
-			return fatal
-		}
-		var err error
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if err == nil && len(fp.Records) > 0 {
-				err = s.emit(ctx, fp, out)
-			}
-		})
-		if err != nil {
+		if err := s.fetchErrors(ctx, fs); err != nil {
 			return err
+		}
+		for i := range held {
+			if err := s.emit(ctx, &held[i], out); err != nil {
+				return err
+			}
+			held[i] = heldPartition{}
 		}
 		if err := out.Flush(ctx); err != nil {
 			return err
@@ -258,29 +252,86 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	}
 }
 
-// emit tracks and sends the records of one fetched partition.
-func (s *Source) emit(ctx context.Context, fp kgo.FetchTopicPartition, out *stream.Outlet[[]byte]) error {
-	s.mu.Lock()
-	p := s.parts[tpKey{fp.Topic, fp.Partition}]
-	s.mu.Unlock()
-	if p == nil {
-		return nil // revoked since the fetch: the new owner reads these
-	}
-	first, ok := p.track(fp.Records)
-	if !ok {
-		return nil
-	}
-	p.mu.Lock()
-	p.hwm = fp.HighWatermark
-	p.mu.Unlock()
-	s.records.Add(int64(len(fp.Records)))
-	for i := 0; i < len(fp.Records); {
+// heldPartition is the records of one partition from one poll, tracked by
+// the assignment that fetched them.
+type heldPartition struct {
+	p     *partition
+	recs  []*kgo.Record
+	first int64 // seq of recs[0] in p
+}
+
+// track records every fetched record in the state of the partition's
+// current assignment. Called between a poll and AllowRebalance, so that
+// the assignment cannot change meanwhile.
+func (s *Source) track(fs kgo.Fetches, held []heldPartition) []heldPartition {
+	fs.EachTopic(func(ft kgo.FetchTopic) {
+		if ft.TopicID != ([16]byte{}) {
+			s.mu.Lock()
+			s.topicIDs[ft.Topic] = ft.TopicID
+			s.mu.Unlock()
+		}
+		for _, fp := range ft.Partitions {
+			if len(fp.Records) == 0 {
+				continue
+			}
+			s.mu.Lock()
+			p := s.parts[tpKey{ft.Topic, fp.Partition}]
+			s.mu.Unlock()
+			if p == nil {
+				continue // not ours any more: the new owner reads these
+			}
+			first, ok := p.track(fp.Records, fp.HighWatermark)
+			if !ok {
+				continue
+			}
+			s.records.Add(int64(len(fp.Records)))
+			held = append(held, heldPartition{p: p, recs: fp.Records, first: first})
+			if p.unsettled() >= s.cfg.MaxUnsettledPerPartition {
+				p.flow()
+			}
+		}
+	})
+	return held
+}
+
+// fetchErrors logs transient fetch errors and returns the first one the
+// source cannot go on after.
+func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches) error {
+	var fatal error
+	fs.EachError(func(t string, p int32, err error) {
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		var ge *kgo.ErrGroupSession
+		if errors.As(err, &ge) {
+			s.limited.Log(ctx, slog.LevelWarn, "group", "group session error; partitions will be reassigned", slog.Any("err", err))
+			return
+		}
+		if kerr.IsRetriable(err) || errors.Is(err, kerr.UnknownTopicOrPartition) {
+			s.limited.Log(ctx, slog.LevelWarn, "fetch", "transient fetch error", slog.String("topic", t),
+				slog.Int("partition", int(p)), slog.Any("err", err))
+			return
+		}
+		if fatal == nil {
+			fatal = fmt.Errorf("kafka source: fetching %s/%d: %w", t, p, err)
+		}
+	})
+	return fatal
+}
+
+// emit sends the records of one partition from one poll. It stops, leaving
+// the rest unsent and unsettled, if their assignment ends meanwhile.
+func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[[]byte]) error {
+	for i := 0; i < len(h.recs); {
 		dst, err := out.Free(ctx)
 		if err != nil {
 			return err
 		}
-		k := min(len(dst), len(fp.Records)-i)
-		for j, r := range fp.Records[i : i+k] {
+		if h.p.isRevoked() {
+			return nil
+		}
+		k := min(len(dst), len(h.recs)-i)
+		for j, r := range h.recs[i : i+k] {
 			m := &dst[j]
 			m.Value = r.Value
 			m.Envelope = stream.Envelope{Key: r.Key, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp}
@@ -288,88 +339,11 @@ func (s *Source) emit(ctx context.Context, fp kgo.FetchTopicPartition, out *stre
 				// kgo.RecordHeader and stream.Header have the same layout.
 				m.Headers = unsafe.Slice((*stream.Header)(unsafe.Pointer(unsafe.SliceData(r.Headers))), len(r.Headers))
 			}
-			m.SetHandle(stream.NewHandle(p, first+int64(i+j)))
+			m.SetHandle(stream.NewHandle(h.p, h.first+int64(i+j)))
 		}
 		i += k
 		if err := out.Extend(ctx, k); err != nil {
 			return err
-		}
-	}
-	if p.unsettled() >= s.cfg.MaxUnsettledPerPartition {
-		p.flow()
-	}
-	return nil
-}
-
-// Commit commits, for every partition this member owns, the offset below
-// which all delivered records are settled, if it advanced. It implements
-// stream.Committer.
-func (s *Source) Commit(ctx context.Context) error {
-	s.mu.Lock()
-	parts := make([]*partition, 0, len(s.parts))
-	for _, p := range s.parts {
-		parts = append(parts, p)
-	}
-	s.mu.Unlock()
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	return s.commitParts(ctx, parts)
-}
-
-// commitParts commits the given partitions' settled offsets synchronously.
-// Called with commitMu held.
-func (s *Source) commitParts(ctx context.Context, parts []*partition) error {
-	offsets := map[string]map[int32]kgo.EpochOffset{}
-	type pending struct {
-		p   *partition
-		off int64
-	}
-	var todo []pending
-	for _, p := range parts {
-		p.mu.Lock()
-		off := p.commitOffset()
-		epoch := p.epoch
-		if off > p.committed {
-			if offsets[p.topic] == nil {
-				offsets[p.topic] = map[int32]kgo.EpochOffset{}
-			}
-			offsets[p.topic][p.partition] = kgo.EpochOffset{Epoch: epoch, Offset: off}
-			todo = append(todo, pending{p, off})
-		}
-		p.mu.Unlock()
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	began := time.Now()
-	var cerr error
-	s.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, pr := range t.Partitions {
-				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil && cerr == nil {
-					cerr = fmt.Errorf("%s/%d: %w", t.Topic, pr.Partition, e)
-				}
-			}
-		}
-	})
-	s.lastCommit.Store(int64(time.Since(began)))
-	if cerr != nil {
-		s.commitErrors.Add(1)
-		return fmt.Errorf("kafka source: commit: %w", cerr)
-	}
-	s.commits.Add(1)
-	for _, t := range todo {
-		t.p.mu.Lock()
-		if t.off > t.p.committed {
-			t.p.committed = t.off
-		}
-		t.p.mu.Unlock()
-		if s.cfg.OnCommit != nil {
-			s.cfg.OnCommit(t.p.topic, t.p.partition, t.off)
 		}
 	}
 	return nil

@@ -1,0 +1,154 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Commit commits, for every partition this member owns, the offset below
+// which all delivered records are settled, if it advanced. It implements
+// stream.Committer.
+//
+// A commit is fenced by the group generation: the request carries the
+// generation and member id read before the offsets were computed, and the
+// coordinator refuses it if the group has moved on since. A partition
+// revoked or lost meanwhile is left out. So an offset computed in one
+// assignment is never committed in a later one, where the partition may
+// belong to another member or start again from an older offset.
+func (s *Source) Commit(ctx context.Context) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	s.mu.Lock()
+	parts := make([]*partition, 0, len(s.parts))
+	for _, p := range s.parts {
+		parts = append(parts, p)
+	}
+	s.mu.Unlock()
+	return s.commitParts(ctx, parts, false)
+}
+
+// commitParts commits the given partitions' settled offsets synchronously.
+// Partitions revoked or lost are skipped unless revoking says that this is
+// the commit of their own revocation (made before the group rebalances,
+// still in the generation that owned them). Called with commitMu held.
+func (s *Source) commitParts(ctx context.Context, parts []*partition, revoking bool) error {
+	// The generation first: a partition found still owned below was owned
+	// when it was read, so the coordinator either accepts the commit in
+	// that generation or refuses it.
+	member, gen := s.cl.GroupMetadata()
+	if gen < 0 {
+		return nil // not in the group (yet): nothing of ours to commit
+	}
+	type pending struct {
+		p   *partition
+		off int64
+	}
+	var todo []pending
+	byTopic := map[string][]kmsg.OffsetCommitRequestTopicPartition{}
+	for _, p := range parts {
+		p.mu.Lock()
+		off := p.commitOffset()
+		if (revoking || !p.revoked) && off > p.committed {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.Metadata = p.partition, off, p.epoch, &member
+			byTopic[p.topic] = append(byTopic[p.topic], rp)
+			todo = append(todo, pending{p, off})
+		}
+		p.mu.Unlock()
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation, req.MemberID = s.cfg.Group, gen, member
+	if iid, ok := s.cl.OptValue(kgo.InstanceID).(*string); ok {
+		req.InstanceID = iid
+	}
+	ids := s.topicIDsFor(ctx, byTopic)
+	for t, ps := range byTopic {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic, rt.TopicID, rt.Partitions = t, ids[t], ps
+		req.Topics = append(req.Topics, rt)
+	}
+	began := time.Now()
+	resp, err := req.RequestWith(ctx, s.cl)
+	s.lastCommit.Store(int64(time.Since(began)))
+	if err == nil {
+		err = commitErrors(resp)
+	}
+	if err != nil {
+		s.commitErrors.Add(1)
+		return fmt.Errorf("kafka source: commit (generation %d): %w", gen, err)
+	}
+	s.commits.Add(1)
+	for _, t := range todo {
+		t.p.mu.Lock()
+		if t.off > t.p.committed {
+			t.p.committed = t.off
+		}
+		t.p.mu.Unlock()
+		if s.cfg.OnCommit != nil {
+			s.cfg.OnCommit(t.p.topic, t.p.partition, t.off)
+		}
+	}
+	return nil
+}
+
+// commitErrors returns the partition errors of a commit response, joined.
+func commitErrors(resp *kmsg.OffsetCommitResponse) error {
+	var errs []error
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if e := kerr.ErrorForCode(p.ErrorCode); e != nil {
+				errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// topicIDsFor returns the ids of the topics, which OffsetCommit v10 (Kafka
+// 4.2+) names topics by. They are learned from fetch responses; a topic
+// not seen there yet is looked up in the cluster's metadata. A broker that
+// has no ids takes names, so a missing id only matters there.
+func (s *Source) topicIDsFor(ctx context.Context, topics map[string][]kmsg.OffsetCommitRequestTopicPartition) map[string][16]byte {
+	ids := make(map[string][16]byte, len(topics))
+	var missing []string
+	s.mu.Lock()
+	for t := range topics {
+		if id, ok := s.topicIDs[t]; ok {
+			ids[t] = id
+		} else {
+			missing = append(missing, t)
+		}
+	}
+	s.mu.Unlock()
+	if len(missing) == 0 {
+		return ids
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range missing {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, s.cl)
+	if err != nil {
+		return ids
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range resp.Topics {
+		if t.Topic != nil && t.TopicID != ([16]byte{}) {
+			ids[*t.Topic] = t.TopicID
+			s.topicIDs[*t.Topic] = t.TopicID
+		}
+	}
+	return ids
+}

@@ -1,0 +1,101 @@
+package kafka
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// A commit that took its list of partitions before a revocation, and got
+// the commit lock after it, must not commit the revoked partition: if the
+// revocation's own commit failed, that commit would land in the next
+// generation, where the partition may belong to another member that has
+// committed further already (the offset goes back).
+func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 100 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var commits []int64
+	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "fence", Topics: []string{"in"},
+		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
+			mu.Lock()
+			commits = append(commits, off)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	// Consume and settle everything, commit nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, stream.Source[[]byte](src)), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	var p *partition
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		src.mu.Lock()
+		p = src.parts[tpKey{"in", 0}]
+		src.mu.Unlock()
+		if p != nil {
+			p.mu.Lock()
+			settled := p.n == 0 && p.nextOff == 100
+			p.mu.Unlock()
+			if settled {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed")
+		}
+	}
+	cancel()
+	<-done
+
+	// The snapshot a concurrent Commit took, then the revocation, whose
+	// own commit fails.
+	snapshot := []*partition{p}
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.UnknownServerError, Count: -1})
+	src.revoked(context.Background(), src.cl, map[string][]int32{"in": {0}})
+	h.Remove()
+	src.commitMu.Lock()
+	err = src.commitParts(context.Background(), snapshot, false)
+	src.commitMu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil || len(commits) > 0 {
+		t.Fatalf("the waiting commit committed the revoked partition at %v (err %v)", commits, err)
+	}
+}
