@@ -46,8 +46,9 @@ import (
 // Map and Throttler, their unexported parallelism and mode fields: if an
 // upgrade renames these, the operators are refused until the bridge follows.
 //
-// Inputs left when f has ended produced no output and are settled as
-// stream.Filtered. After an error, inputs whose outputs were not handed on
+// Inputs left when f has ended without error produced no output and are
+// settled as stream.Filtered (none are, with the operators above). After an
+// error, inputs whose outputs were not handed on
 // stay unsettled and are replayed. Outputs carry a fresh envelope (its
 // Timestamp is the emission time). An output of the wrong type ends the
 // pipeline with a stream.Fatal error naming the types.
@@ -55,8 +56,8 @@ import (
 // GoStreams takes f over, so a flow value belongs to one stage of one
 // pipeline. A go-streams operator starts its goroutines in its constructor
 // and ends them once its input is closed: the stage closes f's input when
-// its own input ends or the pipeline stops, and GoStreams closes a refused
-// f at once. If the stage never runs (Run is not called, or reports another
+// its own input ends, the pipeline stops or the stage fails, and GoStreams
+// closes a refused f at once. If the stage never runs (Run is not called, or reports another
 // stage's configuration error), f is left running. A Throttler is read
 // through its Via, the only path on which it throttles.
 func GoStreams[In, Out any](f streams.Flow) stream.Flow[In, Out] {
@@ -85,17 +86,22 @@ func (g *goStreamsFlow[In, Out]) Validate() error { return g.err }
 func (g *goStreamsFlow[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *stream.Outlet[Out]) error {
 	var q inflight
 	fOut := outputs(g.f)
+	// An output that cannot be handed on ends the stage, so feeding stops
+	// too: the stage returns only once f has ended, and an input that never
+	// ends would otherwise hold the error back for good.
+	feedCtx, stopFeed := context.WithCancelCause(ctx)
+	defer stopFeed(nil)
 	emitted := make(chan error, 1)
-	go func() { emitted <- g.emit(ctx, fOut, out, &q) }()
+	go func() { emitted <- g.emit(ctx, fOut, out, &q, stopFeed) }()
 
-	feedErr := g.feed(ctx, in, &q)
+	feedErr := g.feed(feedCtx, in, &q)
 	close(g.f.In())
 	emitErr := <-emitted
-	if feedErr != nil {
-		return feedErr
-	}
 	if emitErr != nil {
 		return emitErr
+	}
+	if feedErr != nil {
+		return feedErr
 	}
 	// f has ended: inputs that no output consumed produced none.
 	q.rest().Settle(stream.Filtered)
@@ -134,10 +140,17 @@ func (g *goStreamsFlow[In, Out]) feed(ctx context.Context, in *stream.Inlet[In],
 	}
 }
 
-// emit moves f's outputs to out until f closes its output. After an error
-// it keeps draining f so that f's goroutines can end.
-func (g *goStreamsFlow[In, Out]) emit(ctx context.Context, fOut <-chan any, out *stream.Outlet[Out], q *inflight) error {
+// emit moves f's outputs to out until f closes its output. On its first
+// error it calls stop, then keeps draining f so that f's goroutines can end.
+func (g *goStreamsFlow[In, Out]) emit(ctx context.Context, fOut <-chan any, out *stream.Outlet[Out], q *inflight,
+	stop context.CancelCauseFunc) error {
 	var err error
+	fail := func(e error) {
+		if e != nil && err == nil {
+			err = e
+			stop(e)
+		}
+	}
 	for {
 		var (
 			v  any
@@ -147,7 +160,7 @@ func (g *goStreamsFlow[In, Out]) emit(ctx context.Context, fOut <-chan any, out 
 		case v, ok = <-fOut:
 		default:
 			if err == nil {
-				err = out.Flush(ctx)
+				fail(out.Flush(ctx))
 			}
 			v, ok = <-fOut
 		}
@@ -160,7 +173,7 @@ func (g *goStreamsFlow[In, Out]) emit(ctx context.Context, fOut <-chan any, out 
 		val, isOut := v.(Out)
 		if !isOut {
 			var zero Out
-			err = stream.Fatal(fmt.Errorf("go-streams flow emitted %T, want %T", v, zero))
+			fail(stream.Fatal(fmt.Errorf("go-streams flow emitted %T, want %T", v, zero)))
 			continue
 		}
 		n := g.consumes(v)
@@ -168,14 +181,14 @@ func (g *goStreamsFlow[In, Out]) emit(ctx context.Context, fOut <-chan any, out 
 		if !popped {
 			// Impossible for the operators GoStreams accepts; better to stop
 			// than to settle the wrong inputs.
-			err = stream.Fatal(fmt.Errorf("go-streams %T emitted an output consuming %d inputs, %d are pending",
-				g.f, n, q.len()))
+			fail(stream.Fatal(fmt.Errorf("go-streams %T emitted an output consuming %d inputs, %d are pending",
+				g.f, n, q.len())))
 			continue
 		}
 		m := stream.Message[Out]{Value: val}
 		m.Timestamp = time.Now()
 		m.SetHandle(h)
-		err = out.Send(ctx, m)
+		fail(out.Send(ctx, m))
 	}
 }
 

@@ -288,3 +288,30 @@ func TestGoStreamsWrongOutputTypeIsFatal(t *testing.T) {
 		t.Fatalf("Run = %v, want a fatal StageError from bridge", err)
 	}
 }
+
+// A source that has sent its backlog waits for more, as a Kafka source does:
+// the wrong output type must still end the pipeline, not leave the bridge
+// draining its input while the error waits for an end of input that never
+// comes.
+func TestGoStreamsWrongOutputTypeEndsAnEndlessPipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for i := range 1000 {
+				if err := out.Send(ctx, stream.NewMessage(i, stream.Handle{})); err != nil {
+					return err
+				}
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done() // no more for now
+			return ctx.Err()
+		})
+		g := stream.New()
+		bad := stream.Via(stream.From(g, src), flow.GoStreams[int, string](gsflow.NewMap(func(x int) int { return x }, 1)))
+		stream.To(bad, sink.Discard[string]())
+		if err := g.Run(context.Background()); !stream.IsFatal(err) {
+			t.Fatalf("Run = %v, want the bridge's fatal error", err)
+		}
+	})
+}
