@@ -115,11 +115,28 @@ func bridged[Out any](t *testing.T, f streams.Flow, inputs func(Out) []int, feed
 	}))
 	done := make(chan error, 1)
 	go func() { done <- g.Run(context.Background()) }()
-	n := 0
-	feed(func() { ch <- n; n++ })
-	close(ch)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	var (
+		n      int
+		ended  bool // Run returned before the end of input: it failed
+		runErr error
+	)
+	feed(func() {
+		if ended {
+			return
+		}
+		select {
+		case ch <- n:
+			n++
+		case runErr = <-done:
+			ended = true
+		}
+	})
+	if !ended {
+		close(ch)
+		runErr = <-done
+	}
+	if runErr != nil || ended {
+		t.Fatalf("Run = %v after %d inputs", runErr, n)
 	}
 	if len(early) > 0 {
 		t.Errorf("%d of %d inputs were settled before the output computed from them reached the sink, first ids %v",
