@@ -88,12 +88,16 @@ type failed[T any] struct {
 	err   error
 }
 
-// Run produces every message; records still in flight when the input ends
-// are waited for.
+// Run produces every message. When the input ends it waits for the
+// outcome of every record it produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	var (
 		mu    sync.Mutex
 		fails []failed[T]
+		// pending counts the records whose promise has not run yet; each
+		// promise that ends signals idle, so that Run can wait for all.
+		pending atomic.Int64
+		idle    = make(chan struct{}, 1)
 	)
 	handle := func() error {
 		mu.Lock()
@@ -122,16 +126,22 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 				}
 				continue
 			}
+			pending.Add(1)
 			s.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 				if err == nil {
 					s.produced.Add(1)
 					m.Settle(s.outcome)
-					return
+				} else {
+					s.failed.Add(1)
+					mu.Lock()
+					fails = append(fails, failed[T]{m: m, topic: r.Topic, err: err})
+					mu.Unlock()
 				}
-				s.failed.Add(1)
-				mu.Lock()
-				fails = append(fails, failed[T]{m: m, topic: r.Topic, err: err})
-				mu.Unlock()
+				pending.Add(-1)
+				select {
+				case idle <- struct{}{}:
+				default:
+				}
 			})
 		}
 		return false, handle()
@@ -141,6 +151,18 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	}
 	if err := s.cl.Flush(ctx); err != nil {
 		return err
+	}
+	// Flush waits for the records the client buffered, not for those it
+	// failed before buffering them (too large for MaxBufferedBytes, no
+	// topic): their promises run on a goroutine of their own, maybe after
+	// Flush returned. Returning before them would leave their messages
+	// neither settled nor failed.
+	for pending.Load() > 0 {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return handle()
 }
