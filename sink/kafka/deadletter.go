@@ -32,8 +32,21 @@ const (
 // headers and adds the reason, stage, attempt, failure time and original
 // position as headers. Its value is the failed value: as is for []byte and
 // string, JSON otherwise.
+//
+// A dead letter is on the failure path: a message it could not write would
+// stop the pipeline, be replayed after a restart and stop it again. So a
+// record the client or the broker refuses for a reason of its own (too
+// large: a value near the broker's message.max.bytes plus the failure's
+// headers) is written smaller instead, first with its value cut to half
+// (HeaderTruncated, HeaderOriginalSize), then, if that is refused too, as
+// headers only: no value, none of the original headers
+// (HeaderHeadersDropped), the reason cut to MaxReasonBytes and the key kept
+// if it has at most 1 KiB. A value that cannot be encoded (its MarshalJSON
+// fails or panics) is written as headers only at once. Only when the
+// broker refuses even that, or the broker or the topic fails, does the
+// pipeline stop.
 func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, 0))
+	s := NewSink(cl, failureRecord(topic, 0)).Shrink(shrinkFailure(topic, 0))
 	s.outcome = stream.DeadLettered
 	s.name = "kafka-dead-letter"
 	return s
@@ -41,13 +54,14 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 
 // NewParking returns a sink for messages whose transient failure outlasted
 // their retries (stream.Failure.Transient): it writes each to topic like
-// NewDeadLetter does, adds the first failure time and a replay time
-// (replayAfter from now) as headers, and settles it as stream.Parked. A
-// pipeline reading topic with flow.Delay(ReplayAt) replays them then.
-// Route failures with stream.Split on Failure.Transient: transient ones to
-// parking, the rest to the failure queue.
+// NewDeadLetter does (written smaller the same way when it must be), adds
+// the first failure time and a replay time (replayAfter from now) as
+// headers, and settles it as stream.Parked. A pipeline reading topic with
+// flow.Delay(ReplayAt) replays them then. Route failures with stream.Split
+// on Failure.Transient: transient ones to parking, the rest to the failure
+// queue.
 func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, replayAfter))
+	s := NewSink(cl, failureRecord(topic, replayAfter)).Shrink(shrinkFailure(topic, replayAfter))
 	s.outcome = stream.Parked
 	s.name = "kafka-parking"
 	return s
@@ -62,9 +76,8 @@ func ReplayAt(e *stream.Envelope) time.Time {
 
 func failureRecord(topic string, replayAfter time.Duration) Encoder[stream.Failure] {
 	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
-		f := m.Value
 		r := &kgo.Record{Topic: topic, Key: m.Key}
-		switch v := f.Value.(type) {
+		switch v := m.Value.Value.(type) {
 		case []byte:
 			r.Value = v
 		case string:
@@ -77,36 +90,49 @@ func failureRecord(topic string, replayAfter time.Duration) Encoder[stream.Failu
 			}
 			r.Value = b
 		}
+		r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+10)
 		for _, h := range m.Headers {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
-		reason := "unknown"
-		if f.Err != nil {
-			reason = f.Err.Error()
-		}
-		at := f.At
-		if at.IsZero() {
-			at = time.Now()
-		}
-		r.Headers = append(r.Headers,
-			kgo.RecordHeader{Key: HeaderStage, Value: []byte(f.Stage)},
-			kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason)},
-			kgo.RecordHeader{Key: HeaderAttempt, Value: strconv.AppendInt(nil, int64(max(int(m.Attempt), f.Attempts)), 10)},
-			kgo.RecordHeader{Key: HeaderFailedAt, Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)},
-		)
-		if m.Topic != "" {
-			r.Headers = append(r.Headers,
-				kgo.RecordHeader{Key: HeaderTopic, Value: []byte(m.Topic)},
-				kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
-				kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
-			)
-		}
-		if !f.FirstFailure.IsZero() {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
-		}
-		if replayAfter > 0 {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReplayAt, Value: time.Now().Add(replayAfter).UTC().AppendFormat(nil, time.RFC3339Nano)})
-		}
+		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), replayAfter)
 		return r, nil
 	}
+}
+
+// failureHeaders appends what a dead letter says about the failure of m.
+func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], reason string, replayAfter time.Duration) []kgo.RecordHeader {
+	f := m.Value
+	at := f.At
+	if at.IsZero() {
+		at = time.Now()
+	}
+	hs = append(hs,
+		kgo.RecordHeader{Key: HeaderStage, Value: []byte(f.Stage)},
+		kgo.RecordHeader{Key: HeaderReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: HeaderAttempt, Value: strconv.AppendInt(nil, int64(max(int(m.Attempt), f.Attempts)), 10)},
+		kgo.RecordHeader{Key: HeaderFailedAt, Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)},
+	)
+	if m.Topic != "" {
+		hs = append(hs,
+			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(m.Topic)},
+			kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
+			kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
+		)
+	}
+	if !f.FirstFailure.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
+	}
+	if replayAfter > 0 {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderReplayAt, Value: time.Now().Add(replayAfter).UTC().AppendFormat(nil, time.RFC3339Nano)})
+	}
+	return hs
+}
+
+// reason is the text of a failure's error. fmt, unlike a direct call of
+// Error, turns a panic in that method into text.
+func reason(err error) string {
+	if err == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(err)
 }

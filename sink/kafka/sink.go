@@ -4,6 +4,11 @@
 // never committed before its output is durable (at-least-once across
 // stages). Use a client with the idempotent producer on (franz-go's
 // default) so that its own retries write no duplicates.
+//
+// A record refused for a reason of its own (too large, invalid) fails only
+// its message. A sink with a Shrinker writes a smaller record instead: the
+// dead letters (NewDeadLetter, NewParking) do, since a failure there would
+// stop the pipeline.
 package kafka
 
 import (
@@ -20,23 +25,46 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
-// Encoder turns a message into the record to produce. An error fails that
-// message (it goes to the failure stream).
+// Encoder turns a message into the record to produce. An error or a panic
+// fails that message (it goes to the failure stream), unless the sink has a
+// Shrinker that gives a record in its place.
 type Encoder[T any] func(m *stream.Message[T]) (*kgo.Record, error)
+
+// Shrinker gives a sink a record to produce in place of one that could not
+// be written for a reason of its own: the client or the broker refused rec
+// as too large or invalid (err is the produce error), or the Encoder
+// returned an error or panicked (rec is nil, err says why). It returns a
+// smaller record that still says what it can about m, or nil to give up:
+// the message then fails as it would without a Shrinker. If the record it
+// returns is refused too, it is asked again, step counting the records
+// tried in place of the first (1, 2, ...), at most MaxShrinkSteps times.
+//
+// A sink on the pipeline's failure path (a dead letter) cannot fail a
+// message without ending the pipeline, so it should have one: NewDeadLetter
+// and NewParking do. A Shrinker that panics gives up for that message.
+type Shrinker[T any] func(m *stream.Message[T], rec *kgo.Record, step int, err error) *kgo.Record
+
+// MaxShrinkSteps is the most records a sink tries in place of one that
+// could not be written, for one message.
+const MaxShrinkSteps = 8
 
 // Sink produces one record per message.
 type Sink[T any] struct {
 	cl      *kgo.Client
 	encode  Encoder[T]
+	shrink  Shrinker[T]
 	outcome stream.Outcome
 	name    string
 
-	produced, failed atomic.Int64
+	produced, failed, shrunk atomic.Int64
 }
 
 // NewSink returns a sink that produces encode(m) for each message m through
 // cl and settles m as completed when the broker acknowledged it. The caller
-// owns cl and closes it after the pipeline's Run returns.
+// owns cl and closes it after the pipeline's Run returns. A record refused
+// for a reason of its own (too large, invalid) fails its message; the sink
+// stops the pipeline, leaving the message unsettled, only when the broker
+// or the topic is the problem. Default: no Shrinker.
 func NewSink[T any](cl *kgo.Client, encode Encoder[T]) *Sink[T] {
 	return &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
 }
@@ -46,6 +74,15 @@ func NewSink[T any](cl *kgo.Client, encode Encoder[T]) *Sink[T] {
 // stream.DeadLettered) and returns the sink.
 func (s *Sink[T]) SettleAs(o stream.Outcome) *Sink[T] {
 	s.outcome = o
+	return s
+}
+
+// Shrink makes the sink ask fn for a smaller record when a message's record
+// cannot be written, or cannot be encoded, instead of failing the message
+// at once (see Shrinker), and returns the sink. A message written smaller
+// is settled as one written whole.
+func (s *Sink[T]) Shrink(fn Shrinker[T]) *Sink[T] {
+	s.shrink = fn
 	return s
 }
 
@@ -75,96 +112,185 @@ func (s *Sink[T]) Validate() error {
 	return nil
 }
 
-// Produced returns how many records the broker acknowledged; Failed how
-// many it did not.
+// Produced returns how many records the broker acknowledged, those written
+// in place of a failed one included.
 func (s *Sink[T]) Produced() int64 { return s.produced.Load() }
 
-// Failed returns how many records could not be produced.
+// Failed returns how many records could not be produced (a record that a
+// smaller one then replaced included).
 func (s *Sink[T]) Failed() int64 { return s.failed.Load() }
 
-type failed[T any] struct {
-	m     stream.Message[T]
-	topic string
-	err   error
-}
+// Shrunk returns how many messages were written as the smaller record a
+// Shrinker gave.
+func (s *Sink[T]) Shrunk() int64 { return s.shrunk.Load() }
 
 // Run produces every message. When the input ends it waits for the
 // outcome of every record it produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
-	var (
-		mu    sync.Mutex
-		fails []failed[T]
-		// pending counts the records whose promise has not run yet; each
-		// promise that ends signals idle, so that Run can wait for all.
-		pending atomic.Int64
-		idle    = make(chan struct{}, 1)
-	)
-	handle := func() error {
-		mu.Lock()
-		fs := fails
-		fails = nil
-		mu.Unlock()
-		for _, f := range fs {
-			if !perRecord(f.err) {
-				// The broker or the topic is the problem, not this message:
-				// stop, leaving it unsettled for replay.
-				return stream.Fatal(fmt.Errorf("producing to topic %q: %w", f.topic, f.err))
-			}
-			if err := in.Fail(ctx, f.m, fmt.Errorf("producing to topic %q: %w", f.topic, f.err)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1)}
 	err := stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
-		for i := range b.Items {
-			m := b.Items[i]
-			rec, err := s.encode(&m)
+		for i := 0; i < len(b.Items); {
+			next, err := r.produceFrom(ctx, b.Items, i)
 			if err != nil {
-				if err := in.Fail(ctx, m, fmt.Errorf("encoding: %w", err)); err != nil {
-					return false, err
-				}
-				continue
+				return false, err
 			}
-			pending.Add(1)
-			s.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
-				if err == nil {
-					s.produced.Add(1)
-					m.Settle(s.outcome)
-				} else {
-					s.failed.Add(1)
-					mu.Lock()
-					fails = append(fails, failed[T]{m: m, topic: r.Topic, err: err})
-					mu.Unlock()
-				}
-				pending.Add(-1)
-				select {
-				case idle <- struct{}{}:
-				default:
-				}
-			})
+			i = next
 		}
-		return false, handle()
+		_, err := r.handle(ctx)
+		return false, err
 	})
 	if err != nil {
 		return err
 	}
-	if err := s.cl.Flush(ctx); err != nil {
-		return err
+	for {
+		if err := s.cl.Flush(ctx); err != nil {
+			return err
+		}
+		// Flush waits for the records the client buffered, not for those
+		// it failed before buffering them (larger than MaxBufferedBytes, no
+		// topic): their promises run on a goroutine of their own, maybe
+		// after Flush returned. Returning before them would leave their
+		// messages neither settled nor failed.
+		if err := r.wait(ctx); err != nil {
+			return err
+		}
+		// Every promise ran, so every failure is in fails: if none was
+		// produced again, smaller, nothing more can come.
+		if again, err := r.handle(ctx); err != nil || again == 0 {
+			return err
+		}
 	}
-	// Flush waits for the records the client buffered, not for those it
-	// failed before buffering them (too large for MaxBufferedBytes, no
-	// topic): their promises run on a goroutine of their own, maybe after
-	// Flush returned. Returning before them would leave their messages
-	// neither settled nor failed.
-	for pending.Load() > 0 {
+}
+
+// run is the state of one Run. Produce promises, which franz-go runs on
+// its own goroutines, settle their message or hand the failure to the
+// stage goroutine through fails.
+type run[T any] struct {
+	s  *Sink[T]
+	in *stream.Inlet[T]
+
+	mu    sync.Mutex
+	fails []failed[T]
+	// pending counts the records whose promise has not run yet; each
+	// promise that ends signals idle, so that Run can wait for all.
+	pending atomic.Int64
+	idle    chan struct{}
+}
+
+type failed[T any] struct {
+	m    stream.Message[T]
+	rec  *kgo.Record
+	step int // 0: the Encoder's record; n: the Shrinker's nth
+	err  error
+}
+
+// produceFrom encodes and produces items[i:]. A panic in the Encoder is
+// the encoding error of the message that caused it, and produceFrom
+// returns just past it: one recover per panic, not a defer per message.
+func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i int) (next int, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			next, err = i+1, r.unencodable(ctx, items[i], stream.NewPanicError(p))
+		}
+	}()
+	for ; i < len(items); i++ {
+		rec, err := r.s.encode(&items[i])
+		if err != nil {
+			if err := r.unencodable(ctx, items[i], fmt.Errorf("encoding: %w", err)); err != nil {
+				return i + 1, err
+			}
+			continue
+		}
+		r.produce(ctx, items[i], rec, 0)
+	}
+	return i, nil
+}
+
+func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int) {
+	r.pending.Add(1)
+	r.s.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+		if err == nil {
+			r.s.produced.Add(1)
+			if step > 0 {
+				r.s.shrunk.Add(1)
+			}
+			m.Settle(r.s.outcome)
+		} else {
+			r.s.failed.Add(1)
+			r.mu.Lock()
+			r.fails = append(r.fails, failed[T]{m: m, rec: rec, step: step, err: err})
+			r.mu.Unlock()
+		}
+		r.pending.Add(-1)
 		select {
-		case <-idle:
+		case r.idle <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// wait returns once every promise ran, or when ctx ends.
+func (r *run[T]) wait(ctx context.Context) error {
+	for r.pending.Load() > 0 {
+		select {
+		case <-r.idle:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	return handle()
+	return nil
+}
+
+// unencodable produces the Shrinker's record in place of the one the
+// Encoder could not make, or fails the message.
+func (r *run[T]) unencodable(ctx context.Context, m stream.Message[T], err error) error {
+	if rec := r.smaller(&m, nil, 1, &err); rec != nil {
+		r.produce(ctx, m, rec, 1)
+		return nil
+	}
+	return r.in.Fail(ctx, m, err)
+}
+
+// handle deals with the records that failed since the last call: a failure
+// of the record's own is produced again smaller, if the Shrinker says how,
+// or fails its message; any other ends the pipeline. It returns how many
+// records it produced again.
+func (r *run[T]) handle(ctx context.Context) (again int, err error) {
+	r.mu.Lock()
+	fs := r.fails
+	r.fails = nil
+	r.mu.Unlock()
+	for _, f := range fs {
+		err := fmt.Errorf("producing to topic %q: %w", f.rec.Topic, f.err)
+		if !perRecord(f.err) {
+			// The broker or the topic is the problem, not this message:
+			// stop, leaving it unsettled for replay.
+			return again, stream.Fatal(err)
+		}
+		if rec := r.smaller(&f.m, f.rec, f.step+1, &err); rec != nil {
+			r.produce(ctx, f.m, rec, f.step+1)
+			again++
+			continue
+		}
+		if err := r.in.Fail(ctx, f.m, err); err != nil {
+			return again, err
+		}
+	}
+	return again, nil
+}
+
+// smaller asks the Shrinker, if any, for the record to try at step. A panic
+// in it gives up, and is added to *err.
+func (r *run[T]) smaller(m *stream.Message[T], rec *kgo.Record, step int, err *error) (out *kgo.Record) {
+	if r.s.shrink == nil || step > MaxShrinkSteps {
+		return nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			out, *err = nil, fmt.Errorf("%w; shrinking the record: %w", *err, stream.NewPanicError(p))
+		}
+	}()
+	return r.s.shrink(m, rec, step, *err)
 }
 
 // perRecord reports whether a produce error is about the record itself

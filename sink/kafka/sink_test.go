@@ -152,3 +152,37 @@ func TestUnknownTopicIsFatalAndLeavesMessagesUnsettled(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+func TestEncoderPanicFailsOnlyThatMessage(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "out")
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	encode := func(m *stream.Message[[]byte]) (*kgo.Record, error) {
+		if string(m.Value) == "boom" {
+			panic("encoder bug")
+		}
+		return &kgo.Record{Topic: "out", Value: m.Value}, nil
+	}
+	stream.To(stream.From(g, source.Slice([][]byte{[]byte("a"), []byte("boom"), []byte("c")}, source.Track(tr))),
+		stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers), encode)))
+	var failures []stream.Failure
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		failures = append(failures, m.Value)
+		return nil
+	}))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v, want nil: a panic in the encoder fails only its message", err)
+	}
+	if len(failures) != 1 {
+		t.Fatalf("failures %v", failures)
+	}
+	if pe, ok := failures[0].Err.(*stream.PanicError); !ok || pe.Value != "encoder bug" || string(failures[0].Value.([]byte)) != "boom" {
+		t.Fatalf("failure %v (%T), want the panic of the message boom", failures[0], failures[0].Err)
+	}
+	if st := tr.Stats(); st.Settled[stream.Completed] != 2 || st.Settled[stream.DeadLettered] != 1 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
+	if got := len(readAll(t, brokers, "out", 2)); got != 2 {
+		t.Fatalf("%d records", got)
+	}
+}

@@ -1,0 +1,115 @@
+package kafka
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Header names a dead letter adds when it is written smaller than the
+// failed message (see NewDeadLetter).
+const (
+	// HeaderTruncated is "true" on a record whose value was cut short.
+	HeaderTruncated = "sluice-truncated"
+	// HeaderOriginalSize is the length in bytes of the value as it would
+	// have been written whole.
+	HeaderOriginalSize = "sluice-original-size"
+	// HeaderHeadersDropped is on a record written as headers only, without
+	// value and without the message's own headers; its value is how many of
+	// those were dropped.
+	HeaderHeadersDropped = "sluice-headers-dropped"
+)
+
+// MaxReasonBytes is the most bytes of the reason a dead letter written as
+// headers only keeps (4 KiB).
+const MaxReasonBytes = 4 << 10
+
+// maxHeadersOnlyKey is the longest key a dead letter written as headers only
+// keeps.
+const maxHeadersOnlyKey = 1 << 10
+
+// shrinkFailure is the Shrinker of NewDeadLetter and NewParking: the
+// record with its value cut to half, then the record as headers only, then
+// nothing. A value that could not be encoded goes to headers only at once.
+func shrinkFailure(topic string, replayAfter time.Duration) Shrinker[stream.Failure] {
+	return func(m *stream.Message[stream.Failure], rec *kgo.Record, step int, _ error) *kgo.Record {
+		switch {
+		case rec == nil: // the value could not be encoded
+			return headersOnly(topic, m, valueSize(m.Value.Value), replayAfter)
+		case header(rec, HeaderHeadersDropped) != nil: // the smallest there is was refused
+			return nil
+		case step == 1 && len(rec.Value) > 1:
+			return truncated(rec)
+		default:
+			size := len(rec.Value)
+			if v := header(rec, HeaderOriginalSize); v != nil {
+				size, _ = strconv.Atoi(string(v))
+			}
+			return headersOnly(topic, m, size, replayAfter)
+		}
+	}
+}
+
+// truncated is rec with the first half of its value, marked as truncated.
+func truncated(rec *kgo.Record) *kgo.Record {
+	n := len(rec.Value)
+	r := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value[: n/2 : n/2]}
+	r.Headers = make([]kgo.RecordHeader, 0, len(rec.Headers)+2)
+	r.Headers = append(r.Headers, rec.Headers...)
+	r.Headers = append(r.Headers,
+		kgo.RecordHeader{Key: HeaderTruncated, Value: []byte("true")},
+		kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(n), 10)})
+	return r
+}
+
+// headersOnly is the smallest dead letter of m: the failure's headers with
+// the reason capped, the key if short, and what was left out. size is the
+// original value's length, or -1 if unknown.
+func headersOnly(topic string, m *stream.Message[stream.Failure], size int, replayAfter time.Duration) *kgo.Record {
+	r := &kgo.Record{Topic: topic}
+	if len(m.Key) <= maxHeadersOnlyKey {
+		r.Key = m.Key
+	}
+	r.Headers = failureHeaders(make([]kgo.RecordHeader, 0, 12), m, capReason(reason(m.Value.Err)), replayAfter)
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
+	if size >= 0 {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})
+	}
+	return r
+}
+
+// capReason cuts s to at most MaxReasonBytes, at a character boundary.
+func capReason(s string) string {
+	if len(s) <= MaxReasonBytes {
+		return s
+	}
+	n := MaxReasonBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// valueSize is the length of a failed value written as is, or -1.
+func valueSize(v any) int {
+	switch v := v.(type) {
+	case []byte:
+		return len(v)
+	case string:
+		return len(v)
+	}
+	return -1
+}
+
+func header(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
