@@ -13,7 +13,8 @@ import (
 // behind it, so use it on a stream ordered by due time, such as a parking
 // topic replayed with sink/kafka.ReplayAt. A zero time is due at once.
 // While it waits the stage reads nothing more, so its source slows down;
-// the messages it holds are unsettled, so a crash replays them.
+// the messages it holds are unsettled, so a crash replays them. A panic in
+// due fails that message.
 func Delay[T any](due func(e *stream.Envelope) time.Time) stream.Flow[T, T] {
 	return &delayFlow[T]{due: due}
 }
@@ -38,11 +39,12 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 			t.Stop()
 		}
 	}()
+	// stage.Each fails a message whose due panics, and goes on.
 	return stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
-		for i := range b.Items {
-			if wait := time.Until(f.due(&b.Items[i].Envelope)); wait > 0 {
+		return false, stage.Each(ctx, in, b.Items, func(m *stream.Message[T]) error {
+			if wait := time.Until(f.due(&m.Envelope)); wait > 0 {
 				if err := in.FlushOutputs(ctx); err != nil {
-					return false, err
+					return err
 				}
 				if t == nil {
 					t = time.NewTimer(wait)
@@ -52,13 +54,10 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 				select {
 				case <-t.C:
 				case <-ctx.Done():
-					return false, ctx.Err()
+					return ctx.Err()
 				}
 			}
-			if err := out.Send(ctx, b.Items[i]); err != nil {
-				return false, err
-			}
-		}
-		return false, nil
+			return out.Send(ctx, *m)
+		})
 	})
 }
