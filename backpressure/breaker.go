@@ -31,7 +31,9 @@ type BreakerConfig struct {
 	// Probes is how many calls may probe a half-open breaker at once
 	// (default 1).
 	Probes uint32
-	// OnStateChange, if set, is told of every transition.
+	// OnStateChange, if set, is told of every transition, on the goroutine
+	// of the call whose Allow or done caused it. In a flow.MapAsync stage a
+	// panic in it fails that call's message.
 	OnStateChange func(name string, from, to BreakerState)
 }
 

@@ -7,7 +7,8 @@ import (
 
 // Limiter bounds how many calls an asynchronous stage runs at once. The
 // stage starts a call only while fewer than Limit() are in flight, and
-// reports every finished call to Observe, from any goroutine.
+// reports every finished call to Observe, from any goroutine (flow.MapAsync
+// fails the message of a call whose Observe panicked).
 type Limiter interface {
 	// Limit returns the number of calls allowed in flight now.
 	Limit() int

@@ -73,7 +73,10 @@ type AsyncStats struct {
 // CallTimeout); it must return when it is. An error fails the message to
 // the failure stream, a panic too; stream.Fatal(err) ends the pipeline. A
 // call cut short by the pipeline's own shutdown leaves its message
-// unsettled, to be replayed.
+// unsettled, to be replayed. A panic in a function the options give for a
+// message (the KeyBy key, Classifier, OnCall, OnRetry, OnDone, the
+// WithLimiter limiter's Observe, the Breaker's OnStateChange) also fails
+// just that message, with a *stream.PanicError, wherever it ran.
 func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, error), opts ...AsyncOption) *Async[In, Out] {
 	a := &Async[In, Out]{parallelism: parallelism, fn: fn}
 	for _, opt := range opts {
@@ -220,6 +223,8 @@ type asyncJob[In, Out any] struct {
 	lastDelay time.Duration // the previous retry wait (decorrelated jitter)
 	due       time.Time     // when a delayed job may run again
 	class     stream.Classification
+
+	breakerDone func(bool) // the breaker's, while a call's outcome is being reported
 }
 
 type keyGroup[In, Out any] struct {
@@ -257,7 +262,8 @@ type asyncRun[In, Out any] struct {
 	inlineCounts callCounts
 	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
 	log          *logx.Limited
-	clock        *attemptClock // per-attempt timeouts, if any
+	clock        *attemptClock      // per-attempt timeouts, if any
+	emitting     *asyncJob[In, Out] // the job whose OnDone runs
 	timer        *time.Timer
 	timerAt      time.Time
 }
@@ -274,12 +280,8 @@ func (r *asyncRun[In, Out]) loop() error {
 		}
 	}()
 	for {
-		for cur != nil && r.held < r.a.o.window {
-			r.accept(&cur.Items[idx])
-			if idx++; idx == len(cur.Items) {
-				cur.Release()
-				cur = nil
-			}
+		if err := r.acceptFrom(&cur, &idx); err != nil {
+			return err
 		}
 		r.wakeDue()
 		r.start()
@@ -316,8 +318,13 @@ func (r *asyncRun[In, Out]) loop() error {
 }
 
 // accept takes a message into the stage: ready to call, or waiting for its
-// key.
+// key. The key is computed first, so that a panic in the key function
+// leaves the stage as it was.
 func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
+	var key string
+	if r.groups != nil {
+		key = r.a.key(m)
+	}
 	var j *asyncJob[In, Out]
 	if n := len(r.free); n > 0 {
 		// A recycled job: set each field rather than zero the whole struct
@@ -339,8 +346,8 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		r.ready.push(j)
 		return
 	}
-	j.key = r.a.key(&j.msg)
-	g := r.groups[j.key]
+	j.key = key
+	g := r.groups[key]
 	if g == nil {
 		g = &keyGroup[In, Out]{}
 		r.groups[j.key] = g
@@ -422,10 +429,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		if done, err = a.o.breaker.Allow(); err != nil {
 			// Refused: no call is made, the message fails fast, and its
 			// retry waits for the breaker.
-			j.err, j.class = err, r.classify(err)
 			counts.failed++
+			j.err, j.class = err, r.classify(err)
 			return now
 		}
+		j.breakerDone = done // for callPanicked, should the classifier panic
 	}
 	ctx, cancel := r.callsCtx, func() {}
 	if r.clock != nil {
@@ -438,18 +446,21 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeout, j.err)
 	}
 	cancel()
-	if j.err != nil {
-		j.class = r.classify(j.err)
-	}
-	if done != nil {
-		done(j.err == nil || !j.class.Transient)
-	}
 	counts.calls++
 	if j.err != nil {
 		counts.failed++
 	}
 	if timedOut {
 		counts.timeouts++
+	}
+	// From here on, user callbacks run: a panic in one is caught by
+	// callFrom and fails the message (callPanicked).
+	if j.err != nil {
+		j.class = r.classify(j.err)
+	}
+	if done != nil {
+		j.breakerDone = nil
+		done(j.err == nil || !j.class.Transient)
 	}
 	end = time.Now()
 	if !timed {
@@ -487,10 +498,7 @@ func (r *asyncRun[In, Out]) runInline(n int) {
 		batch = append(batch, j)
 	}
 	t0 := time.Now()
-	t := t0
-	for _, j := range batch {
-		t = r.call(j, timed, &r.inlineCounts, t)
-	}
+	t := r.callChunk(batch, timed, &r.inlineCounts, t0)
 	el := float64(t.Sub(t0))
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
@@ -528,43 +536,63 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 	r.doneQ = r.spare[:0]
 	r.mu.Unlock()
 	defer func() { r.spare = done[:0] }()
-	for _, j := range done {
-		r.inFlight--
-		if j.err != nil && r.retry(j) {
-			continue // waits in the delay queue, keeping its key and window place
+	r.inFlight -= len(done)
+	// i == len(done): the jobs are handled, emit what the reorder ring
+	// lets go. completeFrom returns past that when all is done.
+	for i := 0; i <= len(done); {
+		next, err := r.completeFrom(done, i)
+		if err != nil {
+			return 0, err
 		}
-		if r.groups != nil {
-			g := r.groups[j.key]
-			if g.waiting.len() > 0 {
-				r.ready.push(g.waiting.pop())
-			} else if g.running--; g.running == 0 {
-				delete(r.groups, j.key)
-			}
-		}
-		if r.ring == nil {
-			if err := r.emit(j); err != nil {
-				return 0, err
-			}
-			r.free = append(r.free, j)
-			continue
-		}
-		j.done = true
-		for {
-			slot := &r.ring[r.head%int64(len(r.ring))]
-			if *slot == nil || !(*slot).done {
-				break
-			}
-			hj := *slot
-			*slot = nil
-			r.head++
-			if err := r.emit(hj); err != nil {
-				return 0, err
-			}
-			r.free = append(r.free, hj)
-		}
+		i = next
 	}
 	r.a.inFlight.Store(int64(r.inFlight))
 	return len(done), r.flushSlots()
+}
+
+// completeJob handles a job whose call returned: it waits for its retry,
+// or it frees its key and is emitted, now or, in order, when its turn
+// comes. Handling a job whose OnRetry panicked again is safe: its error is
+// then permanent, so it is not retried.
+func (r *asyncRun[In, Out]) completeJob(j *asyncJob[In, Out]) error {
+	if j.err != nil && r.retry(j) {
+		return nil // waits in the delay queue, keeping its key and window place
+	}
+	if r.groups != nil {
+		g := r.groups[j.key]
+		if g.waiting.len() > 0 {
+			r.ready.push(g.waiting.pop())
+		} else if g.running--; g.running == 0 {
+			delete(r.groups, j.key)
+		}
+	}
+	if r.ring == nil {
+		if err := r.emit(j); err != nil {
+			return err
+		}
+		r.free = append(r.free, j)
+		return nil
+	}
+	j.done = true
+	return nil
+}
+
+// drainRing emits, in input order, the finished jobs at the head of the
+// reorder ring.
+func (r *asyncRun[In, Out]) drainRing() error {
+	for {
+		slot := &r.ring[r.head%int64(len(r.ring))]
+		if *slot == nil || !(*slot).done {
+			return nil
+		}
+		hj := *slot
+		*slot = nil
+		r.head++
+		if err := r.emit(hj); err != nil {
+			return err
+		}
+		r.free = append(r.free, hj)
+	}
 }
 
 // emit hands a finished job on: its result to the output, its error to the
@@ -574,8 +602,15 @@ func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	r.held--
 	j.msg.Attempt = int32(j.attempts)
 	if r.a.o.onDone != nil && j.attempts > 0 {
+		r.emitting = j // for completeFrom, should OnDone panic
 		r.a.o.onDone(DoneInfo{Attempts: j.attempts, Total: time.Since(j.first), Err: j.err})
+		r.emitting = nil
 	}
+	return r.hand(j)
+}
+
+// hand passes on the outcome of a job taken out of the stage (see emit).
+func (r *asyncRun[In, Out]) hand(j *asyncJob[In, Out]) error {
 	if j.err == nil {
 		if len(r.slots) == 0 {
 			var err error

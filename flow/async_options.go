@@ -46,7 +46,8 @@ func InOrder() AsyncOption { return func(o *asyncOptions) { o.mode = inOrder } }
 // KeyBy runs the calls of messages with the same key one at a time, in
 // input order, and calls of different keys in parallel (parallel-consumer's
 // KEY mode, Akka's mapAsyncPartitioned). Results of one key are emitted in
-// input order; different keys interleave.
+// input order; different keys interleave. A panic in key fails the message
+// before it joins a key group.
 func KeyBy[In any](key func(m *stream.Message[In]) string) AsyncOption {
 	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, key }
 }
@@ -71,7 +72,8 @@ func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o
 
 // WithLimiter lets l lower the number of calls in flight below the stage's
 // parallelism, e.g. a backpressure.Adaptive limiter that holds a latency
-// target. Default: the parallelism is the limit.
+// target. Default: the parallelism is the limit. A panic in l.Observe fails
+// the message of the call it observed.
 func WithLimiter(l backpressure.Limiter) AsyncOption { return func(o *asyncOptions) { o.limiter = l } }
 
 // Window sets how many messages the stage may hold at once: calls in
@@ -81,7 +83,8 @@ func WithLimiter(l backpressure.Limiter) AsyncOption { return func(o *asyncOptio
 func Window(n int) AsyncOption { return func(o *asyncOptions) { o.window = n } }
 
 // OnCall registers a function called after every call, from the goroutine
-// that ran it, for metrics (latency histograms, error counts).
+// that ran it, for metrics (latency histograms, error counts). A panic in
+// fn fails the message of that call.
 func OnCall(fn func(CallInfo)) AsyncOption { return func(o *asyncOptions) { o.onCall = fn } }
 
 // CallInfo describes one finished call.
@@ -111,18 +114,21 @@ func Budget(b *backpressure.RetryBudget) AsyncOption { return func(o *asyncOptio
 // rejected request) do not.
 func Breaker(b *backpressure.Breaker) AsyncOption { return func(o *asyncOptions) { o.breaker = b } }
 
-// Classifier replaces stream.Classify for this stage.
+// Classifier replaces stream.Classify for this stage. A panic in fn fails
+// the message whose error it classified, for good (no retry).
 func Classifier(fn func(error) stream.Classification) AsyncOption {
 	return func(o *asyncOptions) { o.classify = fn }
 }
 
 // OnRetry registers a function told of every retry scheduled (for logs and
-// metrics: retries by reason).
+// metrics: retries by reason). A panic in fn fails the message instead of
+// retrying it.
 func OnRetry(fn func(RetryInfo)) AsyncOption { return func(o *asyncOptions) { o.onRetry = fn } }
 
 // OnDone registers a function told, for every message, how many attempts
 // it took and how long from its first attempt to its outcome (for the
 // histograms of total time including retries and of attempts per message).
+// A panic in fn fails that message, even one whose call succeeded.
 func OnDone(fn func(DoneInfo)) AsyncOption { return func(o *asyncOptions) { o.onDone = fn } }
 
 // LogRetries logs each retry scheduled as a warning (with the reason,

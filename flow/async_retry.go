@@ -34,7 +34,8 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 		r.a.noBudget.Add(1)
 		return false
 	}
-	r.a.retries[reasonIndex(j.class.Reason)].Add(1)
+	// A panic in OnRetry or in the logger's handler fails the message
+	// (see completeFrom); the retry is counted only once they returned.
 	if r.a.o.onRetry != nil {
 		r.a.o.onRetry(RetryInfo{Attempt: j.attempts, Reason: j.class.Reason, Delay: delay, Err: j.err})
 	}
@@ -43,6 +44,7 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 			slog.String("reason", string(j.class.Reason)), slog.Int("attempt", j.attempts),
 			slog.Duration("wait", delay), slog.String("err", j.err.Error()))
 	}
+	r.a.retries[reasonIndex(j.class.Reason)].Add(1)
 	j.lastDelay = delay
 	j.due = now.Add(delay)
 	heap.Push(&r.delayed, j)

@@ -121,10 +121,7 @@ func (w *workers[In, Out]) work() {
 		w.mu.Unlock()
 
 		t0 := time.Now()
-		t := t0
-		for _, j := range batch {
-			t = w.r.call(j, timed, &counts, t)
-		}
+		t := w.r.callChunk(batch, timed, &counts, t0)
 		counts.flush(w.r.a)
 		lastNs, lastN = float64(t.Sub(t0)), len(batch)
 		w.r.finished(batch)
