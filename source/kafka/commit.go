@@ -30,7 +30,9 @@ func (s *Source) Commit(ctx context.Context) error {
 		parts = append(parts, p)
 	}
 	s.mu.Unlock()
-	return s.commitParts(ctx, parts, false)
+	err := s.commitParts(ctx, parts, false)
+	s.health.committed(err)
+	return err
 }
 
 // commitParts commits the given partitions' settled offsets synchronously.
@@ -80,7 +82,7 @@ func (s *Source) commitParts(ctx context.Context, parts []*partition, revoking b
 	resp, err := req.RequestWith(ctx, s.cl)
 	s.lastCommit.Store(int64(time.Since(began)))
 	if err == nil {
-		err = commitErrors(resp)
+		err = commitErrors(req, resp)
 	}
 	if err != nil {
 		s.commitErrors.Add(1)
@@ -100,13 +102,22 @@ func (s *Source) commitParts(ctx context.Context, parts []*partition, revoking b
 	return nil
 }
 
-// commitErrors returns the partition errors of a commit response, joined.
-func commitErrors(resp *kmsg.OffsetCommitResponse) error {
+// commitErrors returns the partition errors of a commit response, joined,
+// each naming its partition (v10 responses name topics by id only).
+func commitErrors(req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) error {
+	names := map[[16]byte]string{}
+	for _, t := range req.Topics {
+		names[t.TopicID] = t.Topic
+	}
 	var errs []error
 	for _, t := range resp.Topics {
+		name := t.Topic
+		if name == "" {
+			name = names[t.TopicID]
+		}
 		for _, p := range t.Partitions {
 			if e := kerr.ErrorForCode(p.ErrorCode); e != nil {
-				errs = append(errs, fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, e))
+				errs = append(errs, fmt.Errorf("%s/%d: %w", name, p.Partition, e))
 			}
 		}
 	}

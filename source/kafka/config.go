@@ -90,6 +90,22 @@ type Config struct {
 	// Opts are passed to franz-go as they are, after the source's own, for
 	// anything this struct does not cover.
 	Opts []kgo.Opt
+	// MaxBrokerLoss ends Run with an error wrapping ErrBrokerLost when no
+	// broker has answered any request (fetch, heartbeat, commit, metadata)
+	// for this long, so that an orchestrator restarts the worker and an
+	// operator is told. Until then the client keeps retrying and nothing is
+	// lost or skipped. Default 3 minutes; negative: never. It must be at
+	// least 3 x the heartbeat interval (franz-go's default is 3 s), since an
+	// idle member with every partition paused talks to the cluster only that
+	// often. Ready reports unready after min(10 s, MaxBrokerLoss/2).
+	MaxBrokerLoss time.Duration
+	// MaxCommitFailure ends Run with an error wrapping ErrCommitsFailing
+	// when offset commits have failed for this long without one
+	// succeeding: a broker that answers fetches but refuses commits (ACLs,
+	// a group that cannot stabilize) would otherwise grow the replay after
+	// a crash without bound. Until then each failed commit is covered by
+	// the next. Default 3 minutes; negative: never.
+	MaxCommitFailure time.Duration
 	// OnCommit, if set, is called after each successful commit, per
 	// partition, with the committed offset (for tests and audit logs).
 	OnCommit func(topic string, partition int32, offset int64)
@@ -110,6 +126,12 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxBrokerLoss == 0 {
+		c.MaxBrokerLoss = 3 * time.Minute
+	}
+	if c.MaxCommitFailure == 0 {
+		c.MaxCommitFailure = 3 * time.Minute
 	}
 }
 

@@ -38,6 +38,7 @@ type Source struct {
 	assignedN, revokedN, lostN                      atomic.Int64
 	lastCommit                                      atomic.Int64 // ns
 	records                                         atomic.Int64
+	health                                          *health
 }
 
 type tpKey struct {
@@ -53,7 +54,8 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}}
+	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{},
+		topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
 	s.limited = logx.NewLimited(s.log, time.Second, 5)
 	balancer := cfg.Balancer
 	if balancer == nil {
@@ -83,6 +85,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
+		kgo.WithHooks(s.health),
 	)
 	if cfg.Regex {
 		opts = append(opts, kgo.ConsumeRegex())
@@ -93,6 +96,11 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	s.cl = cl
+	if hb, ok := cl.OptValue(kgo.HeartbeatInterval).(time.Duration); ok && cfg.MaxBrokerLoss > 0 && cfg.MaxBrokerLoss < 3*hb {
+		cl.Close()
+		return nil, fmt.Errorf("%w: MaxBrokerLoss %v must be at least 3 x the heartbeat interval (%v): an idle member talks to the cluster only that often",
+			ErrConfig, cfg.MaxBrokerLoss, hb)
+	}
 	if err := s.check(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -216,7 +224,10 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 }
 
 // Run polls records and emits them until ctx is cancelled. It returns an
-// error only if the client cannot go on (closed, fatal group error).
+// error only if the source cannot go on: the client was closed, a fatal
+// fetch error, or an outage longer than Config.MaxBrokerLoss or
+// Config.MaxCommitFailure (errors wrapping ErrBrokerLost and
+// ErrCommitsFailing), so that the worker ends and is restarted.
 //
 // Each poll result is tracked at once, while franz-go holds rebalances
 // back (BlockRebalanceOnPoll), by the partition states of the assignment
@@ -226,6 +237,24 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 // sent: it stays unsettled in that assignment's state, and whoever owns
 // the partition now reads it again from the committed offset.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		s.watch(cancel, stop)
+	}()
+	err := s.poll(runCtx, out)
+	close(stop)
+	<-watched
+	if ctx.Err() == nil && runCtx.Err() != nil {
+		return context.Cause(runCtx) // a limit was exceeded
+	}
+	return err
+}
+
+// poll is Run's loop.
+func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	var held []heldPartition
 	for {
 		fs := s.cl.PollRecords(ctx, s.cfg.MaxPollRecords)
@@ -349,11 +378,13 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 	return nil
 }
 
-// Ready reports whether the source can work: a broker answers and this
-// member has partitions assigned. Mount it as a readiness check.
-func (s *Source) Ready(ctx context.Context) error {
-	if err := s.cl.Ping(ctx); err != nil {
-		return fmt.Errorf("kafka source: no broker answers: %w", err)
+// Ready reports whether the source can work: a broker answered a request
+// recently (within min(10 s, MaxBrokerLoss/2)) and this member has
+// partitions assigned. Mount it as a readiness check; it makes no request
+// of its own.
+func (s *Source) Ready(context.Context) error {
+	if d, err := s.health.lostFor(time.Now()); d > s.cfg.readyLoss() {
+		return fmt.Errorf("kafka source: no broker answered for %v: %v", d.Round(time.Millisecond), err)
 	}
 	s.mu.Lock()
 	n := len(s.parts)
@@ -398,6 +429,9 @@ type Stats struct {
 	Duplicates, LateSettles int64
 	// Assigned, Revoked and Lost count rebalance events of each kind.
 	Assigned, Revoked, Lost int64
+	// SinceCommit is the time since a commit last succeeded (or found
+	// nothing to commit), SinceContact since a broker last answered.
+	SinceCommit, SinceContact time.Duration
 }
 
 // Stats returns a snapshot of the source's counters.
@@ -408,6 +442,9 @@ func (s *Source) Stats() Stats {
 		LateSettles: s.late.Load(),
 		Assigned:    s.assignedN.Load(), Revoked: s.revokedN.Load(), Lost: s.lostN.Load(),
 	}
+	now := time.Now()
+	st.SinceCommit = since(s.health.commitOK.Load(), now)
+	st.SinceContact, _ = s.health.lostFor(now)
 	s.mu.Lock()
 	parts := make([]*partition, 0, len(s.parts))
 	for _, p := range s.parts {

@@ -247,6 +247,8 @@ func (m *Metrics) KafkaSource(src *kafka.Source) {
 	committed := m.desc("sluice_kafka_committed_offset", "Last offset this member committed for a partition.", "topic", "partition")
 	unsettled := m.desc("sluice_kafka_unsettled", "Records of a partition delivered and not yet settled.", "topic", "partition")
 	lag := m.desc("sluice_kafka_lag", "High watermark of the last fetch minus the committed offset.", "topic", "partition")
+	commitAge := m.desc("sluice_kafka_commit_age_seconds", "Time since an offset commit last succeeded (or found nothing to commit).")
+	contactAge := m.desc("sluice_kafka_broker_contact_age_seconds", "Time since a broker last answered a request of the source's client.")
 	m.add(func(ch chan<- prometheus.Metric) {
 		st := src.Stats()
 		counter(ch, records, float64(st.Records))
@@ -258,6 +260,8 @@ func (m *Metrics) KafkaSource(src *kafka.Source) {
 		counter(ch, rebalances, float64(st.Assigned), "assigned")
 		counter(ch, rebalances, float64(st.Revoked), "revoked")
 		counter(ch, rebalances, float64(st.Lost), "lost")
+		gauge(ch, commitAge, st.SinceCommit.Seconds())
+		gauge(ch, contactAge, st.SinceContact.Seconds())
 		n := 0
 		for _, p := range st.Partitions {
 			part := itoa(p.Partition)

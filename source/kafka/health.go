@@ -1,0 +1,160 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrBrokerLost is wrapped by the error that ends Run when no broker has
+// answered any request for longer than Config.MaxBrokerLoss.
+var ErrBrokerLost = errors.New("kafka source: brokers unreachable")
+
+// ErrCommitsFailing is wrapped by the error that ends Run when offset
+// commits have failed for longer than Config.MaxCommitFailure.
+var ErrCommitsFailing = errors.New("kafka source: offset commits failing")
+
+// health follows the source's contact with the cluster: when a broker last
+// answered a request, when a commit last succeeded, and the last errors
+// seen. The client's hooks and the commits feed it; Run's watchdog and
+// Ready read it.
+type health struct {
+	contact      atomic.Int64 // unix ns of the last request a broker answered
+	commitOK     atomic.Int64 // unix ns of the last commit that succeeded (or had nothing to do)
+	failingSince atomic.Int64 // unix ns of the first failed commit since the last success; 0: none
+
+	mu                    sync.Mutex
+	lastBrokerErr, lastCE error
+}
+
+func newHealth(now time.Time) *health {
+	h := &health{}
+	h.contact.Store(now.UnixNano())
+	h.commitOK.Store(now.UnixNano())
+	return h
+}
+
+// OnBrokerE2E implements kgo.HookBrokerE2E: any request a broker answered
+// proves the cluster reachable.
+func (h *health) OnBrokerE2E(_ kgo.BrokerMetadata, _ int16, e2e kgo.BrokerE2E) {
+	if err := e2e.Err(); err != nil {
+		h.brokerErr(err)
+		return
+	}
+	h.contact.Store(time.Now().UnixNano())
+}
+
+// OnBrokerConnect implements kgo.HookBrokerConnect, for the reason of an
+// outage: dials fail before any request is written.
+func (h *health) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err != nil {
+		h.brokerErr(fmt.Errorf("connecting to %s:%d: %w", meta.Host, meta.Port, err))
+	}
+}
+
+func (h *health) brokerErr(err error) {
+	h.mu.Lock()
+	h.lastBrokerErr = err
+	h.mu.Unlock()
+}
+
+func (h *health) committed(err error) {
+	now := time.Now().UnixNano()
+	if err == nil {
+		h.commitOK.Store(now)
+		h.failingSince.Store(0)
+		return
+	}
+	h.failingSince.CompareAndSwap(0, now)
+	h.mu.Lock()
+	h.lastCE = err
+	h.mu.Unlock()
+}
+
+func since(ns int64, now time.Time) time.Duration { return now.Sub(time.Unix(0, ns)) }
+
+// lostFor returns how long no broker has answered and the last error seen.
+func (h *health) lostFor(now time.Time) (time.Duration, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return since(h.contact.Load(), now), h.lastBrokerErr
+}
+
+// commitsFailingFor returns how long commits have failed without a success
+// in between (0 if the last one succeeded) and the last error.
+func (h *health) commitsFailingFor(now time.Time) (time.Duration, error) {
+	first := h.failingSince.Load()
+	if first == 0 {
+		return 0, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return since(first, now), h.lastCE
+}
+
+// check returns the error that must end Run, if a limit is exceeded.
+func (h *health) check(cfg *Config, now time.Time) error {
+	if cfg.MaxBrokerLoss > 0 {
+		if d, err := h.lostFor(now); d > cfg.MaxBrokerLoss {
+			return fmt.Errorf("%w: no broker of %v answered for %v (MaxBrokerLoss %v)%w",
+				ErrBrokerLost, cfg.Brokers, d.Round(time.Millisecond), cfg.MaxBrokerLoss, lastError(err))
+		}
+	}
+	if cfg.MaxCommitFailure > 0 {
+		if d, err := h.commitsFailingFor(now); d > cfg.MaxCommitFailure {
+			return fmt.Errorf("%w for %v (MaxCommitFailure %v)%w",
+				ErrCommitsFailing, d.Round(time.Millisecond), cfg.MaxCommitFailure, lastError(err))
+		}
+	}
+	return nil
+}
+
+// lastError formats the last error seen as the end of a message, keeping
+// it for errors.Is.
+func lastError(err error) error {
+	if err == nil {
+		return errors.New(" (no error seen)")
+	}
+	return fmt.Errorf("; last error: %w", err)
+}
+
+// watch cancels ctx with the error of the first limit exceeded, checking a
+// few times per limit, until stop is closed.
+func (s *Source) watch(cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	every := time.Second
+	for _, d := range []time.Duration{s.cfg.MaxBrokerLoss, s.cfg.MaxCommitFailure} {
+		if d > 0 {
+			every = min(every, max(d/10, 10*time.Millisecond))
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			if err := s.health.check(&s.cfg, now); err != nil {
+				s.log.Error("stopping the source", "err", err)
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// readyLoss is how long without an answer from any broker makes the source
+// unready: short enough for a load balancer or an operator to see an
+// outage, long enough not to flap on a slow request.
+func (c *Config) readyLoss() time.Duration {
+	if c.MaxBrokerLoss > 0 {
+		return min(10*time.Second, c.MaxBrokerLoss/2)
+	}
+	return 10 * time.Second
+}
