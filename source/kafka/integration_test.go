@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
@@ -88,4 +90,14 @@ func TestRealKafkaBadInput(t *testing.T) {
 		t.Fatalf("right SASL password: %v", err)
 	}
 	src.Close(ctx)
+}
+
+// Members joining, leaving and crashing under a slow pipeline, against a
+// real broker, with the eager range balancer (see churnTest).
+func TestRealKafkaChurnRange(t *testing.T) {
+	churnTest(t, []string{testenv.Broker().Addr}, realTopic(t, 8), 8, kgo.RangeBalancer(), 12*time.Second)
+}
+
+func TestRealKafkaChurnCooperative(t *testing.T) {
+	churnTest(t, []string{testenv.Broker().Addr}, realTopic(t, 8), 8, kgo.CooperativeStickyBalancer(), 12*time.Second)
 }
