@@ -12,7 +12,11 @@ import (
 // GoStreams returns a sink that hands each value to a reugn/go-streams sink
 // (its connectors: files, writers, stdout, ...). go-streams sinks do not
 // acknowledge elements, so a message is settled as completed once the
-// go-streams sink has taken it from its input channel. When the input ends
+// go-streams sink has taken it from its input channel: what that sink
+// buffers and has not written yet is lost if the process crashes (its
+// offsets may be committed already). Where every element must be written,
+// use a sink that settles after writing (sink.Func, a Kafka producer).
+// When the input ends
 // or the pipeline stops, the go-streams sink's input is closed and this
 // stage waits for it to complete (AwaitCompletion).
 func GoStreams[T any](k streams.Sink) stream.Sink[T] {

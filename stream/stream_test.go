@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -333,4 +334,57 @@ func TestRunTwiceIsAnError(t *testing.T) {
 	if err := g.Run(context.Background()); !errors.Is(err, stream.ErrInvalid) {
 		t.Fatalf("second Run = %v", err)
 	}
+}
+
+// badString is a value whose String method panics.
+type badString struct{ n int }
+
+func (b badString) String() string { panic(fmt.Sprintf("String of %d", b.n)) }
+
+// panicError is an error whose Error method panics.
+type panicError struct{}
+
+func (panicError) Error() string { panic("Error") }
+
+// The default dead letter records whatever failed: a value that cannot be
+// printed, or a failure without a reason, must not stop the pipeline.
+func TestDefaultDeadLetterSurvivesUnprintableFailures(t *testing.T) {
+	tr := stream.NewTracker(0)
+	g := stream.New(stream.WithLogger(newTextLogger(io.Discard)))
+	s := stream.From(g, source.Slice(ints(100), source.Track(tr)))
+	bad := stream.Via(s, flow.Map(func(v int) (badString, error) {
+		if v%10 == 0 {
+			return badString{}, errors.New("rejected")
+		}
+		return badString{v}, nil
+	}))
+	failAgain := stream.FlowFunc[badString, badString](func(ctx context.Context, in *stream.Inlet[badString], out *stream.Outlet[badString]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			for _, m := range b.Items {
+				switch {
+				case m.Value.n%10 == 1:
+					err = in.Fail(ctx, m, nil) // a failure without a reason
+				case m.Value.n%10 == 2:
+					err = in.Fail(ctx, m, errors.New("its value cannot be printed"))
+				case m.Value.n%10 == 3:
+					err = in.Fail(ctx, m, panicError{}) // nor its reason
+				default:
+					err = out.Send(ctx, m)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			b.Release()
+		}
+	})
+	stream.To(stream.Via(bad, stream.Flow[badString, badString](failAgain)), sink.Discard[badString]())
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	checkSettled(t, tr, map[stream.Outcome]int64{stream.Completed: 60, stream.DeadLettered: 40})
 }
