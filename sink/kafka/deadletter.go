@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -46,7 +47,7 @@ const (
 // broker refuses even that, or the broker or the topic fails, does the
 // pipeline stop.
 func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, 0)).Shrink(shrinkFailure(topic, 0))
+	s := NewSink(cl, failureRecord(topic, nil)).Shrink(shrinkFailure(topic, nil))
 	s.outcome = stream.DeadLettered
 	s.name = "kafka-dead-letter"
 	return s
@@ -61,10 +62,45 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 // on Failure.Transient: transient ones to parking, the rest to the failure
 // queue.
 func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[stream.Failure] {
+	return NewParkingFunc(cl, topic, func(*stream.Message[stream.Failure]) time.Duration { return replayAfter })
+}
+
+// NewParkingFunc is NewParking with the replay delay chosen per message:
+// replayAfter(m) from now (a delay that grows with the times a message was
+// parked before, read from a header the pipeline keeps, say). A delay of
+// zero or less, or a panic in replayAfter, writes no replay time: due at
+// once.
+//
+// A topic read with flow.Delay(ReplayAt) replays in record order: a
+// record due later holds back the records behind it in its partition, so
+// with delays that differ the later ones set the pace.
+func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration) *Sink[stream.Failure] {
 	s := NewSink(cl, failureRecord(topic, replayAfter)).Shrink(shrinkFailure(topic, replayAfter))
 	s.outcome = stream.Parked
 	s.name = "kafka-parking"
+	if replayAfter == nil {
+		s.invalid = stage.NilArg(s.name, "replayAfter")
+	}
 	return s
+}
+
+// delayFunc is when a failure is due for replay, from now: nil for a dead
+// letter, which is not replayed.
+type delayFunc func(m *stream.Message[stream.Failure]) time.Duration
+
+// safeAfter is replayAfter(m), or 0 — no replay time, due at once — if
+// replayAfter is nil (a dead letter) or panics: a parked record replayed
+// early is retried early, while one not written would stop the pipeline.
+func safeAfter(replayAfter delayFunc, m *stream.Message[stream.Failure]) (d time.Duration) {
+	if replayAfter == nil {
+		return 0
+	}
+	defer func() {
+		if recover() != nil {
+			d = 0
+		}
+	}()
+	return replayAfter(m)
 }
 
 // ReplayAt returns when a parked message is due (its HeaderReplayAt), or
@@ -74,7 +110,7 @@ func ReplayAt(e *stream.Envelope) time.Time {
 	return t
 }
 
-func failureRecord(topic string, replayAfter time.Duration) Encoder[stream.Failure] {
+func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] {
 	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
 		r := &kgo.Record{Topic: topic, Key: m.Key}
 		switch v := m.Value.Value.(type) {
@@ -94,7 +130,7 @@ func failureRecord(topic string, replayAfter time.Duration) Encoder[stream.Failu
 		for _, h := range m.Headers {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
-		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), replayAfter)
+		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), safeAfter(replayAfter, m))
 		return r, nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,4 +155,56 @@ func runUntilSettled(t *testing.T, run func(string, string, bool, func() bool) (
 		t.Fatalf("main pipeline settled %d of %d", got, n)
 	}
 	return parked, failed
+}
+
+// TestParkingFuncDelaysPerMessage: NewParkingFunc asks for each message's
+// replay delay; a panic there writes the record due at once, and a nil
+// function is a configuration error naming it.
+func TestParkingFuncDelaysPerMessage(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "retry")
+	tr := stream.NewTracker(0)
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, inputs(tr, input{value: []byte("soon-and-larger-than-16"), key: "soon"},
+		input{value: []byte("later-and-larger-than-16"), key: "later"}, input{value: []byte("panicking-and-larger-than-16"), key: "panic"})),
+		rejectLarge("service unavailable"))
+	delays := map[string]time.Duration{"soon": time.Minute, "later": time.Hour}
+	park := kafkasink.NewParkingFunc(client(t, brokers), "retry", func(m *stream.Message[stream.Failure]) time.Duration {
+		d, ok := delays[string(m.Key)]
+		if !ok {
+			panic("no delay for " + string(m.Key))
+		}
+		return d
+	})
+	stream.To(g.Failures(), stream.Sink[stream.Failure](park))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Settled[stream.Parked] != 3 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
+	for _, r := range readAll(t, brokers, "retry", 3) {
+		h := headerMap(r)
+		key := string(r.Key)
+		if key == "panic" {
+			if _, ok := h[kafkasink.HeaderReplayAt]; ok || string(r.Value) != "panicking-and-larger-than-16" {
+				t.Fatalf("record of a panicking delay: value %q, headers %v", r.Value, h)
+			}
+			continue
+		}
+		replayAt, err1 := time.Parse(time.RFC3339Nano, h[kafkasink.HeaderReplayAt])
+		failedAt, err2 := time.Parse(time.RFC3339Nano, h[kafkasink.HeaderFailedAt])
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: headers %v", key, h)
+		}
+		if got := replayAt.Sub(failedAt); got < delays[key] || got > delays[key]+time.Minute {
+			t.Fatalf("%s is due %v after its failure, want %v", key, got, delays[key])
+		}
+	}
+
+	g = stream.New()
+	stream.To(stream.From(g, inputs(tr)), rejectLarge("x"))
+	stream.To(g.Failures(), stream.Sink[stream.Failure](kafkasink.NewParkingFunc(client(t, brokers), "retry", nil)))
+	if err := g.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "replayAfter") {
+		t.Fatalf("Run with a nil replayAfter = %v, want an error naming it", err)
+	}
 }

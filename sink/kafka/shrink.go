@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,7 +34,7 @@ const maxHeadersOnlyKey = 1 << 10
 // shrinkFailure is the Shrinker of NewDeadLetter and NewParking: the
 // record with its value cut to half, then the record as headers only, then
 // nothing. A value that could not be encoded goes to headers only at once.
-func shrinkFailure(topic string, replayAfter time.Duration) Shrinker[stream.Failure] {
+func shrinkFailure(topic string, replayAfter delayFunc) Shrinker[stream.Failure] {
 	return func(m *stream.Message[stream.Failure], rec *kgo.Record, step int, _ error) *kgo.Record {
 		switch {
 		case rec == nil: // the value could not be encoded
@@ -69,12 +68,12 @@ func truncated(rec *kgo.Record) *kgo.Record {
 // headersOnly is the smallest dead letter of m: the failure's headers with
 // the reason capped, the key if short, and what was left out. size is the
 // original value's length, or -1 if unknown.
-func headersOnly(topic string, m *stream.Message[stream.Failure], size int, replayAfter time.Duration) *kgo.Record {
+func headersOnly(topic string, m *stream.Message[stream.Failure], size int, replayAfter delayFunc) *kgo.Record {
 	r := &kgo.Record{Topic: topic}
 	if len(m.Key) <= maxHeadersOnlyKey {
 		r.Key = m.Key
 	}
-	r.Headers = failureHeaders(make([]kgo.RecordHeader, 0, 12), m, capReason(reason(m.Value.Err)), replayAfter)
+	r.Headers = failureHeaders(make([]kgo.RecordHeader, 0, 12), m, capReason(reason(m.Value.Err)), safeAfter(replayAfter, m))
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
 	if size >= 0 {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})

@@ -55,6 +55,7 @@ type Sink[T any] struct {
 	shrink  Shrinker[T]
 	outcome stream.Outcome
 	name    string
+	invalid error // a bad argument of the constructor, for Validate
 
 	produced, failed, shrunk atomic.Int64
 }
@@ -104,6 +105,8 @@ func (s *Sink[T]) Name() string { return s.name }
 // Validate reports a nil client or encoder.
 func (s *Sink[T]) Validate() error {
 	switch {
+	case s.invalid != nil:
+		return s.invalid
 	case s.cl == nil:
 		return stage.NilArg(s.name, "cl")
 	case s.encode == nil:
