@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,44 @@ func TestUndoCoversWhatOtherCopiesDid(t *testing.T) {
 	}
 	if _, err := b.Drones.Schedule(ctx, r.ID, r.Pickup); !errors.Is(err, delivery.ErrCancelled) {
 		t.Fatalf("a late copy booked a drone after compensation: %v", err)
+	}
+}
+
+// failingDrones refuses every cancel.
+type failingDrones struct {
+	delivery.Drones
+	calls *[]string
+}
+
+func (d failingDrones) Cancel(context.Context, string) error {
+	*d.calls = append(*d.calls, "cancel_drone")
+	return errors.New("drone service refused the cancel")
+}
+
+// One undo that fails does not keep the others from being done: the
+// package is deleted although the drone could not be cancelled, and the
+// error names the step that failed.
+func TestUndoAttemptsEveryUndo(t *testing.T) {
+	ctx := context.Background()
+	l, b, r := booked(ctx, "d-5")
+	var calls []string
+	b.Drones = failingDrones{b.Drones, &calls}
+	b.Packages = pkgRecorder{b.Packages, &calls}
+	p := delivery.Progress{Request: r, Done: []delivery.Step{delivery.StepAccount, delivery.StepPackage}}
+	err := supervisor.Undo(ctx, b, p)
+	if err == nil {
+		t.Fatal("Undo reported success although the drone cancel failed")
+	}
+	if !strings.Contains(err.Error(), string(delivery.StepDrone)) || !strings.Contains(err.Error(), r.ID) {
+		t.Fatalf("the error does not name the failed step and request: %v", err)
+	}
+	if strings.Contains(err.Error(), string(delivery.StepPackage)) {
+		t.Fatalf("the error names a step that succeeded: %v", err)
+	}
+	if len(calls) != 2 || calls[0] != "cancel_drone" || calls[1] != "delete_package" {
+		t.Fatalf("undo calls %v, want [cancel_drone delete_package]", calls)
+	}
+	if l.Live("packages", r.ID) {
+		t.Fatal("the package is still live: Undo stopped at the failed drone cancel")
 	}
 }

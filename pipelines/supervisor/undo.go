@@ -1,0 +1,84 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Undo reverses every side effect of the workflow for p's request, last
+// first: delivery, drone, package. Not only the steps p.Done lists: in an
+// at-least-once pipeline another copy of the request (a replay after a
+// crash, a duplicate) may have gone further than the copy that failed — it
+// may even have completed — before the compensation runs. Undoing a step
+// that was never done is harmless, and every undo leaves a tombstone that
+// refuses a later copy's create, so the request ends cancelled whichever
+// copy got how far. The step that failed is covered too: its outcome is
+// unknown (an attempt may have timed out after the service acted). Checks
+// (account, third party) have nothing to undo.
+//
+// Every undo is attempted even when an earlier one failed, so that one
+// service that is down leaves nothing else booked; the error joins
+// (errors.Join) one error per failed undo, each naming its step and the
+// request. Each undo is idempotent, so Undo may run again, all three undos
+// each time, after a crash or when the supervisor retries or replays the
+// event.
+func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
+	id := p.Request.ID
+	var errs []error
+	for _, u := range []struct {
+		step delivery.Step
+		undo func(context.Context, string) error
+	}{
+		{delivery.StepDelivery, b.Deliveries.Delete},
+		{delivery.StepDrone, b.Drones.Cancel},
+		{delivery.StepPackage, b.Packages.Delete},
+	} {
+		if err := u.undo(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("undoing %s of %s: %w", u.step, id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Classify is stream.Classify for the supervisor's calls, which are all
+// idempotent (DELETEs, a notification kept per request): an HTTP 5xx is
+// transient too, worth another attempt, where stream.Classify would take
+// a 500 for good. An error that joins several (Undo's, when more than one
+// undo failed) is transient if any of them is: the attempt that retries it
+// runs every undo again, and the ones that failed for good fail again and
+// are reported then. Its RetryAfter is the longest any transient part asked
+// for.
+func Classify(err error) stream.Classification {
+	if err == nil {
+		return stream.Classification{}
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		out := stream.Classification{Reason: stream.ReasonOther}
+		for _, e := range j.Unwrap() {
+			if c := Classify(e); c.Transient && (!out.Transient || c.RetryAfter > out.RetryAfter) {
+				out = c
+			}
+		}
+		return out
+	}
+	if c := stream.Classify(err); c.Transient {
+		return c
+	}
+	if hs, ok := err.(stream.HTTPStatuser); ok && hs.HTTPStatus() >= 500 && hs.HTTPStatus() <= 599 {
+		c := stream.Classification{Transient: true, Reason: stream.ReasonOther}
+		if ra, ok := err.(stream.RetryAfterer); ok {
+			c.RetryAfter = ra.RetryAfter()
+		}
+		return c
+	}
+	// A wrapper (the stage's "undoing drone of ...", a call timeout) is
+	// what it wraps: a join or a 5xx further down decides.
+	if inner := errors.Unwrap(err); inner != nil {
+		return Classify(inner)
+	}
+	return stream.Classification{Reason: stream.ReasonOther}
+}
