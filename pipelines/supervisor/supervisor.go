@@ -1,19 +1,30 @@
 // Package supervisor is the compensating side of the delivery scheduler
 // (scheduler-agent-supervisor): it reads compensation events — a request,
-// the steps that succeeded, the reason it failed — and undoes those steps
-// in reverse order (delete the delivery, cancel the drone, delete the
-// package), with its own retries — a 5xx too, since every undo is an
-// idempotent DELETE (Classify) — then records a notification for the
-// owner. Every undo is attempted even when another failed. Every undo is
-// idempotent, and an event is committed only once all its undos
-// succeeded, so a supervisor that crashes mid-compensation redoes the event
-// and changes nothing twice.
+// the steps that succeeded, the reason it failed — and undoes every side
+// effect of the request in reverse order (delete the delivery, cancel the
+// drone, delete the package), with its own retries, then records a
+// notification for the owner.
+//
+// An undo that cannot be done now is never forgotten. A transient failure
+// (a timeout, a refused connection, an HTTP 5xx: undos are idempotent
+// DELETEs) that outlasts the retries is parked on a retry topic and
+// replayed by the supervisor itself when due, the delay doubling with each
+// parking, a bounded number of times; after that, or at once for a
+// permanent failure (an undo answered 4xx, a malformed event), the event
+// goes to a dead-letter topic with its reason, for an operator. An event
+// is committed only once all its undos and its notification succeeded, or
+// once it is durably parked or dead-lettered (the broker acknowledged the
+// record). A supervisor configured without those topics stops instead of
+// letting go of an event (see Config).
+//
+// Every undo is idempotent and Undo runs all of them each time, so a
+// supervisor that crashes mid-compensation, or retries or replays one,
+// changes nothing twice.
 package supervisor
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -21,40 +32,46 @@ import (
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
-	"github.com/sluice-streams/sluice/stream/observe"
 )
 
-// Config wires the supervisor.
-type Config struct {
-	// Source reads compensation events; Committer commits them.
-	Source    stream.Source[[]byte]
-	Committer stream.Committer
-	Backends  delivery.Backends
-	Notifier  Notifier
-	// Retry is the policy of the undo calls (default flow.Background with
-	// 10 attempts: undos must get through, they need not be fast).
-	Retry   *flow.RetryPolicy
-	Metrics *observe.Metrics
-	Logger  *slog.Logger
-	// DrainTimeout bounds the drain on cancel (default 10s).
-	DrainTimeout time.Duration
+// event is a compensation event on its way: what it says, and the bytes
+// it came as, which a parking or dead letter writes unchanged.
+type event struct {
+	delivery.Compensation
+	raw []byte
+}
+
+// parse decodes a compensation event; one that is not JSON, or names no
+// request, is malformed.
+func parse(b []byte) (event, error) {
+	ev := event{raw: b}
+	if err := json.Unmarshal(b, &ev.Compensation); err != nil {
+		return ev, fmt.Errorf("malformed compensation event: %w", err)
+	}
+	if ev.Progress.Request.ID == "" {
+		return ev, fmt.Errorf("malformed compensation event: no request id")
+	}
+	return ev, nil
 }
 
 // New builds the supervisor pipeline:
 //
-//	kafka -> parse -> undo (reverse order, retried) -> notify -> checkpoint
+//	failures -> parse -> undo -> notify -> checkpoint
+//	replays  -> replay-delay -> replay-parse -> replay-undo -> replay-notify -> replay-checkpoint
+//	failed (any stage) -> triage -> split -> park (retry topic) | dead-letters
+//
+// The replays read the retry topic, each held until its replay time
+// (flow.Delay with kafkasink.ReplayAt). Without parking (Config.Producer
+// nil) there are no replays, and the failures end in a stage that stops
+// the pipeline. A bad Config is an error wrapping ErrConfig that names
+// every bad field.
 func New(cfg Config) (*stream.Graph, error) {
-	if cfg.Retry == nil {
-		p := flow.Background()
-		p.MaxAttempts = 10
-		p.MaxDelay = flow.Duration(2 * time.Second)
-		p.MaxElapsed = flow.Duration(time.Minute)
-		cfg.Retry = &p
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	opts := []stream.Option{stream.WithPipeline("supervisor"), stream.WithLogger(cfg.Logger)}
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
@@ -63,27 +80,56 @@ func New(cfg Config) (*stream.Graph, error) {
 		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
 	}
 	g := stream.New(opts...)
-	raw := stream.From(g, cfg.Source, stream.Name("failures"))
-	evs := stream.Via(raw, flow.Map(func(b []byte) (delivery.Compensation, error) {
-		var ev delivery.Compensation
-		if err := json.Unmarshal(b, &ev); err != nil {
-			return ev, fmt.Errorf("malformed compensation event: %w", err)
-		}
-		return ev, nil
-	}), stream.Name("parse"))
-	b := cfg.Backends
-	undo := flow.MapAsync(64, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
-		return ev, Undo(ctx, b, ev.Progress)
-	}, flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.LogRetries(cfg.Logger))
-	undone := stream.Via(evs, stream.Flow[delivery.Compensation, delivery.Compensation](undo), stream.Name("undo"))
-	notified := stream.Via(undone, flow.MapAsync(16, func(ctx context.Context, ev delivery.Compensation) (delivery.Compensation, error) {
-		return ev, cfg.Notifier.Notify(ctx, ev)
-	}, flow.Retry(*cfg.Retry), flow.Classifier(Classify)), stream.Name("notify"))
-	ck := checkpoint.New[delivery.Compensation](cfg.Committer, checkpoint.Interval(200*time.Millisecond))
-	stream.To(notified, stream.Sink[delivery.Compensation](ck), stream.Name("checkpoint"))
+	compensate(cfg, stream.From(g, cfg.Source, stream.Name("failures")), "", cfg.Committer)
+	if cfg.parks() {
+		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
+		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayAt), stream.Name("replay-delay"))
+		compensate(cfg, due, "replay-", cfg.ReplayCommitter)
+
+		t := &triage{retryTopic: cfg.RetryTopic, maxParkings: cfg.MaxParkings, log: cfg.Logger}
+		failed := stream.Via(g.Failures(), stream.Flow[stream.Failure, stream.Failure](t), stream.Name("triage"))
+		transient, permanent := stream.Split(failed, func(f stream.Failure) bool { return f.Transient })
+		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic, backoff(cfg.ReplayAfter, cfg.MaxReplayDelay))
+		stream.To(transient, stream.Sink[stream.Failure](park), stream.Name("park"))
+		dead := kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)
+		stream.To(permanent, stream.Sink[stream.Failure](dead), stream.Name("dead-letters"))
+	} else {
+		stream.To(g.Failures(), stream.SinkFunc[stream.Failure](stopOnFailure), stream.Name("stop-on-failure"))
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.Graph(g)
-		cfg.Metrics.Async("undo", undo)
 	}
 	return g, nil
+}
+
+// compensate adds parse -> undo -> notify -> checkpoint after events, the
+// stages named with prefix, committing through c.
+func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c stream.Committer) {
+	b, n := cfg.Backends, cfg.Notifier
+	parsed := stream.Via(events, flow.Map(parse), stream.Name(prefix+"parse"))
+	undo := flow.MapAsync(64, func(ctx context.Context, ev event) (event, error) {
+		return ev, Undo(ctx, b, ev.Progress)
+	}, callOptions(cfg, prefix+"undo")...)
+	undone := stream.Via(parsed, stream.Flow[event, event](undo), stream.Name(prefix+"undo"))
+	notify := flow.MapAsync(16, func(ctx context.Context, ev event) (event, error) {
+		return ev, n.Notify(ctx, ev.Compensation)
+	}, callOptions(cfg, prefix+"notify")...)
+	notified := stream.Via(undone, stream.Flow[event, event](notify), stream.Name(prefix+"notify"))
+	ck := checkpoint.New[event](c, checkpoint.Interval(200*time.Millisecond), checkpoint.Logger(cfg.Logger))
+	stream.To(notified, stream.Sink[event](ck), stream.Name(prefix+"checkpoint"))
+	if cfg.Metrics != nil {
+		cfg.Metrics.Async(prefix+"undo", undo)
+		cfg.Metrics.Async(prefix+"notify", notify)
+		cfg.Metrics.Checkpoint(prefix+"checkpoint", ck)
+	}
+}
+
+// callOptions are the options of an undo or notify stage: the retry
+// policy, with 5xx retried too (Classify), retries logged.
+func callOptions(cfg Config, stage string) []flow.AsyncOption {
+	opts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.LogRetries(cfg.Logger)}
+	if cfg.Metrics != nil {
+		opts = append(opts, cfg.Metrics.AsyncOptions(stage)...)
+	}
+	return opts
 }
