@@ -7,23 +7,19 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -81,12 +77,6 @@ func Defaults(d time.Duration) Config {
 // EmbeddedRedis as Config.Redis runs an in-process Redis-compatible server
 // for the step records.
 const EmbeddedRedis = "embedded"
-
-const (
-	topicRequests = "delivery-requests"
-	topicFailures = "delivery-failures"
-	topicDead     = "delivery-dead-letters"
-)
 
 // Run runs the demo and returns its verification summary.
 func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
@@ -318,91 +308,4 @@ wait:
 		return sum, loadErr
 	}
 	return sum, nil
-}
-
-// deadLettered counts what reached the dead letters.
-func deadLettered(sch *delivery.Scheduler) int {
-	for _, s := range sch.Graph.Stats() {
-		if s.Name == "dead-letters" {
-			return int(s.In)
-		}
-	}
-	return 0
-}
-
-// incarnation is one life of the scheduler and the supervisor.
-type incarnation struct {
-	sch         *delivery.Scheduler
-	sup         *stream.Graph
-	src, supSrc *kafka.Source
-	stop        context.CancelFunc
-	done        chan struct{}
-	crashed     atomic.Bool
-}
-
-// shutdown stops both pipelines: a crash stops them without a drain (their
-// errors are expected then); otherwise they drain.
-func (inc *incarnation) shutdown(crash bool) {
-	inc.crashed.Store(crash)
-	inc.stop()
-	<-inc.done
-	inc.src.Close(context.Background())
-	inc.supSrc.Close(context.Background())
-}
-
-// workers holds the current incarnation and what earlier ones
-// dead-lettered.
-type workers struct {
-	mu       sync.Mutex
-	cur      *incarnation
-	deadBase int
-}
-
-func (w *workers) set(inc *incarnation) {
-	w.mu.Lock()
-	if w.cur != nil {
-		w.deadBase += deadLettered(w.cur.sch)
-	}
-	w.cur = inc
-	w.mu.Unlock()
-}
-
-func (w *workers) current() *incarnation {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.cur
-}
-
-func (w *workers) deadLettered() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.deadBase + deadLettered(w.cur.sch)
-}
-
-// createTopics creates the topics that do not exist yet.
-func createTopics(ctx context.Context, brokers []string, topics map[string]int32) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = 30_000
-	for name, parts := range topics {
-		t := kmsg.NewCreateTopicsRequestTopic()
-		t.Topic, t.NumPartitions, t.ReplicationFactor = name, parts, -1
-		req.Topics = append(req.Topics, t)
-	}
-	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(cctx, cl)
-	if err != nil {
-		return fmt.Errorf("creating topics on %v: %w", brokers, err)
-	}
-	for _, t := range resp.Topics {
-		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating topic %s: %w", t.Topic, err)
-		}
-	}
-	return nil
 }

@@ -1,0 +1,48 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The demo's topics: the scheduler reads topicRequests and writes
+// compensation events to topicFailures and bad requests to topicDead.
+const (
+	topicRequests = "delivery-requests"
+	topicFailures = "delivery-failures"
+	topicDead     = "delivery-dead-letters"
+)
+
+// createTopics creates the topics that do not exist yet.
+func createTopics(ctx context.Context, brokers []string, topics map[string]int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30_000
+	for name, parts := range topics {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = name, parts, -1
+		req.Topics = append(req.Topics, t)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(cctx, cl)
+	if err != nil {
+		return fmt.Errorf("creating topics on %v: %w", brokers, err)
+	}
+	for _, t := range resp.Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %s: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
