@@ -95,13 +95,15 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	brokers := cfg.Brokers
 	if len(brokers) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
-			kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead))
+			kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead),
+			kfake.SeedTopics(4, topicRetry), kfake.SeedTopics(1, topicSupervisorDead))
 		if err != nil {
 			return Summary{}, fmt.Errorf("starting the embedded broker: %w", err)
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
-	} else if err := createTopics(ctx, brokers, map[string]int32{topicRequests: cfg.Partitions, topicFailures: 4, topicDead: 1}); err != nil {
+	} else if err := createTopics(ctx, brokers, map[string]int32{topicRequests: cfg.Partitions, topicFailures: 4, topicDead: 1,
+		topicRetry: 4, topicSupervisorDead: 1}); err != nil {
 		return Summary{}, err
 	}
 
@@ -150,6 +152,12 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	// The replay source's Kafka metrics, under a pipeline label of their
+	// own: one Metrics exports one Kafka source.
+	replayMetrics, err := observe.New(reg, "supervisor-replay")
+	if err != nil {
+		return Summary{}, err
+	}
 	lat := newLatencies(schedMetrics.Observer())
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
@@ -174,14 +182,24 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			inc.src.Close(ctx)
 			return nil, err
 		}
+		inc.replaySrc, err = kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "supervisor-replay",
+			Topics: []string{topicRetry}, Logger: cfg.Logger})
+		if err != nil {
+			inc.src.Close(ctx)
+			inc.supSrc.Close(ctx)
+			return nil, err
+		}
 		scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: backends, Producer: producer,
 			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain,
 			Steps: steps, NonIdempotent: []delivery.Step{delivery.StepDrone}}
 		pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: backends, Notifier: notes,
-			Logger: cfg.Logger, DrainTimeout: drain}
+			Logger: cfg.Logger, DrainTimeout: drain, Producer: producer, RetryTopic: topicRetry,
+			DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
+			ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
 		if withMetrics {
 			schedMetrics.KafkaSource(inc.src)
 			supMetrics.KafkaSource(inc.supSrc)
+			replayMetrics.KafkaSource(inc.replaySrc)
 			scfg.Metrics, pcfg.Metrics = schedMetrics, supMetrics
 		}
 		if inc.sch, err = delivery.NewScheduler(scfg); err != nil {

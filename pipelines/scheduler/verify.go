@@ -20,6 +20,11 @@ type Summary struct {
 	DeadLettered                   map[string]int // by kind of input
 	ExpectedDead                   int
 	Lost, Twice, LeftoverAfterUndo int
+	// CompensationsDeadLettered counts the requests whose compensation the
+	// supervisor dead-lettered (an undo refused for good, or out of
+	// parkings): what they left booked counts in LeftoverAfterUndo or Lost.
+	// A compensation that was parked and then done counts as Compensated.
+	CompensationsDeadLettered int
 	// P50 and P99 are end-to-end latencies (produce to settle) over every
 	// request of the run.
 	P50, P99 time.Duration
@@ -51,18 +56,24 @@ func (s Summary) String() string {
 	fmt.Fprintf(&b, "; completed %d, compensated %d, dead-lettered %v (expected %d); "+
 		"lost %d, side effects applied twice %d, left after compensation %d",
 		s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead, s.Lost, s.Twice, s.LeftoverAfterUndo)
+	if s.CompensationsDeadLettered > 0 {
+		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
+	}
 	if s.P99 > 0 {
 		fmt.Fprintf(&b, "; end-to-end p50 %v p99 %v", s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
 	}
 	return b.String()
 }
 
-// deadLetters reads the dead-letter topic: request id -> reason. A request
-// dead-lettered is accounted for, whatever its kind (a deliverable one
-// whose transient faults outlasted its retries before any step succeeded
-// lands there too, with its reason).
-func deadLetters(brokers []string) (map[string]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topicDead),
+// deadLetters reads the scheduler's dead-letter topic: request id ->
+// reason. A request dead-lettered is accounted for, whatever its kind (a
+// deliverable one whose transient faults outlasted its retries before any
+// step succeeded lands there too, with its reason).
+func deadLetters(brokers []string) (map[string]string, error) { return reasons(brokers, topicDead) }
+
+// reasons reads a dead-letter topic: record key (the request id) -> reason.
+func reasons(brokers []string, topic string) (map[string]string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return nil, err
@@ -137,14 +148,19 @@ func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []strin
 // Verify checks every request the load generator sent against the
 // services' ledger and the dead-letter topic: lost (no outcome), applied
 // twice (a side effect created more than once), left after compensation (a
-// compensated request with a record still live).
+// compensated request with a record still live). It also counts what the
+// supervisor dead-lettered.
 func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, error) {
 	kinds, dups := sent.Kinds()
 	dead, err := deadLetters(brokers)
 	if err != nil {
 		return Summary{}, err
 	}
-	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}}
+	undoneNot, err := reasons(brokers, topicSupervisorDead)
+	if err != nil {
+		return Summary{}, err
+	}
+	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot)}
 	for id, k := range kinds {
 		reason, isDead := dead[id]
 		switch k {

@@ -22,12 +22,12 @@ func deadLettered(sch *delivery.Scheduler) int {
 
 // incarnation is one life of the scheduler and the supervisor.
 type incarnation struct {
-	sch         *delivery.Scheduler
-	sup         *stream.Graph
-	src, supSrc *kafka.Source
-	stop        context.CancelFunc
-	done        chan struct{}
-	crashed     atomic.Bool
+	sch                    *delivery.Scheduler
+	sup                    *stream.Graph
+	src, supSrc, replaySrc *kafka.Source
+	stop                   context.CancelFunc
+	done                   chan struct{}
+	crashed                atomic.Bool
 }
 
 // shutdown stops both pipelines: a crash stops them without a drain (their
@@ -38,6 +38,7 @@ func (inc *incarnation) shutdown(crash bool) {
 	<-inc.done
 	inc.src.Close(context.Background())
 	inc.supSrc.Close(context.Background())
+	inc.replaySrc.Close(context.Background())
 }
 
 // workers holds the current incarnation and what earlier ones

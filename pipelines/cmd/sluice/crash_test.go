@@ -32,6 +32,7 @@ import (
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
 		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),
+		kfake.SeedTopics(4, "delivery-failures-retry"), kfake.SeedTopics(1, "delivery-compensation-dead-letters"),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,8 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 }
 
 // killWorkers is TestWorkerProcessesSurviveSIGKILL against brokers that
-// hold the three topics.
+// hold the five topics (the scheduler's three, the supervisor's retry and
+// dead-letter topics).
 func killWorkers(t *testing.T, brokers []string) {
 	bin := filepath.Join(t.TempDir(), "sluice")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -3,7 +3,10 @@
 //	sluice demo     the drone delivery scheduler, everything in one process
 //	                on embedded defaults, with a live status line and a
 //	                verification summary
-//	sluice run      delivery|supervisor: a worker against a real cluster
+//	sluice run      delivery|supervisor: a worker against a real cluster (the
+//	                supervisor parks compensations it cannot do now on a
+//	                retry topic, replays them, and dead-letters the ones it
+//	                never can)
 //	sluice loadgen  produce delivery requests to a real cluster
 //	sluice broker   a standalone in-process Kafka-compatible dev broker
 package main
@@ -34,8 +37,10 @@ func usage() error {
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
               [-transient 0.01] [-permanent 0] [-listen 127.0.0.1:9464]
   sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-tls] [-sasl-mechanism M] ...
+  sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
+              [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 10] ...
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D]
-  sluice broker [-port 9092] [-partitions 16] [-topics delivery-requests,delivery-failures,delivery-dead-letters]
+  sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
 Flags of run and loadgen default to $SLUICE_* variables (-h lists them).`)
 }
 
@@ -79,7 +84,8 @@ func run(args []string) error {
 		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
 			cfg.Rate, cfg.BurstRate, cfg.Duration)
 		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")
-		fmt.Println("  failures after some steps -> supervisor (undo in reverse order); bad input -> dead letters")
+		fmt.Println("  failures after some steps -> supervisor (undo in reverse order; parks and replays what fails for now,")
+		fmt.Println("  dead-letters what never can); bad input -> dead letters")
 		sum, err := scheduler.Run(ctx, cfg, os.Stdout)
 		fmt.Println(sum)
 		if err != nil {
@@ -97,7 +103,7 @@ func run(args []string) error {
 		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 		port := fs.Int("port", 9092, "port on 127.0.0.1")
 		parts := fs.Int("partitions", 16, "partitions of each topic")
-		topics := fs.String("topics", "delivery-requests,delivery-failures,delivery-dead-letters", "topics to create")
+		topics := fs.String("topics", defaultTopics, "topics to create")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
@@ -114,6 +120,11 @@ func run(args []string) error {
 		return usage()
 	}
 }
+
+// defaultTopics are the topics the dev broker creates: the scheduler's
+// requests, failures (compensation events) and dead letters, and the
+// supervisor's retry and dead-letter topics.
+const defaultTopics = "delivery-requests,delivery-failures,delivery-dead-letters,delivery-failures-retry,delivery-compensation-dead-letters"
 
 func splitComma(s string) []string {
 	var out []string

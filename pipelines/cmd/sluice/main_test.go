@@ -22,7 +22,8 @@ import (
 // network, as separate pieces of one process, and checks through the
 // worker's /metrics that requests flowed through every step.
 func TestWorkersAgainstABroker(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "delivery-requests", "delivery-failures", "delivery-dead-letters"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "delivery-requests", "delivery-failures", "delivery-dead-letters",
+		"delivery-failures-retry", "delivery-compensation-dead-letters"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,5 +151,34 @@ func TestWorkerRetryPolicyFlags(t *testing.T) {
 		"-retry-policy", "drone-scheduler"})
 	if err == nil || strings.Contains(err.Error(), "retry") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("a good policy should get as far as the unreachable broker: %v", err)
+	}
+}
+
+// The supervisor's parking flags are checked before it connects, each
+// error naming its flag; the defaults come from the environment.
+func TestSupervisorParkingFlags(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-max-parkings", "0"}, "-max-parkings"},
+		{[]string{"-retry-topic", ""}, "-retry-topic"},
+		{[]string{"-supervisor-dead-letter-topic", "same", "-retry-topic", "same"}, "must differ"},
+		{[]string{"-replay-after", "1m", "-max-replay-delay", "10s"}, "-max-replay-delay"},
+	} {
+		err := runWorker(ctx, append([]string{"supervisor", "-brokers", "127.0.0.1:1"}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("%v: %v, want an error naming %s before connecting", c.args, err, c.want)
+		}
+	}
+	t.Setenv("SLUICE_MAX_PARKINGS", "many")
+	if err := runWorker(ctx, []string{"supervisor", "-brokers", "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "SLUICE_MAX_PARKINGS") {
+		t.Fatalf("bad $SLUICE_MAX_PARKINGS: %v", err)
+	}
+	t.Setenv("SLUICE_MAX_PARKINGS", "3")
+	err := runWorker(ctx, []string{"supervisor", "-brokers", "127.0.0.1:1"})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("good flags should get as far as the unreachable broker: %v", err)
 	}
 }

@@ -86,7 +86,7 @@ func runWorker(ctx context.Context, args []string) error {
 	cf.register(fs)
 	requests := fs.String("requests-topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic of delivery requests")
 	failures := fs.String("failures-topic", env("SLUICE_FAILURES_TOPIC", "delivery-failures"), "topic of compensation events")
-	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"), "topic of dead letters")
+	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"), "topic of the scheduler's dead letters (requests it cannot process)")
 	group := fs.String("group", env("SLUICE_GROUP", "sluice-"+which), "consumer group")
 	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services`)
 	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends")
@@ -102,8 +102,19 @@ func runWorker(ctx context.Context, args []string) error {
 		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
 	policyName := fs.String("retry-policy", env("SLUICE_RETRY_POLICY", ""),
 		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor)`)
+	var sup supervisorFlags
+	if which == "supervisor" {
+		if err := sup.register(fs); err != nil {
+			return err
+		}
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if which == "supervisor" {
+		if err := sup.validate(); err != nil {
+			return err
+		}
 	}
 	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
 	if err != nil {
@@ -129,11 +140,16 @@ func runWorker(ctx context.Context, args []string) error {
 	if which == "supervisor" {
 		topic = *failures
 	}
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger,
-		Opts: []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(max(100*time.Millisecond, *session/10))}})
+	groupOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(max(100*time.Millisecond, *session/10))}
+	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger, Opts: groupOpts})
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if src != nil { // not yet closed: an error before the run
+			src.Close(context.Background())
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	m, err := observe.New(reg, which)
 	if err != nil {
@@ -166,8 +182,35 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		g = sch.Graph
 	case "supervisor":
+		producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
+		if err != nil {
+			return err
+		}
+		defer producer.Close()
+		replayGroup := sup.replayGroup
+		if replayGroup == "" {
+			replayGroup = *group + "-replay"
+		}
+		replay, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: replayGroup, Topics: []string{sup.retryTopic},
+			Logger: logger, Opts: groupOpts})
+		if err != nil {
+			return fmt.Errorf("the supervisor's retry topic: %w", err)
+		}
+		defer func() {
+			if err := replay.Close(context.Background()); err != nil {
+				logger.Warn("closing the replay source", "err", err)
+			}
+		}()
+		rm, err := observe.New(reg, "supervisor-replay")
+		if err != nil {
+			return err
+		}
+		rm.KafkaSource(replay)
 		if g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: backends,
-			Notifier: supervisor.NewNotifications(), Retry: retry, Metrics: m, Logger: logger}); err != nil {
+			Notifier: supervisor.NewNotifications(), Retry: retry, Metrics: m, Logger: logger,
+			Producer: producer, RetryTopic: sup.retryTopic, DeadLetterTopic: sup.deadLetterTopic,
+			Replay: replay, ReplayCommitter: replay, ReplayAfter: sup.replayAfter, MaxReplayDelay: sup.maxReplayDelay,
+			MaxParkings: sup.maxParkings}); err != nil {
 			return err
 		}
 	}
@@ -177,12 +220,17 @@ func runWorker(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("worker running", "pipeline", which, "topic", topic, "group", *group, "metrics", "http://"+addr+"/metrics")
+	attrs := []any{"pipeline", which, "topic", topic, "group", *group, "metrics", "http://" + addr + "/metrics"}
+	if which == "supervisor" {
+		attrs = append(attrs, "retry_topic", sup.retryTopic, "dead_letter_topic", sup.deadLetterTopic)
+	}
+	logger.Info("worker running", attrs...)
 	if onListen != nil {
 		onListen(which, addr)
 	}
 	runErr := g.Run(ctx)
 	closeErr := src.Close(context.Background())
+	src = nil
 	stopSrv()
 	<-served
 	return errors.Join(runErr, closeErr)
