@@ -28,7 +28,8 @@ type position struct {
 }
 
 // produceEvents writes a compensation event for each id to the failures
-// topic, keyed by the id, and returns what was written where.
+// topic, keyed by the id, with a header of its own (trace-id: trace-<id>),
+// and returns what was written where.
 func produceEvents(t *testing.T, brokers []string, ids []string) (values map[string][]byte, at map[string]position) {
 	t.Helper()
 	cl := kafkaClient(t, brokers)
@@ -37,7 +38,9 @@ func produceEvents(t *testing.T, brokers []string, ids []string) (values map[str
 	defer cancel()
 	for _, id := range ids {
 		v := compensationEvent(t, id)
-		r, err := cl.ProduceSync(ctx, &kgo.Record{Topic: topicFailures, Key: []byte(id), Value: v}).First()
+		rec := &kgo.Record{Topic: topicFailures, Key: []byte(id), Value: v,
+			Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("trace-" + id)}}}
+		r, err := cl.ProduceSync(ctx, rec).First()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -96,8 +96,8 @@ func TestServerErrorsOnUndoAreParkedAndReplayed(t *testing.T) {
 }
 
 // checkCarriesOriginal checks that a parked or dead-lettered record is the
-// original event: same bytes and key, one set of failure headers, and the
-// original position.
+// original event: same bytes, key and headers, one set of failure headers,
+// and the original position.
 func checkCarriesOriginal(t *testing.T, r *kgo.Record, value []byte, at position) {
 	t.Helper()
 	id := string(r.Key)
@@ -112,6 +112,9 @@ func checkCarriesOriginal(t *testing.T, r *kgo.Record, value []byte, at position
 		if n > 1 {
 			t.Fatalf("record of %s has %d headers %s: %v", id, n, k, r.Headers)
 		}
+	}
+	if got := header(r, "trace-id"); got != "trace-"+id {
+		t.Fatalf("record of %s lost the event's own header: trace-id %q, headers %v", id, got, r.Headers)
 	}
 	if header(r, kafkasink.HeaderTopic) != topicFailures || header(r, kafkasink.HeaderPartition) != strconv.Itoa(int(at.partition)) ||
 		header(r, kafkasink.HeaderOffset) != strconv.FormatInt(at.offset, 10) {
