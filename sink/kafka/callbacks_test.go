@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -72,4 +73,43 @@ func TestRunWaitsForPromisesOfRecordsFailedBeforeBuffering(t *testing.T) {
 			t.Fatalf("failures %q", reasons)
 		}
 	})
+}
+
+// A record that fails while no more input comes (a quiet failure topic)
+// is handled at once: its message is failed to the failure stream, not
+// left unsettled until the next message or the end of the input.
+func TestFailureIsHandledWithoutMoreInput(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "out")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.MaxBufferedBytes(1<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tr := stream.NewTracker(0)
+	ch := make(chan []byte, 1)
+	g := stream.New()
+	stream.To(stream.From(g, source.Channel(ch, source.Track(tr))), stream.Sink[[]byte](kafkasink.NewSink(cl, kafkasink.Records("out"))))
+	failed := make(chan string, 1)
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		failed <- m.Value.Err.Error()
+		return nil
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	ch <- bytes.Repeat([]byte("x"), 4<<10)
+	select {
+	case reason := <-failed:
+		if !strings.Contains(reason, "MESSAGE_TOO_LARGE") {
+			t.Fatalf("failure %q", reason)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the failed record's message is still unsettled while the input waits for more")
+	}
+	close(ch)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Settled[stream.DeadLettered] != 1 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
 }

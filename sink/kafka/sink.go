@@ -127,26 +127,47 @@ func (s *Sink[T]) Failed() int64 { return s.failed.Load() }
 // Shrinker gave.
 func (s *Sink[T]) Shrunk() int64 { return s.shrunk.Load() }
 
-// Run produces every message. When the input ends it waits for the
-// outcome of every record it produced (or for ctx to end) and then returns.
+// Run produces every message. A record that fails is handled as soon as
+// its failure is known, not when more input comes: on a quiet failure
+// topic its message would otherwise wait, unsettled, for the next one.
+// When the input ends Run waits for the outcome of every record it
+// produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
-	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1)}
-	err := stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
-		for i := 0; i < len(b.Items); {
-			next, err := r.produceFrom(ctx, b.Items, i)
-			if err != nil {
-				return false, err
-			}
-			i = next
-		}
-		_, err := r.handle(ctx)
-		return false, err
-	})
-	if err != nil {
-		return err
-	}
+	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1)}
 	for {
-		if err := s.cl.Flush(ctx); err != nil {
+		if _, err := r.handle(ctx); err != nil {
+			return err
+		}
+		if err := in.FlushOutputs(ctx); err != nil {
+			return err
+		}
+		select {
+		case b, ok := <-in.C():
+			if !ok {
+				return r.finish(ctx)
+			}
+			in.Received(b)
+			for i := 0; i < len(b.Items); {
+				next, err := r.produceFrom(ctx, b.Items, i)
+				if err != nil {
+					b.Release()
+					return err
+				}
+				i = next
+			}
+			b.Release()
+		case <-r.failed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// finish waits, once the input has ended, for the outcome of every record
+// produced and handles the failures.
+func (r *run[T]) finish(ctx context.Context) error {
+	for {
+		if err := r.s.cl.Flush(ctx); err != nil {
 			return err
 		}
 		// Flush waits for the records the client buffered, not for those
@@ -178,6 +199,7 @@ type run[T any] struct {
 	// promise that ends signals idle, so that Run can wait for all.
 	pending atomic.Int64
 	idle    chan struct{}
+	failed  chan struct{} // a failure was added to fails
 }
 
 type failed[T any] struct {
@@ -223,6 +245,10 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 			r.mu.Lock()
 			r.fails = append(r.fails, failed[T]{m: m, rec: rec, step: step, err: err})
 			r.mu.Unlock()
+			select {
+			case r.failed <- struct{}{}:
+			default:
+			}
 		}
 		r.pending.Add(-1)
 		select {
