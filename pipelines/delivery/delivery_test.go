@@ -31,6 +31,8 @@ func TestParseAndValidate(t *testing.T) {
 		"size":     func(r *delivery.Request) { r.Size = "huge" },
 		"deadline": func(r *delivery.Request) { r.Deadline = time.Time{} },
 		"priority": func(r *delivery.Request) { r.Priority = 7 },
+		"id is":    func(r *delivery.Request) { r.ID = strings.Repeat("i", delivery.MaxIDLen+1) },
+		"owner is": func(r *delivery.Request) { r.Owner = strings.Repeat("o", delivery.MaxIDLen+1) },
 	} {
 		r := valid()
 		mut(&r)

@@ -48,6 +48,11 @@ func Parse(b []byte) (Request, error) {
 	return r, nil
 }
 
+// MaxIDLen bounds a request's id and owner: they travel in URLs, record
+// keys, step records and compensation events, which all have size limits;
+// a longer one is invalid from the start rather than a failure half way.
+const MaxIDLen = 256
+
 // Validate checks a parsed request and names the first bad field.
 func (r Request) Validate() error {
 	bad := func(format string, a ...any) error {
@@ -56,8 +61,12 @@ func (r Request) Validate() error {
 	switch {
 	case r.ID == "":
 		return bad("id is missing")
+	case len(r.ID) > MaxIDLen:
+		return bad("id is %d bytes long, more than %d", len(r.ID), MaxIDLen)
 	case r.Owner == "":
 		return bad("owner is missing")
+	case len(r.Owner) > MaxIDLen:
+		return bad("owner is %d bytes long, more than %d", len(r.Owner), MaxIDLen)
 	case !validLoc(r.Pickup):
 		return bad("pickup %v is not a location", r.Pickup)
 	case !validLoc(r.Dropoff):

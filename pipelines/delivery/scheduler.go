@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -207,7 +208,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		return ok && len(p.Done) > 0
 	}, stream.Name("route-failures"))
 	events := kafkasink.NewSink(cfg.Producer, func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
-		ev := Compensation{Progress: *m.Value.Value.(*Progress), Stage: m.Value.Stage, Reason: fmt.Sprint(m.Value.Err)}
+		ev := Compensation{Progress: *m.Value.Value.(*Progress), Stage: m.Value.Stage, Reason: capReason(fmt.Sprint(m.Value.Err))}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return nil, err
@@ -217,6 +218,18 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	stream.To(compensate, stream.Sink[stream.Failure](events), stream.Name("compensation-events"))
 	stream.To(dead, stream.Sink[stream.Failure](kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)), stream.Name("dead-letters"))
 	return sch, nil
+}
+
+// maxReason bounds the reason a compensation event carries: an error's
+// text (a service's answer) can be as large as the service likes, and an
+// event too large to write would stop the scheduler.
+const maxReason = 4 << 10
+
+func capReason(r string) string {
+	if len(r) <= maxReason {
+		return r
+	}
+	return fmt.Sprintf("%s... (%d bytes, truncated)", strings.ToValidUTF8(r[:maxReason], ""), len(r))
 }
 
 // ErrOutcomeUnknown fails a request whose non-idempotent step was called

@@ -1,0 +1,129 @@
+package delivery_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/source/kafka"
+)
+
+// failingDrones refuses to book a drone for one request with an error
+// whose text is larger than a Kafka record may be.
+type failingDrones struct {
+	delivery.Drones
+	id string
+}
+
+func (d failingDrones) Schedule(ctx context.Context, id string, at delivery.Location) (string, error) {
+	if id == d.id {
+		return "", errors.New("no drone: " + strings.Repeat("x", 2<<20))
+	}
+	return d.Drones.Schedule(ctx, id, at)
+}
+
+// Requests whose failure would make an oversized record do not stop the
+// scheduler: a compensation event carries at most a few KiB of reason, and
+// a request with an id no service could take is invalid, dead-lettered.
+func TestOversizedFailuresDoNotStopTheScheduler(t *testing.T) {
+	brokers := testenv.KfakeWith(t, kfake.SeedTopics(1, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"))
+	quiet := slog.New(slog.DiscardHandler)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	req := func(id string) *kgo.Record {
+		b, _ := json.Marshal(delivery.Request{ID: id, Owner: "o-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
+			Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
+		return &kgo.Record{Topic: "requests", Key: []byte("k"), Value: b}
+	}
+	longID := strings.Repeat("i", 600<<10)
+	if err := producer.ProduceSync(context.Background(), req("ok"), req("huge-reason"), req(longID)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	ledger := delivery.NewLedger()
+	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
+	backends.Drones = failingDrones{backends.Drones, "huge-reason"}
+	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "oversize",
+		Topics: []string{"requests"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := int64(0)
+	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
+		FailuresTopic: "failures", DeadLetterTopic: "dead", Parallelism: 8, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sch.Graph.Run(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); committed < 3; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the scheduler stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			for _, st := range sch.Graph.Stats() {
+				t.Logf("%+v", st)
+			}
+			t.Fatalf("requests not all settled: committed %d of 3", committed)
+		}
+		for _, p := range src.Stats().Partitions {
+			committed = p.Committed
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	read := func(topic string) []*kgo.Record {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxBytes(4<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		return cl.PollRecords(rctx, 10).Records()
+	}
+	events := read("failures")
+	if len(events) != 1 {
+		t.Fatalf("%d compensation events, want 1", len(events))
+	}
+	var ev delivery.Compensation
+	if err := json.Unmarshal(events[0].Value, &ev); err != nil || ev.Progress.Request.ID != "huge-reason" ||
+		len(ev.Reason) > 8<<10 || !strings.HasPrefix(ev.Reason, "schedule_drone") && !strings.Contains(ev.Reason, "no drone") {
+		t.Fatalf("compensation event %.200s (%d bytes of reason; err %v)", events[0].Value, len(ev.Reason), err)
+	}
+	dead := read("dead")
+	if len(dead) != 1 || !strings.Contains(string(dead[0].Value), longID[:100]) {
+		t.Fatalf("%d dead letters, want the request with the long id", len(dead))
+	}
+	for _, h := range dead[0].Headers {
+		if h.Key == "sluice-reason" && !strings.Contains(string(h.Value), "id is") {
+			t.Fatalf("dead letter reason %q, want the id named", h.Value)
+		}
+	}
+	if ledger.Live("drones", "huge-reason") || !ledger.Live("packages", "huge-reason") {
+		t.Fatal("the failed request should have its package booked (for the supervisor to undo) and no drone")
+	}
+}
