@@ -170,3 +170,46 @@ func TestDelayHoldsUntilDue(t *testing.T) {
 		}
 	})
 }
+
+// A pipeline asked to stop while Delay holds messages not yet due ends at
+// once, without waiting out the drain timeout: the held messages stay
+// unsettled and are replayed; the ones already due are handed on.
+func TestDelayLetsGoOfWaitingMessagesOnStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		tr := stream.NewTracker(0)
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for i := range 4 {
+				m := stream.NewMessage(i, tr.Track())
+				m.Timestamp = start.Add(time.Duration(i-1) * time.Hour) // 0 and 1 are due, 2 and 3 later
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		g := stream.New(stream.WithDrainTimeout(time.Minute))
+		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
+		out := sink.Collect[int]()
+		stream.To(s, out)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- g.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v, want nil: a delay's waiting messages are not work in flight", err)
+		}
+		if got := out.Values(); !slices.Equal(got, []int{0, 1}) {
+			t.Fatalf("handed on %v, want the due ones [0 1]", got)
+		}
+		if st := tr.Stats(); st.Total() != 2 || tr.Watermark() != 2 {
+			t.Fatalf("settled %d, watermark %d: the two waiting messages must stay unsettled", st.Total(), tr.Watermark())
+		}
+	})
+}

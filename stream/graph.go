@@ -76,6 +76,7 @@ type Graph struct {
 	names    map[string]int
 	pools    map[reflect.Type]any
 	failures *port[Failure]
+	draining <-chan struct{} // closed when Run was asked to stop; set by Run
 	started  atomic.Bool
 	mu       sync.Mutex // guards nodes and their ports against Stats while Run prepares
 }

@@ -137,6 +137,13 @@ func (in *Inlet[T]) Recv(ctx context.Context) (*Batch[T], error) {
 // outputs itself before blocking.
 func (in *Inlet[T]) C() <-chan *Batch[T] { return in.p.ch }
 
+// Draining is closed once the pipeline has been asked to stop (its
+// context was cancelled, or a stage failed): sources stop then, and the
+// other stages finish what they hold within the drain timeout. A stage
+// that holds messages only to wait for them (a delay) should stop waiting
+// and let them go unsettled, to be replayed, rather than hold the drain up.
+func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
+
 // FlushOutputs hands on what every output of the stage (its failure output
 // included) has built. Stages that wait on C must call it before blocking;
 // Recv does it for them.

@@ -97,6 +97,7 @@ func (g *Graph) Run(ctx context.Context) error {
 	// until their input ends, a stage fails, or the drain timeout expires.
 	srcCtx, cancelSrc := context.WithCancelCause(ctx)
 	defer cancelSrc(nil)
+	g.draining = srcCtx.Done()
 	stageCtx, cancelStages := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelStages(nil)
 

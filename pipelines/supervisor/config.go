@@ -93,8 +93,8 @@ type Config struct {
 	Logger *slog.Logger
 	// DrainTimeout bounds the drain on cancel (default 10s). A parked
 	// compensation waiting for its replay time is not drained: it stays
-	// unsettled, to be replayed after a restart, and Run reports the
-	// drain timeout.
+	// unsettled, to be replayed after a restart (flow.Delay lets go of it
+	// when the pipeline is asked to stop).
 	DrainTimeout time.Duration
 }
 
