@@ -90,14 +90,17 @@ type Config struct {
 	// Opts are passed to franz-go as they are, after the source's own, for
 	// anything this struct does not cover.
 	Opts []kgo.Opt
-	// MaxBrokerLoss ends Run with an error wrapping ErrBrokerLost when no
-	// broker has answered any request (fetch, heartbeat, commit, metadata)
-	// for this long, so that an orchestrator restarts the worker and an
-	// operator is told. Until then the client keeps retrying and nothing is
-	// lost or skipped. Default 3 minutes; negative: never. It must be at
-	// least 3 x the heartbeat interval (franz-go's default is 3 s), since an
-	// idle member with every partition paused talks to the cluster only that
-	// often. Ready reports unready after min(10 s, MaxBrokerLoss/2).
+	// MaxBrokerLoss ends Run with an error wrapping ErrBrokerLost when the
+	// cluster has been failing this long: a request (fetch, heartbeat,
+	// commit, metadata) or a dial failed, and no broker has answered any
+	// since. Silence alone does not count (a JoinGroup waiting for the
+	// other members, a long poll). The error tells an orchestrator to
+	// restart the worker and an operator why; until then the client keeps
+	// retrying and nothing is lost or skipped. Default 3 minutes; negative:
+	// never. It must be at least 3 x the heartbeat interval (franz-go's
+	// default is 3 s): an idle member with every partition paused learns
+	// of an outage only that often. Ready reports unready after
+	// min(2 s, MaxBrokerLoss/2) of it.
 	MaxBrokerLoss time.Duration
 	// MaxCommitFailure ends Run with an error wrapping ErrCommitsFailing
 	// when offset commits have failed for this long without one

@@ -21,11 +21,18 @@ var ErrBrokerLost = errors.New("kafka source: brokers unreachable")
 var ErrCommitsFailing = errors.New("kafka source: offset commits failing")
 
 // health follows the source's contact with the cluster: when a broker last
-// answered a request, when a commit last succeeded, and the last errors
-// seen. The client's hooks and the commits feed it; Run's watchdog and
-// Ready read it.
+// answered a request, when a request or a dial last failed, when a commit
+// last succeeded, and the last errors seen. The client's hooks and the
+// commits feed it; Run's watchdog and Ready read it.
+//
+// Silence alone is not a lost broker: a member waiting in a JoinGroup hears
+// nothing until every other member has rejoined (up to the group's largest
+// rebalance timeout), and a long poll waits for records. The cluster counts
+// as lost only while its requests fail: from the first failure after the
+// last answer.
 type health struct {
 	contact      atomic.Int64 // unix ns of the last request a broker answered
+	failed       atomic.Int64 // unix ns of the last request or dial that failed
 	commitOK     atomic.Int64 // unix ns of the last commit that succeeded (or had nothing to do)
 	failingSince atomic.Int64 // unix ns of the first failed commit since the last success; 0: none
 
@@ -62,6 +69,7 @@ func (h *health) brokerErr(err error) {
 	h.mu.Lock()
 	h.lastBrokerErr = err
 	h.mu.Unlock()
+	h.failed.Store(time.Now().UnixNano())
 }
 
 func (h *health) committed(err error) {
@@ -79,12 +87,20 @@ func (h *health) committed(err error) {
 
 func since(ns int64, now time.Time) time.Duration { return now.Sub(time.Unix(0, ns)) }
 
-// lostFor returns how long no broker has answered and the last error seen.
+// lostFor returns how long the cluster has been failing - no answer since
+// a request or dial failed - and the last error; 0 while it is not.
 func (h *health) lostFor(now time.Time) (time.Duration, error) {
+	c := h.contact.Load()
+	if h.failed.Load() <= c {
+		return 0, nil
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return since(h.contact.Load(), now), h.lastBrokerErr
+	return since(c, now), h.lastBrokerErr
 }
+
+// quietFor returns how long no broker has answered a request.
+func (h *health) quietFor(now time.Time) time.Duration { return since(h.contact.Load(), now) }
 
 // commitsFailingFor returns how long commits have failed without a success
 // in between (0 if the last one succeeded) and the last error.
@@ -102,7 +118,7 @@ func (h *health) commitsFailingFor(now time.Time) (time.Duration, error) {
 func (h *health) check(cfg *Config, now time.Time) error {
 	if cfg.MaxBrokerLoss > 0 {
 		if d, err := h.lostFor(now); d > cfg.MaxBrokerLoss {
-			return fmt.Errorf("%w: no broker of %v answered for %v (MaxBrokerLoss %v)%w",
+			return fmt.Errorf("%w: no broker of %v answered for %v, requests failing (MaxBrokerLoss %v)%w",
 				ErrBrokerLost, cfg.Brokers, d.Round(time.Millisecond), cfg.MaxBrokerLoss, lastError(err))
 		}
 	}
@@ -149,12 +165,13 @@ func (s *Source) watch(cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	}
 }
 
-// readyLoss is how long without an answer from any broker makes the source
-// unready: short enough for a load balancer or an operator to see an
-// outage, long enough not to flap on a slow request.
+// readyLoss is how long the cluster must have been failing (see health)
+// for the source to report unready: long enough that one failed request
+// between answered ones does not flip it, short enough for a load balancer
+// or an operator to see an outage.
 func (c *Config) readyLoss() time.Duration {
 	if c.MaxBrokerLoss > 0 {
-		return min(10*time.Second, c.MaxBrokerLoss/2)
+		return min(2*time.Second, c.MaxBrokerLoss/2)
 	}
-	return 10 * time.Second
+	return 2 * time.Second
 }

@@ -101,3 +101,7 @@ func TestRealKafkaChurnRange(t *testing.T) {
 func TestRealKafkaChurnCooperative(t *testing.T) {
 	churnTest(t, []string{testenv.Broker().Addr}, realTopic(t, 8), 8, kgo.CooperativeStickyBalancer(), 12*time.Second)
 }
+
+func TestRealKafkaWatchdogQuietDuringSlowJoin(t *testing.T) {
+	watchdogDuringSlowJoin(t, []string{testenv.Broker().Addr}, realTopic(t, 2))
+}

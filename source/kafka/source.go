@@ -382,19 +382,19 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 	return nil
 }
 
-// Ready reports whether the source can work: a broker answered a request
-// recently (within min(10 s, MaxBrokerLoss/2)) and this member has
-// partitions assigned. Mount it as a readiness check; it makes no request
+// Ready reports whether the source can work: it has joined its consumer
+// group, and the cluster is not failing (a request or dial failed and none
+// was answered since, for longer than min(2 s, MaxBrokerLoss/2)). A
+// member that has no partitions (more members than partitions, or waiting
+// for others to rejoin) is ready: it takes partitions over as soon as the
+// group gives it some. Mount it as a readiness check; it makes no request
 // of its own.
 func (s *Source) Ready(context.Context) error {
 	if d, err := s.health.lostFor(time.Now()); d > s.cfg.readyLoss() {
 		return fmt.Errorf("kafka source: no broker answered for %v: %v", d.Round(time.Millisecond), err)
 	}
-	s.mu.Lock()
-	n := len(s.parts)
-	s.mu.Unlock()
-	if n == 0 {
-		return errors.New("kafka source: no partitions assigned yet")
+	if _, gen := s.cl.GroupMetadata(); gen < 0 {
+		return errors.New("kafka source: not in the consumer group yet")
 	}
 	return nil
 }
@@ -448,7 +448,7 @@ func (s *Source) Stats() Stats {
 	}
 	now := time.Now()
 	st.SinceCommit = since(s.health.commitOK.Load(), now)
-	st.SinceContact, _ = s.health.lostFor(now)
+	st.SinceContact = s.health.quietFor(now)
 	s.mu.Lock()
 	parts := make([]*partition, 0, len(s.parts))
 	for _, p := range s.parts {
