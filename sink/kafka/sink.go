@@ -134,6 +134,7 @@ func (s *Sink[T]) Shrunk() int64 { return s.shrunk.Load() }
 // produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1)}
+	r.defaultTopic, _ = s.cl.OptValue(kgo.DefaultProduceTopic).(string)
 	for {
 		if _, err := r.handle(ctx); err != nil {
 			return err
@@ -200,6 +201,8 @@ type run[T any] struct {
 	pending atomic.Int64
 	idle    chan struct{}
 	failed  chan struct{} // a failure was added to fails
+
+	defaultTopic string // the client's, for records without a topic
 }
 
 type failed[T any] struct {
@@ -231,7 +234,17 @@ func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i i
 	return i, nil
 }
 
+// ErrUnproducible is wrapped by the failure of a message whose record the
+// client cannot even try to produce: the Encoder (or a Shrinker) returned
+// no record, or one without a topic while the client has no default topic.
+// It is the message's own failure, like a record too large.
+var ErrUnproducible = errors.New("record cannot be produced")
+
 func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int) {
+	if err := r.check(rec); err != nil {
+		r.fail(failed[T]{m: m, rec: rec, step: step, err: err})
+		return
+	}
 	r.pending.Add(1)
 	r.s.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
 		if err == nil {
@@ -242,13 +255,7 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 			m.Settle(r.s.outcome)
 		} else {
 			r.s.failed.Add(1)
-			r.mu.Lock()
-			r.fails = append(r.fails, failed[T]{m: m, rec: rec, step: step, err: err})
-			r.mu.Unlock()
-			select {
-			case r.failed <- struct{}{}:
-			default:
-			}
+			r.fail(failed[T]{m: m, rec: rec, step: step, err: err})
 		}
 		r.pending.Add(-1)
 		select {
@@ -256,6 +263,28 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 		default:
 		}
 	})
+}
+
+// check reports why rec cannot be handed to the client at all.
+func (r *run[T]) check(rec *kgo.Record) error {
+	switch {
+	case rec == nil:
+		return fmt.Errorf("%w: the encoder returned no record", ErrUnproducible)
+	case rec.Topic == "" && r.defaultTopic == "":
+		return fmt.Errorf("%w: it has no topic and the client no default topic", ErrUnproducible)
+	}
+	return nil
+}
+
+// fail hands a failed record to the stage goroutine.
+func (r *run[T]) fail(f failed[T]) {
+	r.mu.Lock()
+	r.fails = append(r.fails, f)
+	r.mu.Unlock()
+	select {
+	case r.failed <- struct{}{}:
+	default:
+	}
 }
 
 // wait returns once every promise ran, or when ctx ends.
@@ -290,7 +319,11 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 	r.fails = nil
 	r.mu.Unlock()
 	for _, f := range fs {
-		err := fmt.Errorf("producing to topic %q: %w", f.rec.Topic, f.err)
+		topic := r.defaultTopic
+		if f.rec != nil && f.rec.Topic != "" {
+			topic = f.rec.Topic
+		}
+		err := fmt.Errorf("producing to topic %q: %w", topic, f.err)
 		if !perRecord(f.err) {
 			// The broker or the topic is the problem, not this message:
 			// stop, leaving it unsettled for replay.
@@ -325,7 +358,7 @@ func (r *run[T]) smaller(m *stream.Message[T], rec *kgo.Record, step int, err *e
 // perRecord reports whether a produce error is about the record itself
 // (too large, invalid), so that only that message fails.
 func perRecord(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+	return errors.Is(err, ErrUnproducible) || errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
 		errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
 		errors.Is(err, kerr.InvalidTimestamp)
 }
