@@ -32,7 +32,10 @@ const (
 // the broker acknowledged the record. The record keeps the original key and
 // headers and adds the reason, stage, attempt, failure time and original
 // position as headers. Its value is the failed value: as is for []byte and
-// string, JSON otherwise.
+// string, JSON otherwise. A message replayed from a parking topic (and
+// failed again) gets one set of those headers: its original position and
+// first failure time are kept from its parking, the rest describe the
+// latest failure.
 //
 // A dead letter is on the failure path: a message it could not write would
 // stop the pipeline, be replayed after a restart and stop it again. So a
@@ -128,11 +131,28 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 		}
 		r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+10)
 		for _, h := range m.Headers {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			if !replacedHeader(h.Key) {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
 		}
 		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), safeAfter(replayAfter, m))
 		return r, nil
 	}
+}
+
+// replacedHeader reports whether a header of the failed message is one the
+// failure's own replaces. A message replayed from a parking topic carries
+// the headers of its parking; parked or dead-lettered again, its record
+// has one set, describing the latest failure (ReplayAt would otherwise
+// read the old replay time). Its original position and first failure are
+// kept instead (see failureHeaders), and so are the shrinking headers,
+// which describe the value it still has.
+func replacedHeader(key string) bool {
+	switch key {
+	case HeaderStage, HeaderReason, HeaderAttempt, HeaderFailedAt, HeaderReplayAt:
+		return true
+	}
+	return false
 }
 
 // failureHeaders appends what a dead letter says about the failure of m.
@@ -148,14 +168,14 @@ func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], re
 		kgo.RecordHeader{Key: HeaderAttempt, Value: strconv.AppendInt(nil, int64(max(int(m.Attempt), f.Attempts)), 10)},
 		kgo.RecordHeader{Key: HeaderFailedAt, Value: at.UTC().AppendFormat(nil, time.RFC3339Nano)},
 	)
-	if m.Topic != "" {
+	if m.Topic != "" && m.Header(HeaderTopic) == nil { // else kept: the original position
 		hs = append(hs,
 			kgo.RecordHeader{Key: HeaderTopic, Value: []byte(m.Topic)},
 			kgo.RecordHeader{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(m.Partition), 10)},
 			kgo.RecordHeader{Key: HeaderOffset, Value: strconv.AppendInt(nil, m.Offset, 10)},
 		)
 	}
-	if !f.FirstFailure.IsZero() {
+	if !f.FirstFailure.IsZero() && m.Header(HeaderFirstFailure) == nil { // else kept: the first of all
 		hs = append(hs, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	}
 	if replayAfter > 0 {

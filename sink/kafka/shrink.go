@@ -73,7 +73,14 @@ func headersOnly(topic string, m *stream.Message[stream.Failure], size int, repl
 	if len(m.Key) <= maxHeadersOnlyKey {
 		r.Key = m.Key
 	}
-	r.Headers = failureHeaders(make([]kgo.RecordHeader, 0, 12), m, capReason(reason(m.Value.Err)), safeAfter(replayAfter, m))
+	r.Headers = make([]kgo.RecordHeader, 0, 16)
+	for _, h := range m.Headers { // an earlier parking's record of the original position and first failure
+		switch h.Key {
+		case HeaderTopic, HeaderPartition, HeaderOffset, HeaderFirstFailure:
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+	}
+	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), safeAfter(replayAfter, m))
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
 	if size >= 0 {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})
