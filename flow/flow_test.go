@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -210,6 +211,38 @@ func TestDelayLetsGoOfWaitingMessagesOnStop(t *testing.T) {
 		}
 		if st := tr.Stats(); st.Total() != 2 || tr.Watermark() != 2 {
 			t.Fatalf("settled %d, watermark %d: the two waiting messages must stay unsettled", st.Total(), tr.Watermark())
+		}
+	})
+}
+
+// A message due later holds back only its own partition: another
+// partition's messages go on when due. (Found in review: one parked
+// compensation due in 10 minutes held back the replays of every partition
+// of the retry topic.)
+func TestDelayHoldsBackOnlyItsPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		msg := func(partition int32, v int, due time.Duration) stream.Message[int] {
+			m := stream.NewMessage(v, stream.Handle{})
+			m.Topic, m.Partition, m.Timestamp = "retry", partition, start.Add(due)
+			return m
+		}
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for _, m := range []stream.Message[int]{msg(0, 1, 10*time.Minute), msg(0, 2, 0), msg(1, 3, time.Second), msg(1, 4, 0)} {
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		at := map[int]time.Duration{}
+		g := stream.New()
+		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
+		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
+		run(t, g)
+		want := map[int]time.Duration{1: 10 * time.Minute, 2: 10 * time.Minute, 3: time.Second, 4: time.Second}
+		if !maps.Equal(at, want) {
+			t.Fatalf("released at %v, want %v (partition 1 on its own time, each partition in order)", at, want)
 		}
 	})
 }
