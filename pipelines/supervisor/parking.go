@@ -83,6 +83,13 @@ func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
 	parked := 0
 	if m.Topic == t.retryTopic {
 		parked = t.restore(m)
+	} else {
+		// An event that came with such headers of its own (one an operator
+		// produced back from a dead letter with its headers, say) is not
+		// parked yet: they describe nothing of this compensation.
+		m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool {
+			return slices.Contains(parkedHeaders, h.Key)
+		})
 	}
 	if f.Transient && parked >= t.maxParkings {
 		f.Transient = false

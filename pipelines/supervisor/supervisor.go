@@ -1,7 +1,7 @@
 // Package supervisor is the compensating side of the delivery scheduler
 // (scheduler-agent-supervisor): it reads compensation events — a request,
 // the steps that succeeded, the reason it failed — and undoes every side
-// effect of the request in reverse order (delete the delivery, cancel the
+// effect of the request, all at once (delete the delivery, cancel the
 // drone, delete the package), with its own retries, then records a
 // notification for the owner.
 //

@@ -4,44 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/stream"
 )
 
-// Undo reverses every side effect of the workflow for p's request, last
-// first: delivery, drone, package. Not only the steps p.Done lists: in an
-// at-least-once pipeline another copy of the request (a replay after a
-// crash, a duplicate) may have gone further than the copy that failed — it
-// may even have completed — before the compensation runs. Undoing a step
-// that was never done is harmless, and every undo leaves a tombstone that
-// refuses a later copy's create, so the request ends cancelled whichever
-// copy got how far. The step that failed is covered too: its outcome is
-// unknown (an attempt may have timed out after the service acted). Checks
-// (account, third party) have nothing to undo.
+// Undo reverses every side effect of the workflow for p's request: it
+// deletes the delivery, cancels the drone and deletes the package. Not only
+// the steps p.Done lists: in an at-least-once pipeline another copy of the
+// request (a replay after a crash, a duplicate) may have gone further than
+// the copy that failed — it may even have completed — before the
+// compensation runs. Undoing a step that was never done is harmless, and
+// every undo leaves a tombstone that refuses a later copy's create, so the
+// request ends cancelled whichever copy got how far. The step that failed
+// is covered too: its outcome is unknown (an attempt may have timed out
+// after the service acted). Checks (account, third party) have nothing to
+// undo.
 //
-// Every undo is attempted even when an earlier one failed, so that one
-// service that is down leaves nothing else booked; the error joins
+// The three undos run at once, each on its own, so that one service that
+// is down or does not answer leaves nothing else booked (sharing one
+// attempt's time, a hung one would starve the others). The error joins
 // (errors.Join) one error per failed undo, each naming its step and the
-// request. Each undo is idempotent, so Undo may run again, all three undos
-// each time, after a crash or when the supervisor retries or replays the
-// event.
+// request; a panic in a backend is one such error. Each undo is
+// idempotent, so Undo may run again, all three undos each time, after a
+// crash or when the supervisor retries or replays the event.
 func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
 	id := p.Request.ID
-	var errs []error
-	for _, u := range []struct {
+	undos := [...]struct {
 		step delivery.Step
 		undo func(context.Context, string) error
 	}{
 		{delivery.StepDelivery, b.Deliveries.Delete},
 		{delivery.StepDrone, b.Drones.Cancel},
 		{delivery.StepPackage, b.Packages.Delete},
-	} {
-		if err := u.undo(ctx, id); err != nil {
-			errs = append(errs, fmt.Errorf("undoing %s of %s: %w", u.step, id, err))
-		}
 	}
-	return errors.Join(errs...)
+	var errs [len(undos)]error
+	var wg sync.WaitGroup
+	for i, u := range undos {
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					errs[i] = fmt.Errorf("undoing %s of %s: %w", u.step, id, stream.NewPanicError(r))
+				}
+			}()
+			if err := u.undo(ctx, id); err != nil {
+				errs[i] = fmt.Errorf("undoing %s of %s: %w", u.step, id, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs[:]...)
 }
 
 // Classify is stream.Classify for the supervisor's calls, which are all

@@ -84,7 +84,7 @@ func run(args []string) error {
 		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
 			cfg.Rate, cfg.BurstRate, cfg.Duration)
 		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")
-		fmt.Println("  failures after some steps -> supervisor (undo in reverse order; parks and replays what fails for now,")
+		fmt.Println("  failures after some steps -> supervisor (undo every side effect; parks and replays what fails for now,")
 		fmt.Println("  dead-letters what never can); bad input -> dead letters")
 		sum, err := scheduler.Run(ctx, cfg, os.Stdout)
 		fmt.Println(sum)
