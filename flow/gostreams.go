@@ -21,30 +21,34 @@ import (
 // order, and each output carries as many of them as it consumed, settled
 // when the output is. An input is thus settled only after the output
 // computed from it, which holds only for operators that emit in input order
-// and whose outputs consume a known number of inputs. GoStreams accepts:
+// and whose outputs consume a known number of inputs. And go-streams runs
+// an operator's functions on goroutines of its own, where a panic cannot
+// be recovered: it would end the process, not fail one message. So
+// GoStreams accepts the operators that call no function of yours and keep
+// that order:
 //
-//   - Map with parallelism 1, Fold, Reduce, PassThrough, and Throttler in
-//     Backpressure mode: one output per input.
+//   - PassThrough, and Throttler in Backpressure mode: one output per
+//     input.
 //   - Batch, TumblingWindow and SessionWindow: an output is the slice of
 //     exactly the inputs it consumed, in order.
 //
 // It refuses the others with a *stream.ConfigError, which Run reports
 // (wrapping stream.ErrInvalid) before any stage starts:
 //
+//   - Map, Fold, Reduce: a panic in your function would end the process;
+//     use this package's Map (a closure keeps a fold's state).
 //   - Keyed: outputs of different keys interleave, so the stage cannot tell
 //     which inputs an output covers.
 //   - SlidingWindow: one input is in several windows.
 //   - Filter and FlatMap: an input may produce no or several outputs; use
 //     this package's Filter and FlatMap.
-//   - Map with parallelism > 1: its workers reorder outputs; use MapAsync
-//     with InOrder.
 //   - Throttler in Discard mode: it drops inputs; use Throttle.
 //   - Any other streams.Flow, including your own: the stage cannot know what
 //     its outputs consume.
 //
 // Operators are recognised by their go-streams v0.13.0 type names and, for
-// Map and Throttler, their unexported parallelism and mode fields: if an
-// upgrade renames these, the operators are refused until the bridge follows.
+// Throttler, its unexported mode field: if an upgrade renames these, the
+// operators are refused until the bridge follows.
 //
 // Inputs left when f has ended without error produced no output and are
 // settled as stream.Filtered (none are, with the operators above). After an

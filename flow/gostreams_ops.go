@@ -13,16 +13,15 @@ import (
 
 // What the bridge knows about go-streams operators. Everything here is
 // written against go-streams v0.13.0: its operator type names, and the
-// unexported fields Map.parallelism and Throttler.mode, which are read by
-// reflection because go-streams exposes no accessor. If an upgrade renames
+// unexported field Throttler.mode, which is read by reflection because
+// go-streams exposes no accessor. If an upgrade renames
 // a type or field, the operator is refused (never wrongly accepted), and
 // TestGoStreamsReadsOperatorSettings fails.
 
 const goStreamsPkg = "github.com/reugn/go-streams/flow"
 
 // goStreamsSupported names the accepted operators in refusals.
-const goStreamsSupported = "Map (parallelism 1), Fold, Reduce, PassThrough, Throttler (Backpressure mode), " +
-	"Batch, TumblingWindow, SessionWindow"
+const goStreamsSupported = "PassThrough, Throttler (Backpressure mode), Batch, TumblingWindow, SessionWindow"
 
 // isNil reports whether f is nil or a nil pointer, which has no channels.
 func isNil(f streams.Flow) bool {
@@ -41,17 +40,11 @@ func inspect(f streams.Flow) (consumes func(out any) int, err error) {
 	}
 	v := reflect.ValueOf(f)
 	switch operatorName(v) {
-	case "Map":
-		p, ok := intField(v, "parallelism")
-		if !ok {
-			return refuse("cannot read go-streams flow.Map's parallelism (the bridge knows go-streams v0.13.0)")
-		}
-		if p > 1 {
-			return refuse("go-streams flow.Map with parallelism %d may reorder outputs, so the bridge cannot tell "+
-				"which input an output came from: use parallelism 1, or sluice's flow.MapAsync with InOrder", p)
-		}
-		return one, nil
-	case "Fold", "Reduce", "PassThrough":
+	case "Map", "Fold", "Reduce":
+		return refuse("go-streams flow.%s is not supported: it runs your function on a goroutine of go-streams', "+
+			"where a panic (one bad input) would end the whole process; use sluice's flow.Map, which fails "+
+			"only that message", operatorName(v))
+	case "PassThrough":
 		return one, nil
 	case "Throttler":
 		m, ok := intField(v, "mode")
