@@ -21,7 +21,7 @@ type RetryPolicies map[string]RetryPolicy
 // or SLUICE_RETRY_INTERACTIVE_BASE_DELAY=20ms (policy names upper-cased,
 // '-' as '_'). When policy names share a prefix ("drone" and
 // "drone-scheduler"), a variable belongs to the longest name it starts
-// with.
+// with whose rest is a field.
 const EnvPrefix = "SLUICE_RETRY_"
 
 // DefaultRetryPolicies returns "background" and "interactive".
@@ -129,34 +129,49 @@ func (ps RetryPolicies) applyEnv(environ []string) error {
 
 // envTarget finds the policy a variable (without EnvPrefix) is about and
 // the field it sets. Names may share a prefix ("drone" and
-// "drone-scheduler"): the longest policy name that the variable starts
-// with wins, so the answer never depends on map order. Two policies with
+// "drone-scheduler", "drone" and "drone-max"): of the policies whose name
+// the variable starts with, the longest one whose rest of the variable is
+// a field wins, so the answer never depends on map order and a variable
+// that only one policy makes sense of goes to that one. Two policies with
 // the same variable name ("a-b" and "a_b") cannot be told apart: an error
 // names both.
 func (ps RetryPolicies) envTarget(rest string) (name, field string, err error) {
-	best := ""
-	var tied []string
+	var cands []string
 	for n := range ps {
-		e := envName(n)
-		if !strings.HasPrefix(rest, e+"_") {
-			continue
-		}
-		switch {
-		case len(e) > len(envName(best)) || best == "":
-			best, tied = n, nil
-		case e == envName(best):
-			tied = append(tied, n)
+		if strings.HasPrefix(rest, envName(n)+"_") {
+			cands = append(cands, n)
 		}
 	}
-	if best == "" {
+	if len(cands) == 0 {
 		return "", "", fmt.Errorf("no policy matches (known: %v)", sortedNames(ps))
 	}
-	if len(tied) > 0 {
-		both := append(tied, best)
-		sort.Strings(both)
-		return "", "", fmt.Errorf("policies %q share the variable name %s: rename one", both, envName(best))
+	// Longest variable name first; equal ones next to each other.
+	sort.Slice(cands, func(i, k int) bool {
+		a, b := envName(cands[i]), envName(cands[k])
+		return len(a) > len(b) || len(a) == len(b) && cands[i] < cands[k]
+	})
+	for i, n := range cands {
+		if i+1 < len(cands) && envName(cands[i+1]) == envName(n) {
+			return "", "", fmt.Errorf("policies %q and %q share the variable name %s: rename one", n, cands[i+1], envName(n))
+		}
+		f := strings.ToLower(strings.TrimPrefix(rest, envName(n)+"_"))
+		if isField(f) {
+			return n, f, nil
+		}
 	}
-	return best, strings.ToLower(strings.TrimPrefix(rest, envName(best)+"_")), nil
+	// No policy has such a field: name the longest one's.
+	return cands[0], strings.ToLower(strings.TrimPrefix(rest, envName(cands[0])+"_")), nil
+}
+
+// isField reports whether field is the JSON name of a RetryPolicy field.
+func isField(field string) bool {
+	t := reflect.TypeFor[RetryPolicy]()
+	for i := range t.NumField() {
+		if strings.Split(t.Field(i).Tag.Get("json"), ",")[0] == field {
+			return true
+		}
+	}
+	return false
 }
 
 func sortedNames(ps RetryPolicies) []string {

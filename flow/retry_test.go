@@ -418,3 +418,22 @@ func TestRetryPolicyEnvMatchesWholeNames(t *testing.T) {
 		t.Fatalf("two policies with one variable name: %v, want an error naming both", err)
 	}
 }
+
+// Of the policies a variable's name starts with, the one for which the rest
+// is a field wins: with "drone" and "drone-max",
+// SLUICE_RETRY_DRONE_MAX_ATTEMPTS can only mean drone's max_attempts.
+// (Found in review: the longest name won and loading failed with
+// drone-max's unknown field "attempts".)
+func TestRetryPolicyEnvPicksThePolicyWithThatField(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(p, []byte(`{"policies": {"drone": {"max_attempts": 3}, "drone-max": {"max_attempts": 4}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := flow.LoadRetryPolicies(p, []string{"SLUICE_RETRY_DRONE_MAX_ATTEMPTS=7", "SLUICE_RETRY_DRONE_MAX_BASE_DELAY=1s"})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if ps["drone"].MaxAttempts != 7 || ps["drone-max"].MaxAttempts != 4 || time.Duration(ps["drone-max"].BaseDelay) != time.Second {
+		t.Fatalf("drone %+v, drone-max %+v", ps["drone"], ps["drone-max"])
+	}
+}
