@@ -24,15 +24,17 @@ func TestParseAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for field, mut := range map[string]func(*delivery.Request){
-		"id":       func(r *delivery.Request) { r.ID = "" },
-		"owner":    func(r *delivery.Request) { r.Owner = "" },
-		"pickup":   func(r *delivery.Request) { r.Pickup.Lat = 100 },
-		"weight":   func(r *delivery.Request) { r.WeightKg = 80 },
-		"size":     func(r *delivery.Request) { r.Size = "huge" },
-		"deadline": func(r *delivery.Request) { r.Deadline = time.Time{} },
-		"priority": func(r *delivery.Request) { r.Priority = 7 },
-		"id is":    func(r *delivery.Request) { r.ID = strings.Repeat("i", delivery.MaxIDLen+1) },
-		"owner is": func(r *delivery.Request) { r.Owner = strings.Repeat("o", delivery.MaxIDLen+1) },
+		"id":        func(r *delivery.Request) { r.ID = "" },
+		"owner":     func(r *delivery.Request) { r.Owner = "" },
+		"pickup":    func(r *delivery.Request) { r.Pickup.Lat = 100 },
+		"weight":    func(r *delivery.Request) { r.WeightKg = 80 },
+		"size":      func(r *delivery.Request) { r.Size = "huge" },
+		"deadline":  func(r *delivery.Request) { r.Deadline = time.Time{} },
+		"priority":  func(r *delivery.Request) { r.Priority = 7 },
+		"id is":     func(r *delivery.Request) { r.ID = strings.Repeat("i", delivery.MaxIDLen+1) },
+		"owner is":  func(r *delivery.Request) { r.Owner = strings.Repeat("o", delivery.MaxIDLen+1) },
+		`id ".."`:   func(r *delivery.Request) { r.ID = ".." },
+		`owner "."`: func(r *delivery.Request) { r.Owner = "." },
 	} {
 		r := valid()
 		mut(&r)

@@ -63,10 +63,14 @@ func (r Request) Validate() error {
 		return bad("id is missing")
 	case len(r.ID) > MaxIDLen:
 		return bad("id is %d bytes long, more than %d", len(r.ID), MaxIDLen)
+	case r.ID == "." || r.ID == "..":
+		return bad("id %q names no resource in a URL path", r.ID)
 	case r.Owner == "":
 		return bad("owner is missing")
 	case len(r.Owner) > MaxIDLen:
 		return bad("owner is %d bytes long, more than %d", len(r.Owner), MaxIDLen)
+	case r.Owner == "." || r.Owner == "..":
+		return bad("owner %q names no resource in a URL path", r.Owner)
 	case !validLoc(r.Pickup):
 		return bad("pickup %v is not a location", r.Pickup)
 	case !validLoc(r.Dropoff):
