@@ -140,6 +140,13 @@ func (s *Source) check(ctx context.Context) error {
 	if s.cfg.Regex {
 		return nil
 	}
+	return unknownTopics(resp, s.cfg.Brokers)
+}
+
+// unknownTopics returns the errors of a metadata response's topics: an
+// error wrapping ErrUnknownTopic for each that does not exist.
+func unknownTopics(resp *kmsg.MetadataResponse, brokers []string) error {
+	var errs []error
 	for _, t := range resp.Topics {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 			name := ""
@@ -147,12 +154,33 @@ func (s *Source) check(ctx context.Context) error {
 				name = *t.Topic
 			}
 			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				return fmt.Errorf("%w %q on brokers %v", ErrUnknownTopic, name, s.cfg.Brokers)
+				errs = append(errs, fmt.Errorf("%w %q on brokers %v", ErrUnknownTopic, name, brokers))
+				continue
 			}
-			return fmt.Errorf("kafka source: topic %q: %w", name, err)
+			errs = append(errs, fmt.Errorf("kafka: topic %q: %w", name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// CheckTopics asks the cluster cl talks to whether the topics exist, for
+// the topics a pipeline writes to (dead letters, failure queues): checked
+// at start, a missing one is a clear error before any input is read, not a
+// stop at the first message that goes there. A missing topic is an error
+// wrapping ErrUnknownTopic that names it; ctx bounds the request.
+func CheckTopics(ctx context.Context, cl *kgo.Client, topics ...string) error {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("kafka: checking topics %v: %w", topics, err)
+	}
+	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
+	return unknownTopics(resp, seeds)
 }
 
 // Name returns "kafka".

@@ -182,3 +182,25 @@ func TestSupervisorParkingFlags(t *testing.T) {
 		t.Fatalf("good flags should get as far as the unreachable broker: %v", err)
 	}
 }
+
+// A topic a worker writes to that does not exist stops it at start, named,
+// before it reads anything. (Found in review: the scheduler started and
+// then stopped at the first bad request, "producing to topic
+// delivery-dead-letters: UNKNOWN_TOPIC_OR_PARTITION", and its restart
+// stopped at the same request again.)
+func TestWorkerChecksTheTopicsItWritesTo(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "delivery-requests", "delivery-failures", "delivery-failures-retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for which, missing := range map[string]string{"delivery": "delivery-dead-letters", "supervisor": "delivery-compensation-dead-letters"} {
+		err := runWorker(ctx, []string{which, "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
+		if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "unknown topic") {
+			t.Errorf("%s: %v, want an error naming the missing topic %s", which, err, missing)
+		}
+	}
+}

@@ -164,6 +164,9 @@ func runWorker(ctx context.Context, args []string) error {
 			return err
 		}
 		defer producer.Close()
+		if err := kafka.CheckTopics(ctx, producer, *failures, *dead); err != nil {
+			return fmt.Errorf("the scheduler writes to: %w", err)
+		}
 		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
 			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger}
 		if *redisAddr != "" {
@@ -187,6 +190,9 @@ func runWorker(ctx context.Context, args []string) error {
 			return err
 		}
 		defer producer.Close()
+		if err := kafka.CheckTopics(ctx, producer, sup.deadLetterTopic); err != nil {
+			return fmt.Errorf("the supervisor writes to: %w", err)
+		}
 		replayGroup := sup.replayGroup
 		if replayGroup == "" {
 			replayGroup = *group + "-replay"
