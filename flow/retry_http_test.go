@@ -2,8 +2,10 @@ package flow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,6 +51,7 @@ type outcome struct {
 	delivered, failed int
 	transient         int
 	reasons           map[stream.Reason]int64
+	permanent         []string // the first few permanent failures' reasons
 }
 
 func runAgainst(t *testing.T, srv *faultserver.Server, n, parallelism int, p flow.RetryPolicy) outcome {
@@ -58,10 +61,18 @@ func runAgainst(t *testing.T, srv *faultserver.Server, n, parallelism int, p flo
 	out := sink.Collect[int]()
 	stream.To(stream.Via(stream.From(g, source.Slice(ints(n))), stream.Flow[int, int](a)), out)
 	var failed, transient atomic.Int64
+	var mu sync.Mutex
+	var permanent []string
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		failed.Add(1)
 		if m.Value.Transient {
 			transient.Add(1)
+		} else {
+			mu.Lock()
+			if len(permanent) < 5 {
+				permanent = append(permanent, fmt.Sprintf("%v (%T)", m.Value.Err, errors.Unwrap(m.Value.Err)))
+			}
+			mu.Unlock()
 		}
 		return nil
 	}))
@@ -70,7 +81,7 @@ func runAgainst(t *testing.T, srv *faultserver.Server, n, parallelism int, p flo
 	if err := g.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return outcome{len(out.Values()), int(failed.Load()), int(transient.Load()), a.Stats().Retries}
+	return outcome{len(out.Values()), int(failed.Load()), int(transient.Load()), a.Stats().Retries, permanent}
 }
 
 func fastPolicy() flow.RetryPolicy {
