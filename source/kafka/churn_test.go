@@ -42,7 +42,8 @@ import (
 // stage that keeps a backlog, an unordered async stage with a slow tail,
 // churn in bursts, and crashes simulated by cutting a member's connections
 // and removing it from the group on its behalf.
-func churnTest(t *testing.T, brokers []string, topic string, partitions int32, balancer kgo.GroupBalancer, churnFor time.Duration) {
+func churnTest(t *testing.T, brokers []string, topic string, partitions int32, balancer kgo.GroupBalancer, churnFor time.Duration,
+	opts ...kgo.Opt) {
 	const n = 200_000
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -97,7 +98,7 @@ func churnTest(t *testing.T, brokers []string, topic string, partitions int32, b
 
 	var members []*churnMember
 	start := func() {
-		members = append(members, startChurnMember(t, brokers, group, topic, balancer, rng, w, onCommit))
+		members = append(members, startChurnMember(t, brokers, group, topic, balancer, rng, w, onCommit, opts))
 	}
 	pick := func() *churnMember {
 		i := rng.IntN(len(members))
@@ -138,7 +139,7 @@ func churnTest(t *testing.T, brokers []string, topic string, partitions int32, b
 	stopping.Wait()
 	churned := time.Now()
 	// The last member reads from the committed offsets to the end.
-	last := startChurnMember(t, brokers, group, topic, balancer, rng, w, onCommit)
+	last := startChurnMember(t, brokers, group, topic, balancer, rng, w, onCommit, opts)
 	drained := time.Now().Add(2 * time.Minute)
 	for w.unprocessed() > 0 && time.Now().Before(drained) {
 		time.Sleep(50 * time.Millisecond)
@@ -298,7 +299,7 @@ type churnMember struct {
 }
 
 func startChurnMember(t *testing.T, brokers []string, group, topic string, balancer kgo.GroupBalancer, rng *rand.Rand,
-	w *indexed, onCommit func(string, int32, int64)) *churnMember {
+	w *indexed, onCommit func(string, int32, int64), opts []kgo.Opt) *churnMember {
 	t.Helper()
 	d := &cutDialer{conns: map[net.Conn]struct{}{}}
 	src := newSource(t, brokers, group, func(c *kafka.Config) {
@@ -312,6 +313,7 @@ func startChurnMember(t *testing.T, brokers []string, group, topic string, balan
 			// Fetches of a few hundred records per partition: a poll spans
 			// partitions, as it does with larger records or more partitions.
 			kgo.FetchMaxPartitionBytes(int32(8<<10+rng.IntN(56<<10))))
+		c.Opts = append(c.Opts, opts...)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	g := stream.New(stream.WithLogger(quiet), stream.WithCapacity(1024), stream.WithDrainTimeout(5*time.Second))
@@ -431,4 +433,14 @@ func TestChurnRangeKfake(t *testing.T) {
 func TestChurnCooperativeKfake(t *testing.T) {
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(8, "churn"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	churnTest(t, brokers, "churn", 8, kgo.CooperativeStickyBalancer(), 12*time.Second)
+}
+
+// The next-generation group protocol (KIP-848, franz-go's
+// ServerSideBalancer): the coordinator assigns, and a commit's generation
+// is the member epoch, which changes with every assignment of this member.
+func TestChurnServerSideKfake(t *testing.T) {
+	brokers := testenv.KfakeWith(t, kfake.SeedTopics(8, "churn"), kfake.GroupMinSessionTimeout(500*time.Millisecond),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "3000",
+			"group.consumer.heartbeat.interval.ms": "100"}))
+	churnTest(t, brokers, "churn", 8, kgo.RangeBalancer(), 12*time.Second, kgo.ServerSideBalancer())
 }
