@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Kfake starts an in-process cluster of one broker with the given topics,
@@ -61,4 +63,33 @@ func Produce(t testing.TB, brokers []string, topic string, n int, value func(i i
 		t.Fatalf("producing to %s: %v", topic, err)
 	default:
 	}
+}
+
+// CommittedOffsets asks the group coordinator for group's committed
+// offsets of topic's partitions 0-63, by partition; nil if it did not
+// answer within 2 s (callers poll again).
+func CommittedOffsets(ctx context.Context, cl *kgo.Client, group, topic string) map[int32]int64 {
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = topic
+	for p := range int32(64) {
+		rt.Partitions = append(rt.Partitions, p)
+	}
+	req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(rctx, cl)
+	if err != nil || kerr.ErrorForCode(resp.ErrorCode) != nil {
+		return nil
+	}
+	out := map[int32]int64{}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			if p.ErrorCode == 0 && p.Offset >= 0 {
+				out[p.Partition] = p.Offset
+			}
+		}
+	}
+	return out
 }

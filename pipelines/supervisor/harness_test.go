@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
 	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
 
@@ -54,15 +55,24 @@ func bookedServices(t *testing.T, ids []string, status func(path string, seen in
 
 // settings are what a test changes in the supervisor's Config.
 type settings struct {
-	attempts    int
-	maxParkings int
-	metrics     *observe.Metrics
-	notifier    supervisor.Notifier
+	attempts       int
+	maxParkings    int
+	maxReplayDelay time.Duration // default 80 ms
+	drain          time.Duration // default the supervisor's
+	metrics        *observe.Metrics
+	notifier       supervisor.Notifier
 }
 
 // runSupervisor runs the supervisor against brokers and backends until the
 // returned stop is called (or the test ends), which returns Run's error.
 func runSupervisor(t *testing.T, brokers []string, b delivery.Backends, s settings) (stop func() error) {
+	t.Helper()
+	_, stop = startSupervisor(t, brokers, b, s)
+	return stop
+}
+
+// startSupervisor is runSupervisor returning the graph too.
+func startSupervisor(t *testing.T, brokers []string, b delivery.Backends, s settings) (g *stream.Graph, stop func() error) {
 	t.Helper()
 	ctx := context.Background()
 	src, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: groupFailures,
@@ -79,11 +89,14 @@ func runSupervisor(t *testing.T, brokers []string, b delivery.Backends, s settin
 	if s.notifier == nil {
 		s.notifier = supervisor.NewNotifications()
 	}
-	g, err := supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: b,
+	if s.maxReplayDelay == 0 {
+		s.maxReplayDelay = 80 * time.Millisecond
+	}
+	g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: b,
 		Notifier: s.notifier, Retry: quickRetry(s.attempts), Metrics: s.metrics, Logger: quiet,
 		Producer: producer, RetryTopic: topicRetry, DeadLetterTopic: topicDead,
 		Replay: replay, ReplayCommitter: replay, ReplayAfter: 20 * time.Millisecond,
-		MaxReplayDelay: 80 * time.Millisecond, MaxParkings: s.maxParkings})
+		MaxReplayDelay: s.maxReplayDelay, MaxParkings: s.maxParkings, DrainTimeout: s.drain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +116,7 @@ func runSupervisor(t *testing.T, brokers []string, b delivery.Backends, s settin
 		return runErr
 	}
 	t.Cleanup(func() { _ = stop() })
-	return stop
+	return g, stop
 }
 
 // waitFor polls cond until it holds, failing the test with what says why

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 )
 
@@ -62,29 +63,7 @@ func kafkaClient(t *testing.T, brokers []string, opts ...kgo.Opt) *kgo.Client {
 // committed returns the group's committed offsets of topic by partition
 // (nil if the coordinator did not answer: the caller polls again).
 func committed(cl *kgo.Client, group, topic string) map[int32]int64 {
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = group
-	rt := kmsg.NewOffsetFetchRequestTopic()
-	rt.Topic = topic
-	for p := range int32(8) {
-		rt.Partitions = append(rt.Partitions, p)
-	}
-	req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil || kerr.ErrorForCode(resp.ErrorCode) != nil {
-		return nil
-	}
-	out := map[int32]int64{}
-	for _, rt := range resp.Topics {
-		for _, p := range rt.Partitions {
-			if p.ErrorCode == 0 && p.Offset >= 0 {
-				out[p.Partition] = p.Offset
-			}
-		}
-	}
-	return out
+	return testenv.CommittedOffsets(context.Background(), cl, group, topic)
 }
 
 // ends returns the end offset (high watermark) of each partition of topic.

@@ -21,7 +21,6 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
-	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -126,46 +125,12 @@ func TestLateReplayHoldsBackOnlyItsPartition(t *testing.T) {
 	}
 }
 
-// buildSupervisor is runSupervisor returning the graph too.
+// buildSupervisor starts the supervisor with a long replay delay cap and
+// a short drain, returning its graph.
 func buildSupervisor(t *testing.T, brokers []string, b delivery.Backends) (*stream.Graph, func() error) {
 	t.Helper()
-	ctx := context.Background()
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: groupFailures,
-		Topics: []string{topicFailures}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replay, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: groupReplay,
-		Topics: []string{topicRetry}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	producer := kafkaClient(t, brokers)
-	g, err := supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: b,
-		Notifier: supervisor.NewNotifications(), Retry: quickRetry(1), Logger: quiet,
-		Producer: producer, RetryTopic: topicRetry, DeadLetterTopic: topicDead,
-		Replay: replay, ReplayCommitter: replay, ReplayAfter: 20 * time.Millisecond,
-		MaxReplayDelay: 10 * time.Minute, MaxParkings: 10, DrainTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(runCtx) }()
-	var stopped bool
-	var runErr error
-	stop := func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			runErr = <-done
-			src.Close(ctx)
-			replay.Close(ctx)
-		}
-		return runErr
-	}
-	t.Cleanup(func() { _ = stop() })
-	return g, stop
+	return startSupervisor(t, brokers, b, settings{attempts: 1, maxParkings: 10, maxReplayDelay: 10 * time.Minute,
+		drain: 100 * time.Millisecond})
 }
 
 // stageIn returns how many messages the named stage received.

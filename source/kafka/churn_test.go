@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -87,7 +86,7 @@ func churnTest(t *testing.T, brokers []string, topic string, partitions int32, b
 				return
 			case <-tick.C:
 			}
-			for p, off := range committedOffsets(pollCtx, admin, group, topic) {
+			for p, off := range testenv.CommittedOffsets(pollCtx, admin, group, topic) {
 				if off < last[p] {
 					violate(&regressions, "partition %d: committed offset went back from %d to %d", p, last[p], off)
 				}
@@ -258,34 +257,6 @@ func produceIndexed(t *testing.T, brokers []string, topic string, partitions int
 		w.parts[p] = &processedSet{done: make([]bool, counts[p])}
 	}
 	return w
-}
-
-// committedOffsets asks the group coordinator for the group's committed
-// offsets of topic (nil on error: the poller tries again).
-func committedOffsets(ctx context.Context, cl *kgo.Client, group, topic string) map[int32]int64 {
-	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = group
-	rt := kmsg.NewOffsetFetchRequestTopic()
-	rt.Topic = topic
-	for p := range int32(64) {
-		rt.Partitions = append(rt.Partitions, p)
-	}
-	req.Topics = []kmsg.OffsetFetchRequestTopic{rt}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	resp, err := req.RequestWith(rctx, cl)
-	if err != nil || kerr.ErrorForCode(resp.ErrorCode) != nil {
-		return nil
-	}
-	out := map[int32]int64{}
-	for _, rt := range resp.Topics {
-		for _, p := range rt.Partitions {
-			if p.ErrorCode == 0 && p.Offset >= 0 {
-				out[p.Partition] = p.Offset
-			}
-		}
-	}
-	return out
 }
 
 // churnMember is one member of the group: source -> slow stage -> unordered
