@@ -89,7 +89,7 @@ func New(cfg Config) (*stream.Graph, error) {
 		t := &triage{retryTopic: cfg.RetryTopic, maxParkings: cfg.MaxParkings, log: cfg.Logger}
 		failed := stream.Via(g.Failures(), stream.Flow[stream.Failure, stream.Failure](t), stream.Name("triage"))
 		transient, permanent := stream.Split(failed, func(f stream.Failure) bool { return f.Transient })
-		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic, backoff(cfg.ReplayAfter, cfg.MaxReplayDelay))
+		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic, kafkasink.Backoff(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay))
 		stream.To(transient, stream.Sink[stream.Failure](park), stream.Name("park"))
 		dead := kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)
 		stream.To(permanent, stream.Sink[stream.Failure](dead), stream.Name("dead-letters"))

@@ -25,7 +25,44 @@ const (
 	// when a parked message is due for replay (both RFC 3339).
 	HeaderFirstFailure = "sluice-first-failure"
 	HeaderReplayAt     = "sluice-replay-at"
+	// HeaderParkings counts the times a message was parked: 1 on its first
+	// parked record, one more each time its replay fails again and it is
+	// parked again (a parking sink counts it; see Parkings). A dead letter
+	// of a message that was parked keeps it.
+	HeaderParkings = "sluice-parkings"
 )
+
+// Parkings returns how many times the message was parked before: its
+// HeaderParkings if it was read from parkTopic (a replay), 0 otherwise (a
+// message from anywhere else is not parked yet, whatever headers it came
+// with).
+func Parkings(e *stream.Envelope, parkTopic string) int {
+	if e.Topic != parkTopic {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(e.Header(HeaderParkings)))
+	return max(n, 0)
+}
+
+// Backoff is a replay delay for NewParkingFunc: first for a message parked
+// the first time, doubled for each parking before (Parkings on parkTopic),
+// at most most; never shorter than the wait the failure's error asked for
+// (an HTTP Retry-After: stream.Classify), capped at most too.
+func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message[stream.Failure]) time.Duration {
+	return func(m *stream.Message[stream.Failure]) time.Duration {
+		d := first
+		for range Parkings(&m.Envelope, parkTopic) {
+			if d >= most {
+				break
+			}
+			d = min(2*d, most)
+		}
+		if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
+			d = ra
+		}
+		return min(d, most)
+	}
+}
 
 // NewDeadLetter returns a dead letter (for stream.Graph.Failures) that
 // writes each failed message to topic and settles it as dead-lettered once
@@ -69,10 +106,12 @@ func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[s
 }
 
 // NewParkingFunc is NewParking with the replay delay chosen per message:
-// replayAfter(m) from now (a delay that grows with the times a message was
-// parked before, read from a header the pipeline keeps, say). A delay of
-// zero or less, or a panic in replayAfter, writes no replay time: due at
-// once.
+// replayAfter(m) from now (Backoff grows it with the times a message was
+// parked before). A delay of zero or less, or a panic in replayAfter,
+// writes no replay time: due at once.
+//
+// A parking counts the times a message was parked in HeaderParkings:
+// Parkings(m, topic)+1, so a pipeline can bound them (see Parkings).
 //
 // A topic read with flow.Delay(ReplayAt) replays in record order: a
 // record due later holds back the records behind it in its partition, so
@@ -130,12 +169,13 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 			r.Value = b
 		}
 		r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+10)
+		parking := replayAfter != nil
 		for _, h := range m.Headers {
-			if !replacedHeader(h.Key) {
+			if !replacedHeader(h.Key) && !(parking && h.Key == HeaderParkings) {
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 			}
 		}
-		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), safeAfter(replayAfter, m))
+		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), topic, replayAfter)
 		return r, nil
 	}
 }
@@ -156,7 +196,9 @@ func replacedHeader(key string) bool {
 }
 
 // failureHeaders appends what a dead letter says about the failure of m.
-func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], reason string, replayAfter time.Duration) []kgo.RecordHeader {
+// For a parking (replayAfter not nil, topic its topic) it adds the replay
+// time and the count of parkings.
+func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], reason, topic string, replayAfter delayFunc) []kgo.RecordHeader {
 	f := m.Value
 	at := f.At
 	if at.IsZero() {
@@ -178,8 +220,11 @@ func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], re
 	if !f.FirstFailure.IsZero() && m.Header(HeaderFirstFailure) == nil { // else kept: the first of all
 		hs = append(hs, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	}
-	if replayAfter > 0 {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderReplayAt, Value: time.Now().Add(replayAfter).UTC().AppendFormat(nil, time.RFC3339Nano)})
+	if replayAfter != nil {
+		if d := safeAfter(replayAfter, m); d > 0 {
+			hs = append(hs, kgo.RecordHeader{Key: HeaderReplayAt, Value: time.Now().Add(d).UTC().AppendFormat(nil, time.RFC3339Nano)})
+		}
+		hs = append(hs, kgo.RecordHeader{Key: HeaderParkings, Value: strconv.AppendInt(nil, int64(Parkings(&m.Envelope, topic)+1), 10)})
 	}
 	return hs
 }

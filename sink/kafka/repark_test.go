@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,5 +57,56 @@ func TestReparkedMessageHasOneSetOfFailureHeaders(t *testing.T) {
 	if h[kafkasink.HeaderReason] != "service unavailable" || h["trace"] != "t-1" || h[kafkasink.HeaderTopic] != "requests" ||
 		h[kafkasink.HeaderPartition] != "3" || h[kafkasink.HeaderOffset] != "42" || h[kafkasink.HeaderFirstFailure] != first {
 		t.Errorf("headers %v: want the new reason, the original position and first failure, the user's own header", h)
+	}
+}
+
+// A parking counts the parkings of a message read back from its own topic,
+// and starts from 1 for a message from anywhere else, whatever count its
+// headers claim; Backoff doubles the delay with that count.
+func TestParkingsAreCounted(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "retry")
+	msg := func(topic, parkings string) stream.Message[[]byte] {
+		m := stream.NewMessage([]byte("value-longer-than-16-bytes"), stream.Handle{})
+		m.Topic, m.Key = topic, []byte(topic)
+		m.Headers = []stream.Header{{Key: kafkasink.HeaderParkings, Value: []byte(parkings)}}
+		return m
+	}
+	src := stream.SourceFunc[[]byte](func(ctx context.Context, out *stream.Outlet[[]byte]) error {
+		for _, m := range []stream.Message[[]byte]{msg("retry", "2"), msg("requests", "7")} {
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	g := stream.New()
+	stream.To(stream.From(g, src), rejectLarge("unavailable"))
+	stream.To(g.Failures(), stream.Sink[stream.Failure](kafkasink.NewParkingFunc(client(t, brokers), "retry",
+		kafkasink.Backoff("retry", time.Second, time.Minute))))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range readAll(t, brokers, "retry", 2) {
+		want := map[string]string{"retry": "3", "requests": "1"}[string(r.Key)]
+		if got := headerMap(r)[kafkasink.HeaderParkings]; got != want {
+			t.Errorf("message from %s parked with %s %q, want %q", r.Key, kafkasink.HeaderParkings, got, want)
+		}
+	}
+	backoff := kafkasink.Backoff("retry", time.Second, 5*time.Second)
+	for _, c := range []struct {
+		topic, parkings string
+		want            time.Duration
+	}{{"requests", "7", time.Second}, {"retry", "", time.Second}, {"retry", "1", 2 * time.Second},
+		{"retry", "2", 4 * time.Second}, {"retry", "9", 5 * time.Second}} {
+		m := &stream.Message[stream.Failure]{Value: stream.Failure{Err: errors.New("503")}}
+		m.Topic, m.Headers = c.topic, []stream.Header{{Key: kafkasink.HeaderParkings, Value: []byte(c.parkings)}}
+		if d := backoff(m); d != c.want {
+			t.Errorf("Backoff from %s after %q parkings = %v, want %v", c.topic, c.parkings, d, c.want)
+		}
+	}
+	// The wait a failure asked for (Retry-After) wins over a shorter delay.
+	m := &stream.Message[stream.Failure]{Value: stream.Failure{Err: stream.Throttled(errors.New("429"), 20*time.Second)}}
+	if d := kafkasink.Backoff("retry", time.Second, time.Minute)(m); d != 20*time.Second {
+		t.Errorf("Backoff with Retry-After 20 s = %v", d)
 	}
 }

@@ -78,9 +78,13 @@ func headersOnly(topic string, m *stream.Message[stream.Failure], size int, repl
 		switch h.Key {
 		case HeaderTopic, HeaderPartition, HeaderOffset, HeaderFirstFailure:
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		case HeaderParkings: // a dead letter keeps the count; a parking writes its own
+			if replayAfter == nil {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
 		}
 	}
-	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), safeAfter(replayAfter, m))
+	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), topic, replayAfter)
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
 	if size >= 0 {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})
