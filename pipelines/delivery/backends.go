@@ -33,11 +33,27 @@ type (
 		Schedule(ctx context.Context, id string, pickup Location) (droneID string, err error)
 		Cancel(ctx context.Context, id string) error
 	}
-	// Deliveries creates and deletes the delivery record.
+	// Deliveries creates and deletes the delivery record, and tells its
+	// state: the last step creates it, so a live record means some copy of
+	// the request completed; a cancelled one, that a compensation ran.
 	Deliveries interface {
 		Put(ctx context.Context, id string, p Progress) error
 		Delete(ctx context.Context, id string) error
+		State(ctx context.Context, id string) (DeliveryState, error)
 	}
+)
+
+// DeliveryState is what the deliveries service holds for a request.
+type DeliveryState string
+
+const (
+	// NoDelivery: no copy of the request completed, none was compensated.
+	NoDelivery DeliveryState = "absent"
+	// Delivered: a copy completed every step.
+	Delivered DeliveryState = "live"
+	// Cancelled: a compensation undid the request (and refuses any later
+	// create for it).
+	Cancelled DeliveryState = "cancelled"
 )
 
 // Backends is one implementation of every service.
@@ -249,4 +265,19 @@ func (d *simDeliveries) Delete(ctx context.Context, id string) error {
 	}
 	d.l.del(svcDeliveries, id)
 	return nil
+}
+
+// State reads the delivery record; like an undo it may fail transiently,
+// never for good.
+func (d *simDeliveries) State(ctx context.Context, id string) (DeliveryState, error) {
+	if err := d.undo(ctx); err != nil {
+		return "", err
+	}
+	switch e := d.l.get("deliveries", id); {
+	case e.live:
+		return Delivered, nil
+	case e.deleted > 0:
+		return Cancelled, nil
+	}
+	return NoDelivery, nil
 }

@@ -27,6 +27,7 @@ import (
 //	DELETE /drones/{id}
 //	PUT    /deliveries/{id}    (Progress)   create-or-update
 //	DELETE /deliveries/{id}
+//	GET    /deliveries/{id}                 {"state": "absent"|"live"|"cancelled"}
 //
 // Transient faults answer 503, throttling 429 with Retry-After.
 func HTTPHandler(b Backends) http.Handler {
@@ -72,6 +73,10 @@ func HTTPHandler(b Backends) http.Handler {
 	})
 	mux.HandleFunc("DELETE /deliveries/{id}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, b.Deliveries.Delete(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("GET /deliveries/{id}", func(w http.ResponseWriter, r *http.Request) {
+		st, err := b.Deliveries.State(r.Context(), r.PathValue("id"))
+		reply(w, map[string]DeliveryState{"state": st}, err)
 	})
 	return mux
 }
@@ -224,4 +229,18 @@ func (d httpDeliveries) Put(ctx context.Context, id string, p Progress) error {
 
 func (d httpDeliveries) Delete(ctx context.Context, id string) error {
 	return d.c.do(ctx, http.MethodDelete, "/deliveries/"+url.PathEscape(id), nil, nil)
+}
+
+func (d httpDeliveries) State(ctx context.Context, id string) (DeliveryState, error) {
+	var out struct {
+		State DeliveryState `json:"state"`
+	}
+	if err := d.c.do(ctx, http.MethodGet, "/deliveries/"+url.PathEscape(id), nil, &out); err != nil {
+		return "", err
+	}
+	switch out.State {
+	case NoDelivery, Delivered, Cancelled:
+		return out.State, nil
+	}
+	return "", fmt.Errorf("GET /deliveries/%s: unknown state %q", id, out.State)
 }

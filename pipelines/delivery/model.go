@@ -122,6 +122,9 @@ type Progress struct {
 	Done       []Step  `json:"done"`
 	ThirdParty bool    `json:"third_party,omitempty"`
 	DroneID    string  `json:"drone_id,omitempty"`
+	// Raw is the request's record as it came, which a parking writes back
+	// unchanged.
+	Raw []byte `json:"-"`
 	// mark identifies this copy of the request in step records (mode b).
 	mark string
 }

@@ -24,7 +24,7 @@ func TestRecordedStep(t *testing.T) {
 	ctx := context.Background()
 	calls := 0
 	var answer error
-	step := recorded(store, StepDrone, func(ctx context.Context, p *Progress) error {
+	step := recorded(store, &storeWaiter{limit: time.Minute}, StepDrone, func(ctx context.Context, p *Progress) error {
 		calls++
 		if answer != nil {
 			return answer

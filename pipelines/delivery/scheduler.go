@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
-	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/backpressure"
@@ -30,13 +25,33 @@ type SchedulerConfig struct {
 	Source    stream.Source[[]byte]
 	Committer stream.Committer
 	Backends  Backends
-	// Producer writes compensation events to FailuresTopic and requests
-	// that cannot be processed (malformed, invalid, failed before any step)
-	// to DeadLetterTopic.
+	// Producer writes compensation events (requests that failed for good,
+	// at any step or before the first) to FailuresTopic, malformed and
+	// invalid requests to DeadLetterTopic, and parked requests to
+	// ParkTopic.
 	Producer                       *kgo.Client
 	FailuresTopic, DeadLetterTopic string
-	// Parallelism of each step (default 1024: at 50,000 requests/s and
-	// 6 ms a call, ~300 calls of each step are in flight).
+	// ParkTopic, with Replay and ReplayCommitter (a *kafka.Source reading
+	// ParkTopic in a consumer group of its own), parks the requests whose
+	// transient failure outlasted their retries — a service down or
+	// throttling for longer than the latency budget — and replays them
+	// when due, from the start (steps already done are skipped or redone
+	// idempotently). Only after MaxParkings parkings does such a failure
+	// count as permanent: the request is then compensated. Default: no
+	// parking; such a request is compensated at once.
+	ParkTopic       string
+	Replay          stream.Source[[]byte]
+	ReplayCommitter stream.Committer
+	// ReplayAfter is the first replay delay (default 2 s), doubled with
+	// each parking up to MaxReplayDelay (default 1 min); a longer wait the
+	// service asked for (Retry-After) is honoured. MaxParkings bounds the
+	// parkings of a request (default 5: about a minute and a half of
+	// waiting in all).
+	ReplayAfter, MaxReplayDelay time.Duration
+	MaxParkings                 int
+	// Parallelism caps the calls of each step in flight (default
+	// DefaultParallelism); each step's adaptive limit keeps them as low as
+	// its service needs.
 	Parallelism int
 	// Retry is the policy of every step (default: flow.Interactive with 5
 	// attempts, which fits the 500 ms latency budget).
@@ -54,6 +69,12 @@ type SchedulerConfig struct {
 	// made idempotent). Default: none; every step relies on PUT semantics.
 	Steps         StepStore
 	NonIdempotent []Step
+	// MaxStoreOutage is how long a recorded step waits for an unreachable
+	// step store (Redis) before the scheduler stops with an error naming
+	// it (default 2 min). Meanwhile requests wait at that step — its calls
+	// hold their slots, the pipes fill and the source stops fetching —
+	// rather than fail: a blip costs lag, not cancellations.
+	MaxStoreOutage time.Duration
 	// LatencyTarget is the p99 call latency each step's adaptive
 	// concurrency limit holds (default 100 ms: a fifth of the 500 ms
 	// budget); the limit stays between a quarter of Parallelism and
@@ -62,6 +83,13 @@ type SchedulerConfig struct {
 	// calls in flight.
 	LatencyTarget time.Duration
 }
+
+// DefaultParallelism caps the calls of a step in flight. Little's law:
+// seed 002's peaks of 50,000 requests a second at the simulated services'
+// 2-10 ms make about 300 calls of each step in flight; the cap leaves room
+// for slower moments, and the adaptive limit keeps the calls below it as
+// low as the service needs (down to a few).
+const DefaultParallelism = 1024
 
 // Scheduler is a built scheduler pipeline.
 type Scheduler struct {
@@ -76,12 +104,16 @@ type Scheduler struct {
 
 // NewScheduler builds the pipeline:
 //
-//	kafka -> parse -> validate -> check_account -> create_package
+//	requests ------------------------------+
+//	replays (ParkTopic) -> replay-delay ----+-> parse -> check_account -> create_package
 //	      -> check_third_party -> schedule_drone -> create_delivery -> checkpoint
-//	failures: with steps done -> compensation events; else -> dead letters
+//	failures -> judge-failures -> dead letters (malformed, invalid)
+//	                           -> park (transient, outlasted the retries)
+//	                           -> compensation events (failed for good)
+//	                           -> already delivered / cancelled (another copy's outcome stands)
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Parallelism == 0 {
-		cfg.Parallelism = 1024
+		cfg.Parallelism = DefaultParallelism
 	}
 	if cfg.LatencyTarget == 0 {
 		cfg.LatencyTarget = 100 * time.Millisecond
@@ -96,6 +128,21 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ReplayAfter == 0 {
+		cfg.ReplayAfter = 2 * time.Second
+	}
+	if cfg.MaxReplayDelay == 0 {
+		cfg.MaxReplayDelay = time.Minute
+	}
+	if cfg.MaxParkings == 0 {
+		cfg.MaxParkings = 5
+	}
+	if cfg.MaxStoreOutage == 0 {
+		cfg.MaxStoreOutage = 2 * time.Minute
+	}
+	if cfg.ParkTopic != "" && (cfg.Replay == nil || cfg.ReplayCommitter == nil) {
+		return nil, fmt.Errorf("delivery scheduler: ParkTopic %q needs Replay and ReplayCommitter, to read it back", cfg.ParkTopic)
+	}
 	opts := []stream.Option{stream.WithPipeline("delivery"), stream.WithLogger(cfg.Logger)}
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
@@ -107,18 +154,31 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
 	}
 	g := stream.New(opts...)
-	raw := stream.From(g, cfg.Source, stream.Name("requests"))
-	reqs := stream.Via(raw, flow.Map(Parse), stream.Name("parse"))
+	reqs := stream.From(g, cfg.Source, stream.Name("requests"))
+	committer := cfg.Committer
+	if cfg.ParkTopic != "" {
+		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
+		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayAt), stream.Name("replay-delay"))
+		reqs = stream.Merge(reqs, due)
+		committer = stream.CommitterFunc(func(ctx context.Context) error {
+			return errors.Join(cfg.Committer.Commit(ctx), cfg.ReplayCommitter.Commit(ctx))
+		})
+	}
 	// A request travels the steps as one *Progress: each step records what
 	// it did in place, only on success, so a retry or a failure still sees
-	// the steps done before it.
-	valid := stream.Via(reqs, flow.Map(func(r Request) (*Progress, error) {
-		if err := r.Validate(); err != nil {
+	// the steps done before it. It keeps the record's bytes, which a
+	// parking writes back as they came.
+	valid := stream.Via(reqs, flow.Map(func(b []byte) (*Progress, error) {
+		r, err := Parse(b)
+		if err == nil {
+			err = r.Validate()
+		}
+		if err != nil {
 			return nil, err
 		}
 		// Room for every step: recording one never allocates.
-		return &Progress{Request: r, Done: make([]Step, 0, len(Steps))}, nil
-	}), stream.Name("validate"))
+		return &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: b}, nil
+	}), stream.Name("parse"))
 
 	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
 		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
@@ -151,13 +211,14 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			return b.Deliveries.Put(ctx, p.Request.ID, *p)
 		}},
 	}
+	waiter := &storeWaiter{limit: cfg.MaxStoreOutage}
 	s := valid
 	for _, st := range steps {
 		fn := st.fn
 		step := st.step
 		keyed := false
 		if cfg.Steps != nil && slices.Contains(cfg.NonIdempotent, step) {
-			fn = recorded(cfg.Steps, step, fn)
+			fn = recorded(cfg.Steps, waiter, step, fn)
 			keyed = true
 		}
 		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step)})
@@ -194,127 +255,12 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			cfg.Metrics.Breaker(string(step), br)
 		}
 	}
-	ck := checkpoint.New[*Progress](cfg.Committer, checkpoint.Interval(200*time.Millisecond))
+	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond), checkpoint.Logger(cfg.Logger))
 	stream.To(s, stream.Sink[*Progress](ck), stream.Name("checkpoint"))
 	if cfg.Metrics != nil {
 		cfg.Metrics.Graph(g)
 		cfg.Metrics.Checkpoint("checkpoint", ck)
 	}
-
-	// A failure after some steps succeeded must be compensated; anything
-	// else is dead-lettered with its reason.
-	compensate, dead := stream.Split(g.Failures(), func(f stream.Failure) bool {
-		p, ok := f.Value.(*Progress)
-		return ok && len(p.Done) > 0
-	}, stream.Name("route-failures"))
-	events := kafkasink.NewSink(cfg.Producer, func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
-		ev := Compensation{Progress: *m.Value.Value.(*Progress), Stage: m.Value.Stage, Reason: capReason(fmt.Sprint(m.Value.Err))}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return nil, err
-		}
-		return &kgo.Record{Topic: cfg.FailuresTopic, Key: []byte(ev.Progress.Request.ID), Value: b}, nil
-	}).SettleAs(stream.DeadLettered)
-	stream.To(compensate, stream.Sink[stream.Failure](events), stream.Name("compensation-events"))
-	stream.To(dead, stream.Sink[stream.Failure](kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)), stream.Name("dead-letters"))
+	routeFailures(g, cfg)
 	return sch, nil
 }
-
-// maxReason bounds the reason a compensation event carries: an error's
-// text (a service's answer) can be as large as the service likes, and an
-// event too large to write would stop the scheduler.
-const maxReason = 4 << 10
-
-func capReason(r string) string {
-	if len(r) <= maxReason {
-		return r
-	}
-	return fmt.Sprintf("%s... (%d bytes, truncated)", strings.ToValidUTF8(r[:maxReason], ""), len(r))
-}
-
-// ErrOutcomeUnknown fails a request whose non-idempotent step was called
-// and never answered: a worker crashed mid-call, or the attempt timed out or
-// lost its connection. The service may have acted; calling again could act
-// twice, so the request is compensated instead (the supervisor undoes the
-// step, which is harmless if it had not acted).
-var ErrOutcomeUnknown = errors.New("outcome of a non-idempotent step is unknown; compensating rather than risking it twice")
-
-// recorded wraps a step that is not idempotent. A request that completed it
-// before (a replay) skips it and gets the recorded value back; one whose
-// step another copy started (a copy that crashed, or gave up on an
-// answer) fails with ErrOutcomeUnknown. Marks name the copy of the request
-// (its *Progress) that wrote them, so a copy's own retry is not mistaken
-// for a stranger's.
-// Otherwise the call is marked started (in the same round trip as the
-// read), made, and then recorded done — or,
-// if the service answered that it did not act, the mark is cleared so that
-// a retry may call again. The writes after the call are made even if the
-// pipeline is stopping, so that a call that acted is never forgotten.
-func recorded(store StepStore, step Step, fn stepFunc) stepFunc {
-	return func(ctx context.Context, p *Progress) error {
-		id := p.Request.ID
-		if p.mark == "" {
-			p.mark = strconv.FormatUint(rand.Uint64(), 36)
-		}
-		rec, err := store.Begin(ctx, id, step, p.mark)
-		if err != nil {
-			// The mark may have been written: if so it is this copy's,
-			// and the retry will know it called nothing.
-			return stream.Transient(err)
-		}
-		if rec.Done {
-			if step == StepDrone {
-				p.DroneID = rec.Value
-			}
-			return nil
-		}
-		if rec.StartedBy != "" && rec.StartedBy != p.mark {
-			return fmt.Errorf("%s of %s: %w", step, id, ErrOutcomeUnknown)
-		}
-		if err := ctx.Err(); err != nil {
-			return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
-		}
-		callErr := fn(ctx, p)
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		switch {
-		case callErr == nil:
-			value := ""
-			if step == StepDrone {
-				value = p.DroneID
-			}
-			if err := store.Record(wctx, id, step, value); err != nil {
-				return stream.Fatal(fmt.Errorf("recording %s of %s after it ran: %w", step, id, err))
-			}
-			return nil
-		case outcomeUnknown(callErr):
-			// Not wrapped with %w: the cause (a timeout) would read as
-			// transient and be retried.
-			return fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr)
-		default:
-			if err := store.Abandon(wctx, id, step); err != nil {
-				return stream.Transient(err)
-			}
-			return callErr
-		}
-	}
-}
-
-// outcomeUnknown reports whether a failed call may still have acted: it
-// timed out, was cancelled or lost its connection after it was sent. A
-// refused connection or an answer from the service (an error status, a
-// throttle, a refusal) means it did not.
-func outcomeUnknown(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return false
-	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	c := stream.Classify(err)
-	return c.Transient && (c.Reason == stream.ReasonTimeout || c.Reason == stream.ReasonConnection)
-}
-
-// stepFunc runs one step for a request and records on p what it learned
-// (only when it succeeds).
-type stepFunc func(ctx context.Context, p *Progress) error

@@ -95,7 +95,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	brokers := cfg.Brokers
 	if len(brokers) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
-			kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead),
+			kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead), kfake.SeedTopics(4, topicParked),
 			kfake.SeedTopics(4, topicRetry), kfake.SeedTopics(1, topicSupervisorDead))
 		if err != nil {
 			return Summary{}, fmt.Errorf("starting the embedded broker: %w", err)
@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
 	} else if err := createTopics(ctx, brokers, map[string]int32{topicRequests: cfg.Partitions, topicFailures: 4, topicDead: 1,
-		topicRetry: 4, topicSupervisorDead: 1}); err != nil {
+		topicParked: 4, topicRetry: 4, topicSupervisorDead: 1}); err != nil {
 		return Summary{}, err
 	}
 
@@ -158,6 +158,10 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	parkedMetrics, err := observe.New(reg, "delivery-replay")
+	if err != nil {
+		return Summary{}, err
+	}
 	lat := newLatencies(schedMetrics.Observer())
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
@@ -189,9 +193,19 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			inc.supSrc.Close(ctx)
 			return nil, err
 		}
+		inc.parkedSrc, err = kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "scheduler-replay",
+			Topics: []string{topicParked}, Logger: cfg.Logger})
+		if err != nil {
+			inc.src.Close(ctx)
+			inc.supSrc.Close(ctx)
+			inc.replaySrc.Close(ctx)
+			return nil, err
+		}
 		scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: backends, Producer: producer,
 			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain,
-			Steps: steps, NonIdempotent: []delivery.Step{delivery.StepDrone}}
+			Steps: steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
+			ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,
+			ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
 		pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: backends, Notifier: notes,
 			Logger: cfg.Logger, DrainTimeout: drain, Producer: producer, RetryTopic: topicRetry,
 			DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
@@ -200,6 +214,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			schedMetrics.KafkaSource(inc.src)
 			supMetrics.KafkaSource(inc.supSrc)
 			replayMetrics.KafkaSource(inc.replaySrc)
+			parkedMetrics.KafkaSource(inc.parkedSrc)
 			scfg.Metrics, pcfg.Metrics = schedMetrics, supMetrics
 		}
 		if inc.sch, err = delivery.NewScheduler(scfg); err != nil {

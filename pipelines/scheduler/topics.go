@@ -17,18 +17,21 @@ const (
 	topicRequests = "delivery-requests"
 	topicFailures = "delivery-failures"
 	topicDead     = "delivery-dead-letters"
+	// The scheduler parks requests whose transient failures outlasted
+	// their retries on topicParked and replays them from there.
+	topicParked = "delivery-requests-retry"
 	// The supervisor parks compensations it cannot do now on topicRetry
 	// and dead-letters those it never can on topicSupervisorDead.
 	topicRetry          = "delivery-failures-retry"
 	topicSupervisorDead = "delivery-compensation-dead-letters"
 )
 
-// The supervisor replays a parked compensation after replayAfter, doubling
-// up to maxReplayDelay: a demo lasts seconds, not the hour a deployment
-// gives a service to come back.
+// The scheduler and the supervisor replay a parked request or compensation
+// after replayAfter, doubling up to maxReplayDelay: a demo lasts seconds,
+// not the minutes a deployment gives a service to come back.
 const (
-	replayAfter    = time.Second
-	maxReplayDelay = 10 * time.Second
+	replayAfter    = 500 * time.Millisecond
+	maxReplayDelay = 4 * time.Second
 )
 
 // createTopics creates the topics that do not exist yet.

@@ -15,11 +15,26 @@ import (
 
 // Summary is the verification of a run.
 type Summary struct {
-	Sent, Duplicates               int
-	Completed, Compensated         int
-	DeadLettered                   map[string]int // by kind of input
-	ExpectedDead                   int
+	Sent, Duplicates int
+	// Deliverable counts the distinct requests that could complete;
+	// Completed those that did, Compensated every valid request undone
+	// (CompensatedBy by kind: deliverable ones only from injected
+	// permanent faults or parkings run out).
+	Deliverable, Completed, Compensated int
+	CompensatedBy                       map[string]int
+	// DeadLettered counts the dead letters by kind (malformed, invalid:
+	// ExpectedDead of them were sent).
+	DeadLettered map[string]int
+	ExpectedDead int
+	// The violations: Lost (no outcome), Twice (a side effect created more
+	// than once), LeftoverAfterUndo (a compensated request with a record
+	// still live), ValidDeadLettered (a valid request dead-lettered: it
+	// should have completed or been compensated; ValidDeadReasons shows a
+	// few), TwoOutcomes (a dead letter besides a delivery or a
+	// compensation).
 	Lost, Twice, LeftoverAfterUndo int
+	ValidDeadLettered, TwoOutcomes int
+	ValidDeadReasons               []string
 	// CompensationsDeadLettered counts the requests whose compensation the
 	// supervisor dead-lettered (an undo refused for good, or out of
 	// parkings): what they left booked counts in LeftoverAfterUndo or Lost.
@@ -36,11 +51,19 @@ type Summary struct {
 	Drained time.Duration
 }
 
-// OK reports whether the run kept every promise: nothing lost (every
-// request completed, compensated or dead-lettered with its reason),
-// nothing applied twice, every compensation complete.
+// OK reports whether the run kept every promise: every request has one
+// outcome (none lost, no valid one dead-lettered, none with two), nothing
+// applied twice, every compensation complete.
 func (s Summary) OK() bool {
-	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0
+	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0
+}
+
+// CompletedShare is the share of deliverable requests that completed.
+func (s Summary) CompletedShare() float64 {
+	if s.Deliverable == 0 {
+		return 0
+	}
+	return float64(s.Completed) / float64(s.Deliverable)
 }
 
 func (s Summary) String() string {
@@ -53,9 +76,13 @@ func (s Summary) String() string {
 	if s.Elapsed > 0 {
 		fmt.Fprintf(&b, " in %v", s.Elapsed.Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "; completed %d, compensated %d, dead-lettered %v (expected %d); "+
-		"lost %d, side effects applied twice %d, left after compensation %d",
-		s.Completed, s.Compensated, s.DeadLettered, s.ExpectedDead, s.Lost, s.Twice, s.LeftoverAfterUndo)
+	fmt.Fprintf(&b, "; completed %d of %d deliverable (%.2f%%), compensated %d %v, dead-lettered %v (expected %d); "+
+		"lost %d, side effects applied twice %d, left after compensation %d, valid requests dead-lettered %d, two outcomes %d",
+		s.Completed, s.Deliverable, 100*s.CompletedShare(), s.Compensated, s.CompensatedBy, s.DeadLettered, s.ExpectedDead,
+		s.Lost, s.Twice, s.LeftoverAfterUndo, s.ValidDeadLettered, s.TwoOutcomes)
+	if len(s.ValidDeadReasons) > 0 {
+		fmt.Fprintf(&b, " (e.g. %q)", s.ValidDeadReasons)
+	}
 	if s.CompensationsDeadLettered > 0 {
 		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
 	}
@@ -101,13 +128,15 @@ func reasons(brokers []string, topic string) (map[string]string, error) {
 }
 
 // Accounted reports whether every request sent has an outcome: a
-// delivery, a completed compensation (the package undone: undo runs last
-// to first, so the package is the last thing it undoes), or a dead letter
-// with its reason. dead is the number of dead letters written so far (a
-// cheap first test; negative if unknown); only when the counts say the run
-// may be complete is the dead-letter topic read and every request checked by id (a redone
-// failure can be dead-lettered twice, so counts alone can say "done" too
-// early).
+// delivery, a completed compensation (the package undone, which every
+// compensation does: tombstones for what was never created too), or a
+// dead letter with its reason. dead is the number of dead letters written
+// so far (a cheap first test; negative if unknown); only when the counts
+// say the run may be complete is the dead-letter topic read and every
+// request checked by id (a redone failure can be dead-lettered twice, so
+// counts alone can say "done" too early). A valid request dead-lettered
+// counts as having an outcome here, so that the run ends; Verify reports
+// it as a violation.
 func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []string) bool {
 	// Every request needs at least one outcome: while the outcomes are
 	// fewer than the requests, there is no need to look closer.
@@ -117,16 +146,8 @@ func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []strin
 	kinds, _ := sent.Kinds()
 	var pending []string
 	for id, k := range kinds {
-		switch k {
-		case loadgen.Deliverable:
-			if !l.Live("deliveries", id) && !l.Undone("packages", id) {
-				pending = append(pending, id)
-			}
-		case loadgen.Undeliverable:
-			if !l.Undone("packages", id) {
-				pending = append(pending, id)
-			}
-		default:
+		if k == loadgen.Malformed || k == loadgen.Invalid ||
+			!(k == loadgen.Deliverable && l.Live("deliveries", id)) && !l.Undone("packages", id) {
 			pending = append(pending, id)
 		}
 	}
@@ -146,10 +167,15 @@ func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []strin
 }
 
 // Verify checks every request the load generator sent against the
-// services' ledger and the dead-letter topic: lost (no outcome), applied
-// twice (a side effect created more than once), left after compensation (a
-// compensated request with a record still live). It also counts what the
-// supervisor dead-lettered.
+// services' ledger and the dead-letter topic. Every request must have
+// exactly one outcome: a valid one completed (its delivery live) or
+// compensated (its package undone, every record of it gone: a suspended
+// owner, an undeliverable pickup, a service's refusal, retries and
+// parkings run out); a malformed or invalid one dead-lettered. It counts
+// lost (no outcome), applied twice (a side effect created more than once),
+// left after compensation (a compensated request with a record still
+// live), valid requests dead-lettered, and requests with a dead letter
+// besides their outcome; and what the supervisor dead-lettered.
 func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, error) {
 	kinds, dups := sent.Kinds()
 	dead, err := deadLetters(brokers)
@@ -160,42 +186,52 @@ func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, 
 	if err != nil {
 		return Summary{}, err
 	}
-	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot)}
+	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot),
+		CompensatedBy: map[string]int{}}
 	for id, k := range kinds {
 		reason, isDead := dead[id]
+		name := kindNames[k]
 		switch k {
-		case loadgen.Deliverable, loadgen.Undeliverable:
-			switch {
-			case l.Undone("packages", id):
-				s.Compensated++
-				for _, svc := range []string{"packages", "drones", "deliveries"} {
-					if l.Live(svc, id) {
-						s.LeftoverAfterUndo++
-					}
-				}
-			case l.Live("deliveries", id) && k == loadgen.Deliverable:
-				s.Completed++
-			case isDead:
-				// Failed before any step succeeded: refused by a service,
-				// or out of retries.
-				if strings.Contains(reason, delivery.ErrRejected.Error()) {
-					s.DeadLettered["rejected"]++
-				} else {
-					s.DeadLettered["retries_exhausted"]++
-				}
-			default:
-				s.Lost++
-			}
-		default:
+		case loadgen.Malformed, loadgen.Invalid:
 			s.ExpectedDead++
-			name := map[loadgen.Kind]string{loadgen.Malformed: "malformed", loadgen.Invalid: "invalid", loadgen.Suspended: "suspended"}[k]
 			if isDead {
 				s.DeadLettered[name]++
 			} else {
 				s.Lost++
 			}
+			continue
+		case loadgen.Deliverable:
+			s.Deliverable++
+		}
+		switch {
+		case k == loadgen.Deliverable && l.Live("deliveries", id):
+			s.Completed++
+		case l.Undone("packages", id):
+			s.Compensated++
+			s.CompensatedBy[name]++
+			for _, svc := range []string{"packages", "drones", "deliveries"} {
+				if l.Live(svc, id) {
+					s.LeftoverAfterUndo++
+				}
+			}
+		case isDead:
+			s.ValidDeadLettered++
+			if len(s.ValidDeadReasons) < 3 {
+				s.ValidDeadReasons = append(s.ValidDeadReasons, id+": "+reason)
+			}
+			continue
+		default:
+			s.Lost++
+			continue
+		}
+		if isDead {
+			s.TwoOutcomes++
 		}
 	}
 	s.Twice = l.Twice()
 	return s, nil
 }
+
+// kindNames name the kinds of request in the summary.
+var kindNames = map[loadgen.Kind]string{loadgen.Deliverable: "deliverable", loadgen.Undeliverable: "undeliverable",
+	loadgen.Suspended: "suspended", loadgen.Malformed: "malformed", loadgen.Invalid: "invalid"}

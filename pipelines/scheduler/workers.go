@@ -25,6 +25,7 @@ type incarnation struct {
 	sch                    *delivery.Scheduler
 	sup                    *stream.Graph
 	src, supSrc, replaySrc *kafka.Source
+	parkedSrc              *kafka.Source // the scheduler's replays
 	stop                   context.CancelFunc
 	done                   chan struct{}
 	crashed                atomic.Bool
@@ -39,6 +40,7 @@ func (inc *incarnation) shutdown(crash bool) {
 	inc.src.Close(context.Background())
 	inc.supSrc.Close(context.Background())
 	inc.replaySrc.Close(context.Background())
+	inc.parkedSrc.Close(context.Background())
 }
 
 // workers holds the current incarnation and what earlier ones

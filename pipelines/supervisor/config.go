@@ -26,9 +26,11 @@ const (
 	// parking.
 	DefaultMaxReplayDelay = 10 * time.Minute
 	// DefaultMaxParkings is how many times a compensation is parked before
-	// a transient failure of it counts as permanent: with the default
-	// delays, about an hour and five minutes of a service refusing it.
-	DefaultMaxParkings = 10
+	// a transient failure of it counts as permanent: 0, no bound — an undo
+	// that cannot be done now is retried, every ten minutes at most, for
+	// as long as it takes (its drone stays booked meanwhile; the parkings
+	// show in the metrics and the log).
+	DefaultMaxParkings = 0
 )
 
 // Config wires the supervisor. Source, Committer, Backends and Notifier
@@ -77,9 +79,9 @@ type Config struct {
 	// partition replays in order: a compensation due later holds back the
 	// ones parked after it in its partition.
 	ReplayAfter, MaxReplayDelay time.Duration
-	// MaxParkings is how many times a compensation is parked before its
-	// next transient failure counts as permanent and it is dead-lettered
-	// (default DefaultMaxParkings).
+	// MaxParkings, if positive, is how many times a compensation is parked
+	// before its next transient failure counts as permanent and it is
+	// dead-lettered (default DefaultMaxParkings: no bound).
 	MaxParkings int
 
 	// Retry is the policy of the undo and notify calls (default
@@ -175,9 +177,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxReplayDelay == 0 {
 		c.MaxReplayDelay = max(DefaultMaxReplayDelay, c.ReplayAfter)
-	}
-	if c.MaxParkings == 0 {
-		c.MaxParkings = DefaultMaxParkings
 	}
 	return c
 }

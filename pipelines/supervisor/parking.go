@@ -25,9 +25,9 @@ var ErrOutOfParkings = errors.New("compensation out of parkings")
 // letter (the stage after it splits them on Failure.Transient):
 //
 //   - the value becomes the event's bytes as they came;
-//   - a transient failure of a compensation parked maxParkings times
-//     already (kafkasink.Parkings: counted on the records of the retry
-//     topic) is permanent, wrapping ErrOutOfParkings;
+//   - with maxParkings set, a transient failure of a compensation parked
+//     that many times already (kafkasink.Parkings: counted on the records
+//     of the retry topic) is permanent, wrapping ErrOutOfParkings;
 //   - parkings are logged as warnings, dead letters as errors.
 //
 // The sinks keep the headers: a parked or dead-lettered replay keeps its
@@ -69,7 +69,7 @@ func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
 		id, f.Value = ev.Progress.Request.ID, ev.raw
 	}
 	parked := kafkasink.Parkings(&m.Envelope, t.retryTopic)
-	if f.Transient && parked >= t.maxParkings {
+	if f.Transient && t.maxParkings > 0 && parked >= t.maxParkings {
 		f.Transient = false
 		f.Err = fmt.Errorf("%w: parked %d times, failed again: %w", ErrOutOfParkings, parked, f.Err)
 	}

@@ -24,6 +24,10 @@ type ServerConfig struct {
 	// Addr to listen on (default 127.0.0.1:9464: loopback only; bind a
 	// public address on purpose).
 	Addr string
+	// Listener, if set, is served instead of listening on Addr: a worker
+	// listens before it joins its consumer group, so that a taken address
+	// stops it before it holds partitions.
+	Listener net.Listener
 	// Gatherer serves /metrics (usually the *prometheus.Registry the
 	// Metrics were registered on).
 	Gatherer prometheus.Gatherer
@@ -128,9 +132,11 @@ func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan erro
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:9464"
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return "", nil, err
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return "", nil, err
+		}
 	}
 	srv := &http.Server{Handler: Handler(cfg), ReadHeaderTimeout: 5 * time.Second}
 	ch := make(chan error, 1)

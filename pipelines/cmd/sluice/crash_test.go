@@ -33,6 +33,7 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
 		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),
 		kfake.SeedTopics(4, "delivery-failures-retry"), kfake.SeedTopics(1, "delivery-compensation-dead-letters"),
+		kfake.SeedTopics(4, "delivery-requests-retry"),
 		kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +70,8 @@ func killWorkers(t *testing.T, brokers []string) {
 		}
 		t.Cleanup(func() { log.Close() })
 		cmd := exec.Command(bin, "run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
-			"-redis", redisAddr, "-listen", "127.0.0.1:0", "-session-timeout", "1s", "-parallelism", "128")
+			"-redis", redisAddr, "-listen", "127.0.0.1:0", "-session-timeout", "1s", "-parallelism", "128",
+			"-replay-after", "200ms", "-max-replay-delay", "2s")
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

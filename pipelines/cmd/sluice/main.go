@@ -41,9 +41,11 @@ func usage() error {
 	return fmt.Errorf(`usage:
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
               [-transient 0.01] [-permanent 0] [-listen 127.0.0.1:9464]
-  sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-tls] [-sasl-mechanism M] ...
+  sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-instance-id ID]
+              [-retry-topic T] [-replay-after D] [-max-replay-delay D] [-max-parkings N] [-tls] [-sasl-mechanism M] ...
+  sluice run delivery [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
   sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
-              [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 10] ...
+              [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 0 (no bound)] ...
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D]
   sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
 Flags of run and loadgen default to $SLUICE_* variables (-h lists them).`)
@@ -127,9 +129,10 @@ func run(args []string) error {
 }
 
 // defaultTopics are the topics the dev broker creates: the scheduler's
-// requests, failures (compensation events) and dead letters, and the
-// supervisor's retry and dead-letter topics.
-const defaultTopics = "delivery-requests,delivery-failures,delivery-dead-letters,delivery-failures-retry,delivery-compensation-dead-letters"
+// requests, failures (compensation events), dead letters and retry topic
+// (parked requests), and the supervisor's retry and dead-letter topics.
+const defaultTopics = "delivery-requests,delivery-failures,delivery-dead-letters,delivery-requests-retry," +
+	"delivery-failures-retry,delivery-compensation-dead-letters"
 
 func splitComma(s string) []string {
 	var out []string

@@ -23,7 +23,7 @@ import (
 // worker's /metrics that requests flowed through every step.
 func TestWorkersAgainstABroker(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "delivery-requests", "delivery-failures", "delivery-dead-letters",
-		"delivery-failures-retry", "delivery-compensation-dead-letters"))
+		"delivery-failures-retry", "delivery-compensation-dead-letters", "delivery-requests-retry"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,20 +149,24 @@ func TestWorkerRetryPolicyFlags(t *testing.T) {
 	t.Setenv("SLUICE_RETRY_INTERACTIVE_MAX_ATTEMPTS", "4")
 	err = runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-retry-policies", "../../../docs/retry-policies.json",
 		"-retry-policy", "drone-scheduler"})
-	if err == nil || strings.Contains(err.Error(), "retry") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+	if err == nil || strings.Contains(err.Error(), "retry polic") || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("a good policy should get as far as the unreachable broker: %v", err)
 	}
 }
 
-// The supervisor's parking flags are checked before it connects, each
-// error naming its flag; the defaults come from the environment.
-func TestSupervisorParkingFlags(t *testing.T) {
+// The workers' parking flags are checked before they connect, each error
+// naming its flag; the defaults come from the environment.
+func TestWorkerParkingFlags(t *testing.T) {
 	ctx := context.Background()
+	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-max-parkings", "0"}); err == nil ||
+		!strings.Contains(err.Error(), "-max-parkings") || strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("delivery -max-parkings 0: %v, want an error naming it before connecting", err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-max-parkings", "0"}, "-max-parkings"},
+		{[]string{"-max-parkings", "-1"}, "-max-parkings"},
 		{[]string{"-retry-topic", ""}, "-retry-topic"},
 		{[]string{"-supervisor-dead-letter-topic", "same", "-retry-topic", "same"}, "must differ"},
 		{[]string{"-replay-after", "1m", "-max-replay-delay", "10s"}, "-max-replay-delay"},
@@ -183,11 +187,12 @@ func TestSupervisorParkingFlags(t *testing.T) {
 	}
 }
 
-// A topic a worker writes to that does not exist stops it at start, named,
-// before it reads anything. (Found in review: the scheduler started and
-// then stopped at the first bad request, "producing to topic
-// delivery-dead-letters: UNKNOWN_TOPIC_OR_PARTITION", and its restart
-// stopped at the same request again.)
+// A topic a worker reads or writes that does not exist stops it at start,
+// named, before it joins its consumer group. (Found in review: the
+// scheduler started and then stopped at the first bad request, "producing
+// to topic delivery-dead-letters: UNKNOWN_TOPIC_OR_PARTITION", and its
+// restart stopped at the same request again, each time holding partitions
+// for a while.)
 func TestWorkerChecksTheTopicsItWritesTo(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "delivery-requests", "delivery-failures", "delivery-failures-retry"))
 	if err != nil {
@@ -201,6 +206,9 @@ func TestWorkerChecksTheTopicsItWritesTo(t *testing.T) {
 		err := runWorker(ctx, []string{which, "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
 		if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "unknown topic") {
 			t.Errorf("%s: %v, want an error naming the missing topic %s", which, err, missing)
+		}
+		if gi := c.GroupInfo("sluice-" + which); gi != nil {
+			t.Errorf("%s joined its group (now %s) before it checked its topics", which, gi.State)
 		}
 	}
 }

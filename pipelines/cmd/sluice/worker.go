@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -76,6 +77,11 @@ func envDuration(name string, def time.Duration) (time.Duration, error) {
 
 // runWorker runs `sluice run delivery|supervisor` against a real cluster
 // until SIGINT/SIGTERM, then drains and commits.
+//
+// Everything the worker needs is checked before it joins its consumer
+// group — the topics it reads and writes, Redis, its listen address — so
+// that a misconfigured worker, restarted again and again, never holds
+// partitions away from the healthy ones.
 func runWorker(ctx context.Context, args []string) error {
 	if len(args) == 0 || (args[0] != "delivery" && args[0] != "supervisor") {
 		return errors.New("usage: sluice run delivery|supervisor [flags]; -h for the flags")
@@ -84,37 +90,43 @@ func runWorker(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run "+which, flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
-	requests := fs.String("requests-topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic of delivery requests")
-	failures := fs.String("failures-topic", env("SLUICE_FAILURES_TOPIC", "delivery-failures"), "topic of compensation events")
-	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"), "topic of the scheduler's dead letters (requests it cannot process)")
-	group := fs.String("group", env("SLUICE_GROUP", "sluice-"+which), "consumer group")
-	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services`)
-	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends")
-	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address")
-	parallelism := fs.Int("parallelism", 1024, "calls in flight per step at most")
-	sessionDef, err := envDuration("SLUICE_SESSION_TIMEOUT", 45*time.Second)
+	requests := fs.String("requests-topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic of delivery requests ($SLUICE_REQUESTS_TOPIC)")
+	failures := fs.String("failures-topic", env("SLUICE_FAILURES_TOPIC", "delivery-failures"), "topic of compensation events ($SLUICE_FAILURES_TOPIC)")
+	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"),
+		"topic of the scheduler's dead letters: malformed and invalid requests ($SLUICE_DEAD_LETTER_TOPIC)")
+	group := fs.String("group", env("SLUICE_GROUP", "sluice-"+which), "consumer group ($SLUICE_GROUP)")
+	instance := fs.String("instance-id", env("SLUICE_INSTANCE_ID", ""),
+		"static group membership ($SLUICE_INSTANCE_ID, e.g. the pod's name): a restarted worker with the same id takes its partitions back at once, with no rebalance")
+	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services ($SLUICE_BACKENDS)`)
+	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends ($SLUICE_REDIS)")
+	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address ($SLUICE_LISTEN)")
+	parDef, err := envInt("SLUICE_PARALLELISM", delivery.DefaultParallelism)
+	if err != nil {
+		return err
+	}
+	parallelism := fs.Int("parallelism", parDef, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it ($SLUICE_PARALLELISM)")
+	sessionDef, err := envDuration("SLUICE_SESSION_TIMEOUT", 10*time.Second)
 	if err != nil {
 		return err
 	}
 	session := fs.Duration("session-timeout", sessionDef,
 		"how long the group waits for a silent worker before its partitions move to the others ($SLUICE_SESSION_TIMEOUT)")
 	policiesFile := fs.String("retry-policies", env("SLUICE_RETRY_POLICIES", ""),
-		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
+		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields ($SLUICE_RETRY_POLICIES)")
 	policyName := fs.String("retry-policy", env("SLUICE_RETRY_POLICY", ""),
-		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor)`)
-	var sup supervisorFlags
-	if which == "supervisor" {
-		if err := sup.register(fs); err != nil {
-			return err
-		}
+		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor) ($SLUICE_RETRY_POLICY)`)
+	var rf replayFlags
+	if err := rf.register(fs, which); err != nil {
+		return err
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if which == "supervisor" {
-		if err := sup.validate(); err != nil {
-			return err
-		}
+	if err := rf.validate(which); err != nil {
+		return err
+	}
+	if *parallelism < 1 {
+		return fmt.Errorf("-parallelism %d: must be at least 1", *parallelism)
 	}
 	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
 	if err != nil {
@@ -134,47 +146,84 @@ func runWorker(ctx context.Context, args []string) error {
 		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond},
 			delivery.NewLedger(), loadgen.SuspendedOwner)
 	} else {
-		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(4**parallelism))
+		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(len(delivery.Steps)**parallelism))
 	}
-	topic := *requests
+	input, outputs := *requests, []string{*failures, *dead}
 	if which == "supervisor" {
-		topic = *failures
+		input, outputs = *failures, []string{rf.deadLetterTopic}
 	}
-	groupOpts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(max(100*time.Millisecond, *session/10))}
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{topic}, Logger: logger, Opts: groupOpts})
+
+	// Before joining: the cluster and every topic, Redis, the address.
+	producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if src != nil { // not yet closed: an error before the run
-			src.Close(context.Background())
+	defer producer.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = kafka.CheckTopics(cctx, producer, append([]string{input, rf.retryTopic}, outputs...)...)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("the %s worker's topics: %w", which, err)
+	}
+	var rc *redis.Client
+	if which == "delivery" && *redisAddr != "" {
+		rc = redis.NewClient(&redis.Options{Addr: *redisAddr})
+		defer rc.Close()
+		if err := delivery.CheckRedis(ctx, rc); err != nil {
+			return fmt.Errorf("redis at %s: %w", *redisAddr, err)
 		}
-	}()
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("-listen: %w", err)
+	}
+	defer ln.Close()
+
+	// Join: the input and the replays of what was parked.
+	groupOpts := func(suffix string) []kgo.Opt {
+		opts := []kgo.Opt{kgo.SessionTimeout(*session), kgo.HeartbeatInterval(max(100*time.Millisecond, *session/10))}
+		if *instance != "" {
+			opts = append(opts, kgo.InstanceID(*instance+suffix))
+		}
+		return opts
+	}
+	replayGroup := rf.replayGroup
+	if replayGroup == "" {
+		replayGroup = *group + "-replay"
+	}
+	members := &membership{cl: producer, logger: logger, instance: *instance}
+	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{input}, Logger: logger, Opts: groupOpts("")})
+	if err != nil {
+		return err
+	}
+	members.add(src, *group, "")
+	defer members.close()
+	replay, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: replayGroup, Topics: []string{rf.retryTopic},
+		Logger: logger, Opts: groupOpts("-replay")})
+	if err != nil {
+		return fmt.Errorf("the %s worker's retry topic: %w", which, err)
+	}
+	members.add(replay, replayGroup, "-replay")
 	reg := prometheus.NewRegistry()
 	m, err := observe.New(reg, which)
 	if err != nil {
 		return err
 	}
 	m.KafkaSource(src)
+	rm, err := observe.New(reg, which+"-replay")
+	if err != nil {
+		return err
+	}
+	rm.KafkaSource(replay)
+
 	var g *stream.Graph
 	switch which {
 	case "delivery":
-		producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
-		if err != nil {
-			return err
-		}
-		defer producer.Close()
-		if err := kafka.CheckTopics(ctx, producer, *failures, *dead); err != nil {
-			return fmt.Errorf("the scheduler writes to: %w", err)
-		}
 		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
-			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger}
-		if *redisAddr != "" {
-			rc := redis.NewClient(&redis.Options{Addr: *redisAddr})
-			defer rc.Close()
-			if err := delivery.CheckRedis(ctx, rc); err != nil {
-				return fmt.Errorf("redis at %s: %w", *redisAddr, err)
-			}
+			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger,
+			ParkTopic: rf.retryTopic, Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter,
+			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings}
+		if rc != nil {
 			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
 			defer steps.Close()
 			cfg.Steps, cfg.NonIdempotent = steps, []delivery.Step{delivery.StepDrone}
@@ -185,58 +234,42 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		g = sch.Graph
 	case "supervisor":
-		producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
-		if err != nil {
-			return err
-		}
-		defer producer.Close()
-		if err := kafka.CheckTopics(ctx, producer, sup.deadLetterTopic); err != nil {
-			return fmt.Errorf("the supervisor writes to: %w", err)
-		}
-		replayGroup := sup.replayGroup
-		if replayGroup == "" {
-			replayGroup = *group + "-replay"
-		}
-		replay, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: replayGroup, Topics: []string{sup.retryTopic},
-			Logger: logger, Opts: groupOpts})
-		if err != nil {
-			return fmt.Errorf("the supervisor's retry topic: %w", err)
-		}
-		defer func() {
-			if err := replay.Close(context.Background()); err != nil {
-				logger.Warn("closing the replay source", "err", err)
-			}
-		}()
-		rm, err := observe.New(reg, "supervisor-replay")
-		if err != nil {
-			return err
-		}
-		rm.KafkaSource(replay)
 		if g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: backends,
 			Notifier: supervisor.NewNotifications(), Retry: retry, Metrics: m, Logger: logger,
-			Producer: producer, RetryTopic: sup.retryTopic, DeadLetterTopic: sup.deadLetterTopic,
-			Replay: replay, ReplayCommitter: replay, ReplayAfter: sup.replayAfter, MaxReplayDelay: sup.maxReplayDelay,
-			MaxParkings: sup.maxParkings}); err != nil {
+			Producer: producer, RetryTopic: rf.retryTopic, DeadLetterTopic: rf.deadLetterTopic,
+			Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter, MaxReplayDelay: rf.maxReplayDelay,
+			MaxParkings: rf.maxParkings}); err != nil {
 			return err
 		}
+	}
+	ready := func(ctx context.Context) error {
+		if err := src.Ready(ctx); err != nil {
+			return err
+		}
+		if err := replay.Ready(ctx); err != nil {
+			return fmt.Errorf("replays: %w", err)
+		}
+		if rc != nil {
+			if err := rc.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis at %s: %w", *redisAddr, err)
+			}
+		}
+		return nil
 	}
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
-	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: *listen, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: src.Ready})
+	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: ln, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: ready})
 	if err != nil {
 		return err
 	}
-	attrs := []any{"pipeline", which, "topic", topic, "group", *group, "metrics", "http://" + addr + "/metrics"}
-	if which == "supervisor" {
-		attrs = append(attrs, "retry_topic", sup.retryTopic, "dead_letter_topic", sup.deadLetterTopic)
-	}
-	logger.Info("worker running", attrs...)
+	logger.Info("worker running", "pipeline", which, "topic", input, "group", *group, "retry_topic", rf.retryTopic,
+		"instance_id", *instance, "metrics", "http://"+addr+"/metrics")
 	if onListen != nil {
 		onListen(which, addr)
 	}
 	runErr := g.Run(ctx)
-	closeErr := src.Close(context.Background())
-	src = nil
+	members.leave = runErr != nil // a worker that fails hands its partitions over at once, static member or not
+	closeErr := members.close()
 	stopSrv()
 	<-served
 	return errors.Join(runErr, closeErr)

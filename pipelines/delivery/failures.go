@@ -1,0 +1,188 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	json "github.com/goccy/go-json"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// A failed copy of a request ends in exactly one of these: only malformed
+// and invalid requests are dead letters; a transient failure that
+// outlasted the retries is parked and replayed; a request that failed for
+// good goes to the supervisor, unless another copy of it completed (a
+// duplicate, a replay after a crash) or a compensation already ran: then
+// this copy's failure is no outcome of the request and is settled quietly.
+type verdict int
+
+const (
+	deadLetter verdict = iota
+	park
+	compensate
+	alreadyDelivered
+	alreadyCancelled
+)
+
+var verdictStage = [...]string{"dead-letters", "park", "compensation-events", "already-delivered", "already-cancelled"}
+
+// judged is a failed copy with the parkings it had before and its
+// verdict.
+type judged struct {
+	stream.Failure
+	parked  int
+	verdict verdict
+}
+
+// judge decides the verdict of each failure. For a request that failed for
+// good it asks the deliveries service whether another copy completed or a
+// compensation ran; if the service cannot tell now, the request is parked
+// (or, out of parkings, compensated: the supervisor's undos are harmless
+// for what was never done, and a compensated request stays cancelled).
+type judge struct {
+	deliveries  Deliveries
+	parkTopic   string // "" without parking
+	maxParkings int
+}
+
+func (j *judge) decide(ctx context.Context, v judged) verdict {
+	p, ok := v.Value.(*Progress)
+	if !ok {
+		return deadLetter // failed to parse or validate: the value is the record's bytes
+	}
+	canPark := j.parkTopic != "" && v.parked < j.maxParkings
+	if v.Transient && canPark {
+		return park
+	}
+	st, err := j.state(ctx, p.Request.ID)
+	switch {
+	case err != nil && canPark:
+		return park
+	case err != nil:
+		return compensate
+	case st == Delivered:
+		return alreadyDelivered
+	case st == Cancelled:
+		return alreadyCancelled
+	}
+	return compensate
+}
+
+// state asks the deliveries service, retrying a few times within 2 s.
+func (j *judge) state(ctx context.Context, id string) (st DeliveryState, err error) {
+	wait := 20 * time.Millisecond
+	for range 5 {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		st, err = j.deliveries.State(cctx, id)
+		cancel()
+		if err == nil || !stream.Classify(err).Transient {
+			return st, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		wait *= 2
+	}
+	return st, err
+}
+
+// routeFailures connects the pipeline's failures to where they end:
+//
+//	failures -> judge-failures -> route-failures -> dead-letters
+//	                                             -> park (ParkTopic, replayed)
+//	                                             -> compensation-events (FailuresTopic)
+//	                                             -> already-delivered, already-cancelled (settled)
+func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
+	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings}
+	if cfg.Replay != nil {
+		j.parkTopic = cfg.ParkTopic
+	}
+	// The parkings a failed copy had come from its envelope (a replay from
+	// the park topic counts them), which MapAsync's function does not see.
+	prepared := stream.Via(g.Failures(), stream.FlowFunc[stream.Failure, judged](func(ctx context.Context,
+		in *stream.Inlet[stream.Failure], out *stream.Outlet[judged]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, m := range b.Items {
+				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic)}
+				if err := out.Send(ctx, stream.WithValue(m, v)); err != nil {
+					b.Release()
+					return err
+				}
+			}
+			b.Release()
+		}
+	}), stream.Name("failures"))
+	// On the failure path a stage has nowhere to fail to: decide returns
+	// no error (a panic in it, a bug, stops the pipeline with the failure
+	// unsettled).
+	decided := stream.Via(prepared, stream.Flow[judged, judged](flow.MapAsync(64, func(ctx context.Context, v judged) (judged, error) {
+		v.verdict = j.decide(ctx, v)
+		return v, nil
+	})), stream.Name("judge-failures"))
+	outs, _ := stream.Route(decided, len(verdictStage), func(v judged) (int, error) { return int(v.verdict), nil },
+		stream.Name("route-failures"))
+	failure := func(v judged) (stream.Failure, error) { return v.Failure, nil }
+	to := func(v verdict, k stream.Sink[stream.Failure], mapFn func(judged) (stream.Failure, error)) {
+		f := stream.Via(outs[v], flow.Map(mapFn), stream.Name("to-"+verdictStage[v]))
+		stream.To(f, k, stream.Name(verdictStage[v]))
+	}
+	to(deadLetter, kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic), failure)
+	to(compensate, kafkasink.NewSink(cfg.Producer, compensationRecord(cfg.FailuresTopic)).SettleAs(stream.DeadLettered), failure)
+	to(alreadyDelivered, sink.Discard[stream.Failure](), failure)
+	to(alreadyCancelled, sink.Discard[stream.Failure](), failure)
+	if j.parkTopic == "" {
+		stream.To(outs[park], sink.Discard[judged](), stream.Name("park")) // never taken without parking
+		return
+	}
+	// A parked request is its record's bytes as they came, replayed from
+	// the start (the steps skip what is done).
+	raw := func(v judged) (stream.Failure, error) {
+		v.Failure.Value = v.Failure.Value.(*Progress).Raw
+		return v.Failure, nil
+	}
+	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, kafkasink.Backoff(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay)), raw)
+}
+
+// compensationRecord encodes a request that failed for good as the event
+// the supervisor acts on. The reason is capped: an error's text (a
+// service's answer) can be as large as the service likes, and an event too
+// large to write would stop the scheduler.
+func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
+	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
+		p := m.Value.Value.(*Progress)
+		ev := Compensation{Progress: *p, Stage: m.Value.Stage, Reason: capReason(fmt.Sprint(m.Value.Err))}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		return &kgo.Record{Topic: topic, Key: []byte(p.Request.ID), Value: b}, nil
+	}
+}
+
+// maxReason bounds the reason a compensation event carries.
+const maxReason = 4 << 10
+
+func capReason(r string) string {
+	if len(r) <= maxReason {
+		return r
+	}
+	return fmt.Sprintf("%s... (%d bytes, truncated)", strings.ToValidUTF8(r[:maxReason], ""), len(r))
+}
