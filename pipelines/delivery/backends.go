@@ -28,10 +28,13 @@ type (
 	ThirdParty interface {
 		Needed(ctx context.Context, r Request) (bool, error)
 	}
-	// Drones schedules and cancels the pickup drone.
+	// Drones schedules and cancels the pickup drone, and tells whether one
+	// is booked for a delivery (which resolves a booking whose answer was
+	// lost: a worker killed mid-call, a call timed out).
 	Drones interface {
 		Schedule(ctx context.Context, id string, pickup Location) (droneID string, err error)
 		Cancel(ctx context.Context, id string) error
+		Booking(ctx context.Context, id string) (droneID string, booked bool, err error)
 	}
 	// Deliveries creates and deletes the delivery record, and tells its
 	// state: the last step creates it, so a live record means some copy of
@@ -245,6 +248,18 @@ func (d *simDrones) Cancel(ctx context.Context, id string) error {
 	}
 	d.l.del(svcDrones, id)
 	return nil
+}
+
+// Booking reads the booking; like an undo it may fail transiently, never
+// for good.
+func (d *simDrones) Booking(ctx context.Context, id string) (string, bool, error) {
+	if err := d.undo(ctx); err != nil {
+		return "", false, err
+	}
+	if d.l.get("drones", id).live {
+		return "drone-for-" + id, true, nil
+	}
+	return "", false, nil
 }
 
 type simDeliveries struct {

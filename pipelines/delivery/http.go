@@ -25,6 +25,7 @@ import (
 //	POST   /third-party/check  (Request)    {"needed": bool}
 //	PUT    /drones/{id}        (Location)   {"drone_id": "..."}, 422 no drone base
 //	DELETE /drones/{id}
+//	GET    /drones/{id}                     {"drone_id": "...", "booked": bool}
 //	PUT    /deliveries/{id}    (Progress)   create-or-update
 //	DELETE /deliveries/{id}
 //	GET    /deliveries/{id}                 {"state": "absent"|"live"|"cancelled"}
@@ -63,6 +64,10 @@ func HTTPHandler(b Backends) http.Handler {
 	})
 	mux.HandleFunc("DELETE /drones/{id}", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, nil, b.Drones.Cancel(r.Context(), r.PathValue("id")))
+	})
+	mux.HandleFunc("GET /drones/{id}", func(w http.ResponseWriter, r *http.Request) {
+		drone, booked, err := b.Drones.Booking(r.Context(), r.PathValue("id"))
+		reply(w, map[string]any{"drone_id": drone, "booked": booked}, err)
 	})
 	mux.HandleFunc("PUT /deliveries/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var p Progress
@@ -219,6 +224,15 @@ func (d httpDrones) Schedule(ctx context.Context, id string, pickup Location) (s
 
 func (d httpDrones) Cancel(ctx context.Context, id string) error {
 	return d.c.do(ctx, http.MethodDelete, "/drones/"+url.PathEscape(id), nil, nil)
+}
+
+func (d httpDrones) Booking(ctx context.Context, id string) (string, bool, error) {
+	var out struct {
+		DroneID string `json:"drone_id"`
+		Booked  bool   `json:"booked"`
+	}
+	err := d.c.do(ctx, http.MethodGet, "/drones/"+url.PathEscape(id), nil, &out)
+	return out.DroneID, out.Booked, err
 }
 
 type httpDeliveries struct{ c *httpClient }

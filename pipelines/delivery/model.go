@@ -125,8 +125,11 @@ type Progress struct {
 	// Raw is the request's record as it came, which a parking writes back
 	// unchanged.
 	Raw []byte `json:"-"`
-	// mark identifies this copy of the request in step records (mode b).
-	mark string
+	// mark identifies this copy of the request in step records (mode b);
+	// unknown names a recorded step whose call by this copy went
+	// unanswered, so that its own mark does not make a retry call again.
+	mark    string
+	unknown Step
 }
 
 // Compensation is the failure event the supervisor acts on: the request,

@@ -16,14 +16,13 @@ import (
 // ErrOutcomeUnknown fails a request whose non-idempotent step was called
 // and never answered: a worker crashed mid-call, or the attempt timed out or
 // lost its connection. The service may have acted; calling again could act
-// twice, so the request is compensated instead (the supervisor undoes the
-// step, which is harmless if it had not acted).
-//
-// Found on a step that another copy of the request started (a duplicate, a
-// copy replayed after a crash), it is transient: that copy may still finish
-// the step, and a replay of this one then skips it. Found again after the
-// request's parkings, it is compensated.
-var ErrOutcomeUnknown = errors.New("outcome of a non-idempotent step is unknown; compensating rather than risking it twice")
+// twice. It is transient while the call may still be in flight (the mark
+// is younger than SchedulerConfig.StaleAfter): a later try, or a replay,
+// looks again. Then, if the step has a lookup (the drone service's
+// Booking), the service says what happened and the request goes on —
+// recorded done, or called again; without one the request is compensated
+// (the supervisor undoes the step, which is harmless if it had not acted).
+var ErrOutcomeUnknown = errors.New("outcome of a non-idempotent step is unknown")
 
 // ErrStoreOutage ends the scheduler when the step store has been
 // unreachable for longer than SchedulerConfig.MaxStoreOutage.
@@ -33,64 +32,124 @@ var ErrStoreOutage = errors.New("step store unreachable")
 // (only when it succeeds).
 type stepFunc func(ctx context.Context, p *Progress) error
 
-// recorded wraps a step that is not idempotent. A request that completed it
-// before (a replay) skips it and gets the recorded value back; one whose
-// step another copy started fails with ErrOutcomeUnknown, transient (see
-// there). Marks name the copy of the request (its *Progress) that wrote
-// them, so a copy's own retry is not mistaken for a stranger's. Otherwise
-// the call is marked started (in the same round trip as the read), made,
-// and then recorded done — or, if the service answered that it did not
-// act, the mark is cleared so that a retry may call again.
+// stepLookup asks a step's service whether the step acted for p's request
+// and with what value (the drone id).
+type stepLookup func(ctx context.Context, p *Progress) (value string, done bool, err error)
+
+// recordedStep is a step that is not idempotent, with its records.
+type recordedStep struct {
+	store      StepStore
+	wait       *storeWaiter
+	step       Step
+	call       stepFunc
+	lookup     stepLookup // nil: an unknown outcome is compensated
+	staleAfter time.Duration
+}
+
+// run runs the step once for p. A request that completed it before (a
+// replay) skips it and gets the recorded value back. Otherwise the call
+// is marked started by this copy of the request (its *Progress; in the
+// same round trip as the read), made, and then recorded done — or, if
+// the service answered that it did not act, the mark is cleared so that a
+// retry may call again. A step that another copy started, or whose call
+// by this copy ended without an answer, has an unknown outcome (see
+// ErrOutcomeUnknown).
 //
 // The step store may be down for a while (see storeWaiter): the request
 // waits for it, before the call and after it; a call that acted is never
 // forgotten because its record could not be written at once.
-func recorded(store StepStore, w *storeWaiter, step Step, fn stepFunc) stepFunc {
-	return func(ctx context.Context, p *Progress) error {
-		id := p.Request.ID
-		if p.mark == "" {
-			p.mark = strconv.FormatUint(rand.Uint64(), 36)
-		}
-		var rec StepState
-		err := w.wait(ctx, false, func(ctx context.Context) (err error) {
-			rec, err = store.Begin(ctx, id, step, p.mark)
+func (r *recordedStep) run(ctx context.Context, p *Progress) error {
+	id, step := p.Request.ID, r.step
+	if p.mark == "" {
+		p.mark = strconv.FormatUint(rand.Uint64(), 36)
+	}
+	var rec StepState
+	err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
+		rec, err = r.store.Begin(ctx, id, step, p.mark)
+		return err
+	})
+	if err != nil {
+		return err // if the mark was written it is this copy's: its retry knows it called nothing
+	}
+	switch {
+	case rec.Done:
+		r.learned(p, rec.Value)
+		return nil
+	case rec.StartedBy != "" && (rec.StartedBy != p.mark || p.unknown == step):
+		if done, err := r.resolve(ctx, p, rec); err != nil || done {
 			return err
-		})
-		if err != nil {
-			// If the mark was written, it is this copy's: its retry knows
-			// it called nothing.
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
+	}
+	callErr := r.call(ctx, p)
+	switch {
+	case callErr == nil:
+		value := ""
+		if step == StepDrone {
+			value = p.DroneID
+		}
+		return r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Record(ctx, id, step, value) })
+	case outcomeUnknown(callErr):
+		p.unknown = step
+		return stream.Transient(fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr))
+	default:
+		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Abandon(ctx, id, step) }); err != nil {
 			return err
 		}
-		if rec.Done {
-			if step == StepDrone {
-				p.DroneID = rec.Value
-			}
-			return nil
+		return callErr
+	}
+}
+
+// resolve handles a step whose outcome is unknown (rec: started by another
+// copy, or by this one whose call went unanswered). While the call may
+// still be in flight it fails, transient; then it asks the service: a step
+// that acted is recorded done (done: p learned its value), one that did
+// not is taken over by this copy, to be called.
+func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState) (done bool, err error) {
+	id, step := p.Request.ID, r.step
+	age := time.Since(rec.StartedAt)
+	if rec.StartedAt.IsZero() {
+		age = r.staleAfter + 1 // a record that does not say when is old
+	}
+	if age <= r.staleAfter {
+		return false, stream.Transient(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
+			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown))
+	}
+	if r.lookup == nil {
+		return false, fmt.Errorf("%s of %s, started %v ago and never answered: %w", step, id, age.Round(time.Second), ErrOutcomeUnknown)
+	}
+	value, acted, err := r.lookup(ctx, p)
+	if err != nil {
+		return false, stream.Transient(fmt.Errorf("%s of %s: asking the service what the unanswered call did: %w", step, id, err))
+	}
+	if acted {
+		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Record(ctx, id, step, value) }); err != nil {
+			return false, err
 		}
-		if rec.StartedBy != "" && rec.StartedBy != p.mark {
-			return stream.Transient(fmt.Errorf("%s of %s, started by another copy of the request: %w", step, id, ErrOutcomeUnknown))
-		}
-		if err := ctx.Err(); err != nil {
-			return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
-		}
-		callErr := fn(ctx, p)
-		switch {
-		case callErr == nil:
-			value := ""
-			if step == StepDrone {
-				value = p.DroneID
-			}
-			return w.wait(ctx, true, func(ctx context.Context) error { return store.Record(ctx, id, step, value) })
-		case outcomeUnknown(callErr):
-			// Not wrapped with %w: the cause (a timeout) would read as
-			// transient and be retried.
-			return fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr)
-		default:
-			if err := w.wait(ctx, true, func(ctx context.Context) error { return store.Abandon(ctx, id, step) }); err != nil {
-				return err
-			}
-			return callErr
-		}
+		r.learned(p, value)
+		p.unknown = ""
+		return true, nil
+	}
+	var took bool
+	if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
+		took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
+		return err
+	}); err != nil {
+		return false, err
+	}
+	if !took {
+		return false, stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
+	}
+	p.unknown = ""
+	return false, nil
+}
+
+// learned sets what a done step tells p.
+func (r *recordedStep) learned(p *Progress, value string) {
+	if r.step == StepDrone {
+		p.DroneID = value
 	}
 }
 

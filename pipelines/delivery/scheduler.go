@@ -69,6 +69,13 @@ type SchedulerConfig struct {
 	// made idempotent). Default: none; every step relies on PUT semantics.
 	Steps         StepStore
 	NonIdempotent []Step
+	// StaleAfter is how long a non-idempotent call may be in flight at its
+	// service (default 30 s, well beyond any attempt's timeout): a step
+	// started longer ago by a copy that never recorded its outcome (killed
+	// mid-call, or its call went unanswered) is resolved by asking the
+	// service (the drone service's Booking): done, it is recorded; not
+	// done, this copy calls it. Until then the request waits (parked).
+	StaleAfter time.Duration
 	// MaxStoreOutage is how long a recorded step waits for an unreachable
 	// step store (Redis) before the scheduler stops with an error naming
 	// it (default 2 min). Meanwhile requests wait at that step — its calls
@@ -139,6 +146,9 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	if cfg.MaxStoreOutage == 0 {
 		cfg.MaxStoreOutage = 2 * time.Minute
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 30 * time.Second
 	}
 	if cfg.ParkTopic != "" && (cfg.Replay == nil || cfg.ReplayCommitter == nil) {
 		return nil, fmt.Errorf("delivery scheduler: ParkTopic %q needs Replay and ReplayCommitter, to read it back", cfg.ParkTopic)
@@ -218,7 +228,13 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		step := st.step
 		keyed := false
 		if cfg.Steps != nil && slices.Contains(cfg.NonIdempotent, step) {
-			fn = recorded(cfg.Steps, waiter, step, fn)
+			rs := &recordedStep{store: cfg.Steps, wait: waiter, step: step, call: fn, staleAfter: cfg.StaleAfter}
+			if step == StepDrone {
+				rs.lookup = func(ctx context.Context, p *Progress) (string, bool, error) {
+					return b.Drones.Booking(ctx, p.Request.ID)
+				}
+			}
+			fn = rs.run
 			keyed = true
 		}
 		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step)})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,13 +28,22 @@ type StepStore interface {
 	// Abandon removes a started mark whose call certainly did not act (the
 	// service answered no), so that the step may be called again.
 	Abandon(ctx context.Context, id string, step Step) error
+	// TakeOver replaces the started mark from (as Begin returned it) with
+	// mark, unless the record changed meanwhile (another copy took it over,
+	// or recorded it done): it reports whether it did. A copy takes over a
+	// step whose starter is gone and whose call the service says did not
+	// act.
+	TakeOver(ctx context.Context, id string, step Step, from StepState, mark string) (bool, error)
 }
 
 // StepState is the record of one step of one request.
 type StepState struct {
 	Done      bool
-	Value     string // recorded with Done
-	StartedBy string // the mark of the copy that started it, if not done
+	Value     string    // recorded with Done
+	StartedBy string    // the mark of the copy that started it, if not done
+	StartedAt time.Time // when it started (zero for a record that does not say)
+
+	raw string // the record as stored, for TakeOver
 }
 
 // RedisSteps is a StepStore in Redis: one string per request and step
@@ -98,10 +108,15 @@ func CheckRedis(ctx context.Context, cl redis.UniversalClient) error {
 
 func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + string(step) }
 
+// startedValue is a started record: "s:<mark>@<unix ms>".
+func startedValue(mark string, at time.Time) string {
+	return "s:" + mark + "@" + strconv.FormatInt(at.UnixMilli(), 10)
+}
+
 // Begin marks the step started unless it has a record, and returns the
 // record as it was.
 func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
-	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: "s:" + mark}
+	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: startedValue(mark, time.Now())}
 	if err := s.do(ctx, op); err != nil {
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
@@ -113,12 +128,38 @@ func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark strin
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
 	if v, ok := strings.CutPrefix(old, "d:"); ok {
-		return StepState{Done: true, Value: v}, nil
+		return StepState{Done: true, Value: v, raw: old}, nil
 	}
 	if m, ok := strings.CutPrefix(old, "s:"); ok {
-		return StepState{StartedBy: m}, nil
+		st := StepState{StartedBy: m, raw: old}
+		if i := strings.LastIndexByte(m, '@'); i >= 0 {
+			if ms, err := strconv.ParseInt(m[i+1:], 10, 64); err == nil {
+				st.StartedBy, st.StartedAt = m[:i], time.UnixMilli(ms)
+			}
+		}
+		return st, nil
 	}
 	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
+}
+
+// takeOver sets KEYS[1] to ARGV[2] if it holds ARGV[1], keeping its TTL.
+var takeOver = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then
+	redis.call("SET", KEYS[1], ARGV[2], "KEEPTTL")
+	return 1
+end
+return 0`)
+
+// TakeOver replaces the started mark from with mark, if the record still
+// holds from.
+func (s *RedisSteps) TakeOver(ctx context.Context, id string, step Step, from StepState, mark string) (bool, error) {
+	if from.raw == "" || from.Done {
+		return false, fmt.Errorf("taking over the %s record of %s: %+v is no started record read by Begin", step, id, from)
+	}
+	n, err := takeOver.Run(ctx, s.cl, []string{stepKey(id, step)}, from.raw, startedValue(mark, time.Now())).Int()
+	if err != nil {
+		return false, fmt.Errorf("taking over the %s record of %s: %w", step, id, err)
+	}
+	return n == 1, nil
 }
 
 // Record writes that a request completed a step.

@@ -205,7 +205,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: lat, Logger: cfg.Logger, DrainTimeout: drain,
 			Steps: steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
 			ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,
-			ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
+			ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, StaleAfter: staleAfter}
 		pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: backends, Notifier: notes,
 			Logger: cfg.Logger, DrainTimeout: drain, Producer: producer, RetryTopic: topicRetry,
 			DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,

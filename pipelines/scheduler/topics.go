@@ -29,9 +29,13 @@ const (
 // The scheduler and the supervisor replay a parked request or compensation
 // after replayAfter, doubling up to maxReplayDelay: a demo lasts seconds,
 // not the minutes a deployment gives a service to come back.
+// A drone booking left unanswered (a crash mid-call, a timeout) is looked
+// up at the drone service after staleAfter: the simulated services answer
+// within milliseconds.
 const (
 	replayAfter    = 500 * time.Millisecond
 	maxReplayDelay = 4 * time.Second
+	staleAfter     = 2 * time.Second
 )
 
 // createTopics creates the topics that do not exist yet.

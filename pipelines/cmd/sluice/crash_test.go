@@ -71,7 +71,7 @@ func killWorkers(t *testing.T, brokers []string) {
 		t.Cleanup(func() { log.Close() })
 		cmd := exec.Command(bin, "run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
 			"-redis", redisAddr, "-listen", "127.0.0.1:0", "-session-timeout", "1s", "-parallelism", "128",
-			"-replay-after", "200ms", "-max-replay-delay", "2s")
+			"-replay-after", "200ms", "-max-replay-delay", "2s", "-stale-after", "2s")
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -105,6 +105,12 @@ func runWorker(ctx context.Context, args []string) error {
 		return err
 	}
 	parallelism := fs.Int("parallelism", parDef, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it ($SLUICE_PARALLELISM)")
+	staleDef, err := envDuration("SLUICE_STALE_AFTER", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	staleAfter := fs.Duration("stale-after", staleDef,
+		"how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there ($SLUICE_STALE_AFTER)")
 	sessionDef, err := envDuration("SLUICE_SESSION_TIMEOUT", 10*time.Second)
 	if err != nil {
 		return err
@@ -222,7 +228,7 @@ func runWorker(ctx context.Context, args []string) error {
 		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
 			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger,
 			ParkTopic: rf.retryTopic, Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter,
-			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings}
+			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: *staleAfter}
 		if rc != nil {
 			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
 			defer steps.Close()
