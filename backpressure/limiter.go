@@ -18,7 +18,9 @@ type Limiter interface {
 
 // Sample describes one finished call.
 type Sample struct {
-	// Latency is how long the call took.
+	// Latency is how long the call took: from its start, or, in a
+	// flow.MapAsync stage with flow.TimeoutFromSend, from when it sent its
+	// request (the service's latency, without the worker's own queueing).
 	Latency time.Duration
 	// InFlight is the number of calls in flight when it started, itself
 	// included.

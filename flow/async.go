@@ -70,10 +70,11 @@ type AsyncStats struct {
 // overall or per key.
 //
 // fn gets a context that is cancelled when the pipeline stops (and after
-// CallTimeout); it must return when it is. An error fails the message to
-// the failure stream, a panic too; stream.Fatal(err) ends the pipeline. A
-// call cut short by the pipeline's own shutdown leaves its message
-// unsettled, to be replayed. A panic in a function the options give for a
+// CallTimeout, counted from the call's start or, with TimeoutFromSend,
+// from when fn says it sent its request: Sent); it must
+// return when it is. An error fails the message to the failure stream, a
+// panic too; stream.Fatal(err) ends the pipeline. A call cut short by the
+// pipeline's own shutdown leaves its message unsettled, to be replayed. A panic in a function the options give for a
 // message (the KeyBy key, Classifier, OnCall, OnRetry, OnDone, the
 // WithLimiter limiter's Observe, the Breaker's OnStateChange) also fails
 // just that message, with a *stream.PanicError, wherever it ran.
@@ -187,8 +188,8 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.pool = newWorkers(r, a.parallelism)
-	if t := a.attemptTimeout(); t > 0 {
-		r.clock = newAttemptClock(callsCtx, t)
+	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
+		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
 	}
 	if a.o.logger != nil {
 		r.log = logx.NewLimited(a.o.logger, time.Second, 5)
@@ -262,7 +263,7 @@ type asyncRun[In, Out any] struct {
 	inlineCounts callCounts
 	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
 	log          *logx.Limited
-	clock        *attemptClock      // per-attempt timeouts, if any
+	clock        *attemptClock      // per-attempt timeouts, and send times (TimeoutFromSend), if any
 	emitting     *asyncJob[In, Out] // the job whose OnDone runs
 	timer        *time.Timer
 	timerAt      time.Time
@@ -407,12 +408,12 @@ func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
 	}
 }
 
-// call runs fn for one job on a worker goroutine; timed says whether to
-// measure its latency on its own.
 // call makes one attempt of j's call, starting at now (read by the
 // caller, once for a chunk of calls run back to back), and returns when it
 // ended: one clock read per call serves the retry budget's start, the
 // attempt's deadline, the limiter's latency and the workers' average.
+// timed says whether to measure its latency on its own: from now, or from
+// its send if it said it was sent (TimeoutFromSend).
 func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
 	a := r.a
 	j.attempts++
@@ -435,17 +436,23 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		}
 		j.breakerDone = done // for callPanicked, should the classifier panic
 	}
-	ctx, cancel := r.callsCtx, func() {}
+	ctx := r.callsCtx
+	var finish func() time.Time // ends the call's context; returns its send time
 	if r.clock != nil {
-		ctx, cancel = r.clock.start(now)
+		ctx, finish = r.clock.start(now)
 	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
 	timedOut := false
-	if j.err != nil && r.clock != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
+	// Cause rather than Err: a call timed from its send on the fallback
+	// contexts is cancelled with the cause DeadlineExceeded (stdSent).
+	if j.err != nil && r.clock != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
 		timedOut = true
 		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeout, j.err)
 	}
-	cancel()
+	var sent time.Time // when the call said it was sent, if it did (TimeoutFromSend)
+	if finish != nil {
+		sent = finish()
+	}
 	counts.calls++
 	if j.err != nil {
 		counts.failed++
@@ -466,12 +473,15 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if !timed {
 		return end
 	}
-	lat := end.Sub(now)
+	lat, wait := end.Sub(now), time.Duration(0)
+	if !sent.IsZero() {
+		lat, wait = end.Sub(sent), max(0, sent.Sub(now))
+	}
 	if a.o.limiter != nil {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if a.o.onCall != nil {
-		a.o.onCall(CallInfo{Latency: lat, InFlight: j.inFlight, Err: j.err})
+		a.o.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
 	}
 	return end
 }

@@ -31,6 +31,7 @@ type asyncOptions struct {
 	keyFn        any // func(*stream.Message[In]) string, checked by MapAsync
 	perPartition int
 	timeout      time.Duration
+	fromSend     bool
 	limiter      backpressure.Limiter
 	window       int
 	onCall       func(CallInfo)
@@ -67,13 +68,38 @@ func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPa
 
 // CallTimeout cancels each call's context after d; the message fails with
 // an error wrapping ErrCallTimeout (and context.DeadlineExceeded). Default:
-// no per-call timeout.
+// no per-call timeout. The clock starts when the call starts, or, with
+// TimeoutFromSend, when it says it sent its request.
 func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o.timeout = d } }
+
+// TimeoutFromSend starts each attempt's clock — its timeout (CallTimeout, or
+// the Retry policy's AttemptTimeout) and its latency — when the call says
+// its request was sent (Sent), not when the call starts. An attempt's
+// timeout then measures the service, not the worker's own queueing before
+// the send (a connection from a full pool, a CPU on a saturated machine): a
+// busy worker makes requests wait, it does not fail them. The latency OnCall
+// (CallInfo.Latency) and the WithLimiter limiter
+// (backpressure.Sample.Latency) see is likewise the service's, from send to
+// return; CallInfo.Wait gives the wait before the send. The Retry policy's
+// MaxElapsed still counts from the first attempt's start: it is the latency
+// the message's sender sees.
+//
+// A call that never says it was sent has no attempt timeout: it runs until
+// it returns or the pipeline stops (its context ends then, as every call's
+// does), and its latency is measured from its start. Bound what it does
+// before sending by other means if that needs a bound (a dial timeout, the
+// HTTP client's Timeout).
+//
+// Default: off, the clock starts when the call starts: a call must say
+// when it sent for this option to be safe, and one that does not would
+// lose its timeout.
+func TimeoutFromSend() AsyncOption { return func(o *asyncOptions) { o.fromSend = true } }
 
 // WithLimiter lets l lower the number of calls in flight below the stage's
 // parallelism, e.g. a backpressure.Adaptive limiter that holds a latency
-// target. Default: the parallelism is the limit. A panic in l.Observe fails
-// the message of the call it observed.
+// target. Default: the parallelism is the limit. l observes each call's
+// latency as OnCall does (from its send with TimeoutFromSend). A panic in
+// l.Observe fails the message of the call it observed.
 func WithLimiter(l backpressure.Limiter) AsyncOption { return func(o *asyncOptions) { o.limiter = l } }
 
 // Window sets how many messages the stage may hold at once: calls in
@@ -89,7 +115,14 @@ func OnCall(fn func(CallInfo)) AsyncOption { return func(o *asyncOptions) { o.on
 
 // CallInfo describes one finished call.
 type CallInfo struct {
-	Latency  time.Duration
+	// Latency is from the call's start to its return or, for a call that
+	// said it was sent (Sent) in a stage with TimeoutFromSend, from its
+	// send to its return: the service's latency.
+	Latency time.Duration
+	// Wait is, with TimeoutFromSend, the time from the call's start to its
+	// send: the worker's own queueing (0 for a call that did not say it
+	// was sent, and without the option).
+	Wait     time.Duration
 	InFlight int // calls in flight when it started, itself included
 	Err      error
 }

@@ -25,12 +25,21 @@ import (
 // Canceled once the call returned), Cause (= Err), Value from the parent,
 // AfterFunc, and contexts derived from it end with it without a goroutine
 // each.
+//
+// With TimeoutFromSend (fromSend) a call's clock starts when it says it was
+// sent (attempt_sent.go): until then it waits in the unsent list, with no
+// deadline, and joins the queue when it sends. Every call still has the
+// same timeout, so joining the queue when the clock starts keeps the
+// deadlines in queue order.
 type attemptClock struct {
-	parent  context.Context
-	timeout time.Duration
+	parent   context.Context
+	timeout  time.Duration // 0: none (fromSend only: the clock then only records when calls were sent)
+	fromSend bool
+	std      bool // the context package's cancel key was not learned: use its contexts (see cancelCtxKey)
 
 	mu      sync.Mutex
 	queue   fifo[*attemptCtx]
+	unsent  *attemptCtx // fromSend: calls with no deadline, linked through send.prev and send.next
 	stopped bool
 	kick    chan struct{} // the queue was empty and is not
 	quit    chan struct{}
@@ -43,13 +52,15 @@ type attemptClock struct {
 // register through AfterFunc, so they need no goroutine either.
 type attemptCtx struct {
 	parent   context.Context
-	deadline time.Time
+	deadline time.Time // fixed at start, or (send set) set under mu when sent; zero: none yet
 	finished atomic.Bool
 
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done
 	err    error
 	afters map[*func()]struct{}
+
+	send *sendState // under TimeoutFromSend; nil otherwise
 }
 
 // closedDone is the Done channel of a context that ended before anybody
@@ -105,18 +116,25 @@ func (s *keySpy) Value(key any) any {
 }
 
 // newAttemptClock starts the clock of a stage; stop it when no call runs.
-func newAttemptClock(parent context.Context, timeout time.Duration) *attemptClock {
-	c := &attemptClock{parent: parent, timeout: timeout, kick: make(chan struct{}, 1),
-		quit: make(chan struct{}), done: make(chan struct{})}
+// fromSend starts each call's timeout when it says it was sent rather than
+// at its start (TimeoutFromSend).
+func newAttemptClock(parent context.Context, timeout time.Duration, fromSend bool) *attemptClock {
+	c := &attemptClock{parent: parent, timeout: timeout, fromSend: fromSend, std: cancelCtxKey == nil,
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
 
 // start returns the context of a call starting now and the function that
-// ends it.
-func (c *attemptClock) start(now time.Time) (context.Context, func()) {
-	if cancelCtxKey == nil {
-		return context.WithDeadline(c.parent, now.Add(c.timeout))
+// ends it, which returns when the call said it was sent (zero if it did
+// not, or the clock is not fromSend).
+func (c *attemptClock) start(now time.Time) (context.Context, func() time.Time) {
+	if c.fromSend {
+		return c.startUnsent()
+	}
+	if c.std {
+		ctx, cancel := context.WithDeadline(c.parent, now.Add(c.timeout))
+		return ctx, func() time.Time { cancel(); return time.Time{} }
 	}
 	a := &attemptCtx{parent: c.parent, deadline: now.Add(c.timeout)}
 	c.mu.Lock()
@@ -137,16 +155,38 @@ func (c *attemptClock) start(now time.Time) (context.Context, func()) {
 	return a, a.finish
 }
 
-func (a *attemptCtx) finish() {
+// finish ends the call's context once the call returned, and returns when
+// the call said it was sent (see start).
+func (a *attemptCtx) finish() time.Time {
+	if a.send != nil {
+		return a.finishSent()
+	}
 	a.finished.Store(true)
 	a.end(context.Canceled)
+	return time.Time{}
 }
 
+// Deadline is the earlier of the parent's and the call's. A call timed
+// from its send has none of its own until then.
 func (a *attemptCtx) Deadline() (time.Time, bool) {
-	if d, ok := a.parent.Deadline(); ok && d.Before(a.deadline) {
-		return d, true
+	d := a.ownDeadline()
+	pd, ok := a.parent.Deadline()
+	if d.IsZero() {
+		return pd, ok
 	}
-	return a.deadline, true
+	if ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}
+
+func (a *attemptCtx) ownDeadline() time.Time {
+	if a.send == nil {
+		return a.deadline // fixed at start
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.deadline
 }
 
 func (a *attemptCtx) Done() <-chan struct{} {
@@ -166,10 +206,17 @@ func (a *attemptCtx) Err() error {
 
 // Value answers from the parent, except for the context package's own
 // key: the parent's cancelable context is not this one's, and Cause must
-// fall back to Err.
+// fall back to Err; and for Sent's key, which finds this call (if it is
+// timed from its send) and never an enclosing one.
 func (a *attemptCtx) Value(key any) any {
-	if key == cancelCtxKey {
+	switch key {
+	case cancelCtxKey:
 		return nil
+	case sentKey{}:
+		if a.send == nil {
+			return nil
+		}
+		return a
 	}
 	return a.parent.Value(key)
 }
@@ -200,7 +247,8 @@ func (a *attemptCtx) AfterFunc(f func()) (stop func() bool) {
 // run cancels the calls whose deadline passed, sleeping until the oldest
 // running call's deadline (no sooner than a millisecond after the last
 // sweep, so that a busy stage wakes it at most a thousand times a second),
-// and cancels every running call when the parent ends.
+// and cancels every running call when the parent ends, those not yet sent
+// included.
 func (c *attemptClock) run() {
 	defer close(c.done)
 	t := time.NewTimer(time.Hour)
@@ -221,10 +269,14 @@ func (c *attemptClock) run() {
 			c.stopped = true
 			q := c.queue
 			c.queue = fifo[*attemptCtx]{}
+			unsent := c.takeUnsent()
 			c.mu.Unlock()
 			err := c.parent.Err()
 			for q.len() > 0 {
 				q.pop().end(err)
+			}
+			for _, a := range unsent {
+				a.end(err)
 			}
 			<-c.quit
 			return

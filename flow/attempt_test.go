@@ -21,7 +21,7 @@ func TestAttemptContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, stop := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 		defer stop()
-		c := newAttemptClock(parent, 20*time.Millisecond)
+		c := newAttemptClock(parent, 20*time.Millisecond, false)
 		defer c.stop()
 
 		start := time.Now()
@@ -78,7 +78,7 @@ func TestAttemptContext(t *testing.T) {
 // end with DeadlineExceeded at their deadline, the quick ones never do.
 func TestAttemptContextMany(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newAttemptClock(context.Background(), 30*time.Millisecond)
+		c := newAttemptClock(context.Background(), 30*time.Millisecond, false)
 		defer c.stop()
 		errs := make(chan error, 200)
 		for i := range 200 {

@@ -55,10 +55,16 @@ type RetryPolicy struct {
 	BaseDelay Duration `json:"base_delay"`
 	Increment Duration `json:"increment"`
 	MaxDelay  Duration `json:"max_delay"`
-	// AttemptTimeout bounds each call (0: the stage's CallTimeout, if any).
+	// AttemptTimeout bounds each call (0: the stage's CallTimeout, if
+	// any), counted as CallTimeout is: from the call's start, or from its
+	// send in a stage with TimeoutFromSend.
 	AttemptTimeout Duration `json:"attempt_timeout"`
 	// MaxElapsed bounds the whole: no retry is scheduled that could end
-	// after it (0: no bound but MaxAttempts).
+	// after it (0: no bound but MaxAttempts). It counts from the first
+	// attempt's start, with TimeoutFromSend too: it is the latency the
+	// message's sender sees, and the earlier attempts' waits before sending
+	// count against it (the next attempt's own wait, unknown when the
+	// retry is scheduled, does not).
 	MaxElapsed Duration `json:"max_elapsed"`
 	// HonorRetryAfter waits at least what the service asked (429/503
 	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so

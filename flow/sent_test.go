@@ -1,0 +1,250 @@
+package flow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// runSent runs n messages through MapAsync(n, fn, opts...) and returns how
+// many succeeded and the errors of those that failed.
+func runSent(t *testing.T, n int, fn func(context.Context, int) (int, error), opts ...flow.AsyncOption) (int, []error) {
+	t.Helper()
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	out := sink.Collect[int]()
+	stream.To(stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))),
+		stream.Flow[int, int](flow.MapAsync(n, fn, opts...))), out)
+	var mu sync.Mutex
+	var errs []error
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		mu.Lock()
+		errs = append(errs, m.Value.Err)
+		mu.Unlock()
+		return nil
+	}))
+	run(t, g)
+	checkSettled(t, tr)
+	return len(out.Values()), errs
+}
+
+// attemptTimeouts are the two ways to bound an attempt: the stage's
+// CallTimeout and the retry policy's AttemptTimeout (one attempt, so that
+// a timeout fails the message at once).
+func attemptTimeouts(d time.Duration) map[string]flow.AsyncOption {
+	p := flow.Interactive()
+	p.MaxAttempts, p.AttemptTimeout = 1, flow.Duration(d)
+	return map[string]flow.AsyncOption{"CallTimeout": flow.CallTimeout(d), "AttemptTimeout": flow.Retry(p)}
+}
+
+// A call that waits ten timeouts before it sends (for a connection, a
+// CPU) and then answers in time succeeds when its clock starts at the
+// send; timed from its start, it fails with ErrCallTimeout.
+func TestTimeoutFromSendIgnoresTheWaitBeforeSending(t *testing.T) {
+	for name, timeout := range attemptTimeouts(20 * time.Millisecond) {
+		for _, fromSend := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/fromSend=%v", name, fromSend), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					fn := func(ctx context.Context, x int) (int, error) {
+						select {
+						case <-time.After(200 * time.Millisecond): // the worker's own queueing
+						case <-ctx.Done():
+							return 0, ctx.Err()
+						}
+						flow.Sent(ctx)
+						select {
+						case <-time.After(5 * time.Millisecond): // the service, in time
+							return x, nil
+						case <-ctx.Done():
+							return 0, ctx.Err()
+						}
+					}
+					opts := []flow.AsyncOption{timeout}
+					if fromSend {
+						opts = append(opts, flow.TimeoutFromSend())
+					}
+					ok, errs := runSent(t, 10, fn, opts...)
+					if fromSend {
+						if ok != 10 {
+							t.Fatalf("%d of 10 succeeded, failures %v", ok, errs)
+						}
+						return
+					}
+					if ok != 0 || len(errs) != 10 || !errors.Is(errs[0], flow.ErrCallTimeout) {
+						t.Fatalf("timed from the start: %d succeeded, failures %v; want all timed out", ok, errs)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A call that sends and then outlives its timeout fails as before: with
+// ErrCallTimeout and DeadlineExceeded, exactly one timeout after its send,
+// and counted in Stats.Timeouts.
+func TestTimeoutFromSendCutsASlowService(t *testing.T) {
+	for name, timeout := range attemptTimeouts(20 * time.Millisecond) {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var after []time.Duration
+				fn := func(ctx context.Context, x int) (int, error) {
+					time.Sleep(200 * time.Millisecond)
+					flow.Sent(ctx)
+					sent := time.Now()
+					<-ctx.Done() // a service that never answers
+					mu.Lock()
+					after = append(after, time.Since(sent))
+					mu.Unlock()
+					return 0, ctx.Err()
+				}
+				a := flow.MapAsync(10, fn, timeout, flow.TimeoutFromSend())
+				g := stream.New()
+				stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), stream.Flow[int, int](a)), sink.Discard[int]())
+				var errs []error
+				stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+					errs = append(errs, m.Value.Err)
+					return nil
+				}))
+				run(t, g)
+				if len(errs) != 10 {
+					t.Fatalf("%d failures, want 10", len(errs))
+				}
+				for _, err := range errs {
+					if !errors.Is(err, flow.ErrCallTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("failure %v, want ErrCallTimeout and DeadlineExceeded", err)
+					}
+				}
+				for _, d := range after {
+					if d < 20*time.Millisecond || d > 21*time.Millisecond {
+						t.Fatalf("a call was cut %v after its send, want 20 ms", d)
+					}
+				}
+				if st := a.Stats(); st.Timeouts != 10 {
+					t.Fatalf("stats %+v", st)
+				}
+			})
+		})
+	}
+}
+
+// A call that never says it was sent has no attempt timeout, and still
+// ends when the pipeline stops; its message stays unsettled.
+func TestTimeoutFromSendUnsentCallEndsWithThePipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := stream.NewTracker(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		ended := make(chan error, 1)
+		fn := func(ctx context.Context, x int) (int, error) {
+			<-ctx.Done() // waits for ever for a connection
+			ended <- ctx.Err()
+			return 0, ctx.Err()
+		}
+		g := stream.New(stream.WithDrainTimeout(time.Second))
+		s := stream.Via(stream.From(g, source.Slice(ints(1), source.Track(tr))),
+			stream.Flow[int, int](flow.MapAsync(1, fn, flow.CallTimeout(20*time.Millisecond), flow.TimeoutFromSend())))
+		stream.To(s, sink.Discard[int]())
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		time.Sleep(time.Hour)
+		var early error
+		select {
+		case early = <-ended:
+		default:
+		}
+		cancel()
+		runErr := <-done
+		if early != nil {
+			t.Fatalf("an unsent call ended with %v before the pipeline stopped", early)
+		}
+		if !errors.Is(runErr, stream.ErrDrainTimeout) {
+			t.Fatalf("Run = %v, want ErrDrainTimeout (the call outlived the drain)", runErr)
+		}
+		if err := <-ended; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the call ended with %v, want Canceled", err)
+		}
+		if st := tr.Stats(); st.Total() != 0 {
+			t.Fatalf("settled %+v, want the message left for replay", st)
+		}
+	})
+}
+
+type recordingLimiter struct {
+	mu      sync.Mutex
+	samples []backpressure.Sample
+}
+
+func (l *recordingLimiter) Limit() int { return 64 }
+
+func (l *recordingLimiter) Observe(s backpressure.Sample) {
+	l.mu.Lock()
+	l.samples = append(l.samples, s)
+	l.mu.Unlock()
+}
+
+// OnCall and the limiter see the service's latency, from the send, and
+// OnCall the wait before it apart; without the option, the whole call.
+func TestTimeoutFromSendLatencyExcludesTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		opts       []flow.AsyncOption
+		lat, waits time.Duration
+	}{
+		{"fromSend", []flow.AsyncOption{flow.TimeoutFromSend()}, 5 * time.Millisecond, 100 * time.Millisecond},
+		{"fromSend+timeout", []flow.AsyncOption{flow.TimeoutFromSend(), flow.CallTimeout(50 * time.Millisecond)},
+			5 * time.Millisecond, 100 * time.Millisecond},
+		{"fromStart", nil, 105 * time.Millisecond, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				var calls []flow.CallInfo
+				lim := &recordingLimiter{}
+				fn := func(ctx context.Context, x int) (int, error) {
+					time.Sleep(100 * time.Millisecond)
+					flow.Sent(ctx)
+					time.Sleep(5 * time.Millisecond)
+					return x, nil
+				}
+				opts := append(tc.opts, flow.WithLimiter(lim), flow.OnCall(func(c flow.CallInfo) {
+					mu.Lock()
+					calls = append(calls, c)
+					mu.Unlock()
+				}))
+				if ok, errs := runSent(t, 20, fn, opts...); ok != 20 {
+					t.Fatalf("%d succeeded, failures %v", ok, errs)
+				}
+				if len(calls) != 20 || len(lim.samples) != 20 {
+					t.Fatalf("%d OnCall, %d samples", len(calls), len(lim.samples))
+				}
+				for i, c := range calls {
+					if c.Latency != tc.lat || c.Wait != tc.waits || lim.samples[i].Latency != tc.lat {
+						t.Fatalf("OnCall %+v, limiter %+v; want latency %v, wait %v", c, lim.samples[i], tc.lat, tc.waits)
+					}
+				}
+			})
+		})
+	}
+}
+
+// Sent does nothing outside a stage timed from send.
+func TestSentOutsideAStageTimedFromSend(t *testing.T) {
+	flow.Sent(context.Background())
+	ok, errs := runSent(t, 4, func(ctx context.Context, x int) (int, error) {
+		flow.Sent(ctx)
+		return x, nil
+	}, flow.CallTimeout(time.Second))
+	if ok != 4 {
+		t.Fatal(errs)
+	}
+}
