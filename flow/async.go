@@ -71,7 +71,7 @@ type AsyncStats struct {
 //
 // fn gets a context that is cancelled when the pipeline stops (and after
 // CallTimeout, counted from the call's start or, with TimeoutFromSend,
-// from when fn says it sent its request: Sent); it must
+// from when fn says it sent its request: Sent, SentOnWrite); it must
 // return when it is. An error fails the message to the failure stream, a
 // panic too; stream.Fatal(err) ends the pipeline. A call cut short by the
 // pipeline's own shutdown leaves its message unsettled, to be replayed. A panic in a function the options give for a

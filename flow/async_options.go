@@ -74,15 +74,15 @@ func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o
 
 // TimeoutFromSend starts each attempt's clock — its timeout (CallTimeout, or
 // the Retry policy's AttemptTimeout) and its latency — when the call says
-// its request was sent (Sent), not when the call starts. An attempt's
-// timeout then measures the service, not the worker's own queueing before
-// the send (a connection from a full pool, a CPU on a saturated machine): a
-// busy worker makes requests wait, it does not fail them. The latency OnCall
-// (CallInfo.Latency) and the WithLimiter limiter
-// (backpressure.Sample.Latency) see is likewise the service's, from send to
-// return; CallInfo.Wait gives the wait before the send. The Retry policy's
-// MaxElapsed still counts from the first attempt's start: it is the latency
-// the message's sender sees.
+// its request was sent (Sent, or SentOnWrite for an HTTP request), not when
+// the call starts. An attempt's timeout then measures the service, not the
+// worker's own queueing before the send (a connection from a full pool, a
+// CPU on a saturated machine): a busy worker makes requests wait, it does
+// not fail them. The latency OnCall (CallInfo.Latency) and the WithLimiter
+// limiter (backpressure.Sample.Latency) see is likewise the service's, from
+// send to return; CallInfo.Wait gives the wait before the send. The Retry
+// policy's MaxElapsed still counts from the first attempt's start: it is the
+// latency the message's sender sees.
 //
 // A call that never says it was sent has no attempt timeout: it runs until
 // it returns or the pipeline stops (its context ends then, as every call's

@@ -1,6 +1,9 @@
 package flow
 
-import "context"
+import (
+	"context"
+	"net/http/httptrace"
+)
 
 // Sent tells the MapAsync stage that gave ctx to a call that the call's
 // request has been sent to the service. In a stage with TimeoutFromSend the
@@ -17,4 +20,28 @@ func Sent(ctx context.Context) {
 	if s, ok := ctx.Value(sentKey{}).(sender); ok {
 		s.markSent()
 	}
+}
+
+// SentOnWrite returns ctx with an httptrace.ClientTrace that calls Sent
+// once the HTTP request has been written to its connection (WroteRequest,
+// without a write error): build the request with it,
+//
+//	req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), method, url, body)
+//
+// and, in a stage with TimeoutFromSend, the wait for a pooled connection
+// (or for the dial, or for a CPU to write on) no longer counts against the
+// attempt's timeout. Hooks of a trace already in ctx still run. Where Sent
+// would do nothing, SentOnWrite returns ctx itself and costs nothing.
+func SentOnWrite(ctx context.Context) context.Context {
+	s, ok := ctx.Value(sentKey{}).(sender)
+	if !ok {
+		return ctx
+	}
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				s.markSent()
+			}
+		},
+	})
 }

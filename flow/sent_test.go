@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/pipenet"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
@@ -237,14 +241,86 @@ func TestTimeoutFromSendLatencyExcludesTheWait(t *testing.T) {
 	}
 }
 
-// Sent does nothing outside a stage timed from send.
+// Sent and SentOnWrite do nothing outside a stage timed from send.
 func TestSentOutsideAStageTimedFromSend(t *testing.T) {
-	flow.Sent(context.Background())
+	ctx := context.Background()
+	flow.Sent(ctx)
+	if flow.SentOnWrite(ctx) != ctx {
+		t.Fatal("SentOnWrite wrapped a context no stage gave")
+	}
 	ok, errs := runSent(t, 4, func(ctx context.Context, x int) (int, error) {
+		if flow.SentOnWrite(ctx) != ctx {
+			return 0, errors.New("SentOnWrite wrapped the context of a stage timed from start")
+		}
 		flow.Sent(ctx)
 		return x, nil
 	}, flow.CallTimeout(time.Second))
 	if ok != 4 {
 		t.Fatal(errs)
+	}
+}
+
+// Fifty concurrent HTTP calls share a pool of one connection to a service
+// that takes 5 ms: the last waits about 250 ms for the connection. With a
+// 50 ms attempt timeout timed from the write of the request, every call
+// succeeds; timed from the start, most time out waiting for the pool.
+//
+// A real HTTP client and server, over in-memory connections inside a
+// synctest bubble: on a shared machine, a 5 ms handler measured in real
+// time sometimes takes 50 ms and more, which a test asserting "every call
+// succeeds" cannot tell from a bug.
+func TestSentOnWriteWithAPoolOfOne(t *testing.T) {
+	for _, fromSend := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fromSend=%v", fromSend), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ln := pipenet.Listen()
+				srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					time.Sleep(5 * time.Millisecond)
+					_, _ = io.WriteString(w, "ok")
+				}))
+				srv.Listener = ln
+				srv.Start()
+				defer srv.Close()
+				tr := &http.Transport{DialContext: ln.Dial, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}
+				defer tr.CloseIdleConnections()
+				cl := &http.Client{Transport: tr}
+				fn := func(ctx context.Context, x int) (int, error) {
+					req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), http.MethodGet, srv.URL, nil)
+					if err != nil {
+						return 0, err
+					}
+					resp, err := cl.Do(req)
+					if err != nil {
+						return 0, err
+					}
+					defer resp.Body.Close()
+					if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+						return 0, err
+					}
+					return x, flow.CheckResponse(resp)
+				}
+				opts := []flow.AsyncOption{flow.CallTimeout(50 * time.Millisecond)}
+				if fromSend {
+					opts = append(opts, flow.TimeoutFromSend())
+				}
+				ok, errs := runSent(t, 50, fn, opts...)
+				t.Logf("%d succeeded, %d failed", ok, len(errs))
+				if fromSend {
+					if ok != 50 {
+						t.Fatalf("%d of 50 succeeded; first failures: %v", ok, errs[:min(3, len(errs))])
+					}
+					return
+				}
+				// One connection serves at most 10 calls of 5 ms in 50 ms.
+				if len(errs) < 40 {
+					t.Fatalf("timed from the start, only %d of 50 timed out", len(errs))
+				}
+				for _, err := range errs {
+					if !errors.Is(err, flow.ErrCallTimeout) {
+						t.Fatalf("failure %v, want ErrCallTimeout", err)
+					}
+				}
+			})
+		})
 	}
 }
