@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -174,7 +175,7 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer drainAndClose(resp.Body)
 	if err := flow.CheckResponse(resp); err != nil {
 		return err
 	}
@@ -185,6 +186,20 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	}
 	return nil
 }
+
+// drainAndClose reads what is left of an answer, up to maxDrain, before
+// closing it: the transport puts a connection back in the pool only once
+// its last answer was read to the end, and otherwise closes it, so that
+// every call whose answer was not read to EOF (a decoder stops at the end
+// of the JSON value, before the end of the body) would dial a new one.
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_ = body.Close()
+}
+
+// maxDrain bounds what drainAndClose reads: past it, dialling anew costs
+// less than reading on.
+const maxDrain = 64 << 10
 
 type httpAccounts struct{ c *httpClient }
 

@@ -3,10 +3,14 @@ package delivery_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/pipenet"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -66,4 +70,51 @@ func TestHTTPFaultsKeepTheirClass(t *testing.T) {
 	if c := stream.Classify(err); !c.Transient {
 		t.Fatalf("503 over HTTP classified %+v (%v)", c, err)
 	}
+}
+
+// slowServices serves the simulated services behind HTTP, each call taking
+// 5 ms, over in-memory connections (inside a synctest bubble).
+func slowServices(t *testing.T) (*httptest.Server, *pipenet.Listener) {
+	t.Helper()
+	h := delivery.HTTPHandler(delivery.Simulated(delivery.SimConfig{}, delivery.NewLedger(), func(o string) bool { return o == "bad" }))
+	ln := pipenet.Listen()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond)
+		h.ServeHTTP(w, r)
+	}))
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, ln
+}
+
+// Calls one after the other share one connection, whatever the answer: the
+// client reads each to the end, without which the transport closes the
+// connection and the next call dials a new one.
+func TestHTTPClientReusesItsConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ln := slowServices(t)
+		client := delivery.NewHTTPClient(4)
+		client.Transport.(*http.Transport).DialContext = ln.Dial
+		defer client.CloseIdleConnections()
+		b := delivery.HTTPBackends(srv.URL, client)
+		ctx, r := context.Background(), valid()
+		for range 5 {
+			if err := b.Accounts.Check(ctx, r.Owner); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Accounts.Check(ctx, "bad"); err == nil {
+				t.Fatal("a suspended owner passed the check")
+			}
+			if err := b.Packages.Put(ctx, r.ID, r); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.ThirdParty.Needed(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := ln.Dials(); d != 1 {
+			t.Fatalf("20 calls one after the other made %d connections, want 1", d)
+		}
+	})
 }
