@@ -139,12 +139,26 @@ func HTTPBackends(base string, client *http.Client) Backends {
 		Drones: httpDrones{c}, Deliveries: httpDeliveries{c}}
 }
 
-// NewHTTPClient returns a client for the backends: keep-alive connections
-// pooled per host (up to maxConns idle), and a 2 s overall timeout as the
-// last line of defence behind the per-attempt contexts.
-func NewHTTPClient(maxConns int) *http.Client {
+// NewHTTPClient returns a client for the backends whose callers have at
+// most inFlight calls in flight at once: the sum of the in-flight limits
+// (parallelism) of the stages that share it. It opens at most inFlight connections to
+// the services' host and keeps as many idle between calls: a worker needs
+// no more connections than it has calls, and without a cap five steps at
+// parallelism 1,024 opened thousands to one service process. A call
+// beyond inFlight waits for a connection, and that wait counts against
+// its attempt's timeout unless the attempt is timed from its send.
+// inFlight <= 0: no cap, and the transport's default of 2 idle
+// connections.
+//
+// The client's 2 s Timeout is the last line of defence behind the
+// per-attempt contexts. It counts from the start of the call, so it
+// includes any wait for a connection: one more reason to size the pool to
+// the calls in flight.
+func NewHTTPClient(inFlight int) *http.Client {
+	inFlight = max(inFlight, 0)
 	return &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, IdleConnTimeout: 90 * time.Second,
+		MaxConnsPerHost: inFlight, MaxIdleConns: inFlight, MaxIdleConnsPerHost: inFlight,
+		IdleConnTimeout: 90 * time.Second,
 	}}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/pipenet"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -115,6 +118,50 @@ func TestHTTPClientReusesItsConnection(t *testing.T) {
 		}
 		if d := ln.Dials(); d != 1 {
 			t.Fatalf("20 calls one after the other made %d connections, want 1", d)
+		}
+	})
+}
+
+// checkAccounts makes n account checks at once through b in a stage with a
+// 50 ms attempt timeout timed from the send, and returns what OnCall saw.
+func checkAccounts(t *testing.T, b delivery.Backends, n int) []flow.CallInfo {
+	t.Helper()
+	var mu sync.Mutex
+	var calls []flow.CallInfo
+	a := flow.MapAsync(n, func(ctx context.Context, x int) (int, error) {
+		return x, b.Accounts.Check(ctx, "owner")
+	}, flow.CallTimeout(50*time.Millisecond), flow.TimeoutFromSend(), flow.OnCall(func(c flow.CallInfo) {
+		mu.Lock()
+		calls = append(calls, c)
+		mu.Unlock()
+	}))
+	xs := make([]int, n)
+	g := stream.New()
+	stream.To(stream.Via(stream.From(g, source.Slice(xs)), stream.Flow[int, int](a)), sink.Discard[int]())
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// The client opens no more connections than the calls it may have in
+// flight, and keeps them all for the next calls.
+func TestHTTPClientPoolIsSizedToTheCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv, ln := slowServices(t)
+		client := delivery.NewHTTPClient(4)
+		client.Transport.(*http.Transport).DialContext = ln.Dial
+		defer client.CloseIdleConnections()
+		b := delivery.HTTPBackends(srv.URL, client)
+		for round := range 3 {
+			for _, c := range checkAccounts(t, b, 40) {
+				if c.Err != nil {
+					t.Fatalf("round %d: %v", round, c.Err)
+				}
+			}
+			if d := ln.Dials(); d != 4 {
+				t.Fatalf("after round %d, %d connections made, want 4", round, d)
+			}
 		}
 	})
 }
