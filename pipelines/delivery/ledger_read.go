@@ -1,0 +1,271 @@
+package delivery
+
+import (
+	"fmt"
+	"iter"
+)
+
+// LedgerEntry is what one service did for one delivery id.
+type LedgerEntry struct {
+	// Created is how many times the service created the record: more than
+	// one is a side effect applied twice.
+	Created int `json:"created"`
+	// Live reports whether the service holds the record now.
+	Live bool `json:"live"`
+	// Undone reports whether a compensation deleted the record; an undone
+	// record is never created again.
+	Undone bool `json:"undone"`
+}
+
+// LedgerRecord is what every service that creates something did for one
+// delivery id; a service that did nothing has a zero entry.
+type LedgerRecord struct {
+	ID         string      `json:"id"`
+	Packages   LedgerEntry `json:"packages"`
+	Drones     LedgerEntry `json:"drones"`
+	Deliveries LedgerEntry `json:"deliveries"`
+}
+
+// entry returns the entry of service i (an index of ledgerServices).
+func (r *LedgerRecord) entry(i int) *LedgerEntry {
+	switch i {
+	case svcPackages:
+		return &r.Packages
+	case svcDrones:
+		return &r.Drones
+	default:
+		return &r.Deliveries
+	}
+}
+
+// recordOf converts a ledger's records of id to their exported form.
+func recordOf(id string, rs *ledgerRecords) LedgerRecord {
+	r := LedgerRecord{ID: id}
+	for i, e := range rs {
+		*r.entry(i) = LedgerEntry{Created: int(e.created), Live: e.live, Undone: e.deleted > 0}
+	}
+	return r
+}
+
+// recordsOf is recordOf's inverse; it keeps what the ledger's questions
+// need (an undone record counts one deletion).
+func recordsOf(r *LedgerRecord) ledgerRecords {
+	var rs ledgerRecords
+	for i := range rs {
+		e := r.entry(i)
+		rs[i] = ledgerEntry{created: int32(e.Created), live: e.Live}
+		if e.Undone {
+			rs[i].deleted = 1
+		}
+	}
+	return rs
+}
+
+// LedgerTotals sums a ledger per service.
+type LedgerTotals struct {
+	// IDs is how many delivery ids any service has a record of.
+	IDs int `json:"ids"`
+	// Services holds the totals of packages, drones and deliveries.
+	Services map[string]ServiceTotals `json:"services"`
+}
+
+// ServiceTotals are one service's side effects over every delivery id.
+type ServiceTotals struct {
+	// Created counts creations: a record created twice counts twice.
+	Created int `json:"created"`
+	// Live counts the records held now, Undone those a compensation
+	// deleted, CreatedTwice those created more than once.
+	Live         int `json:"live"`
+	Undone       int `json:"undone"`
+	CreatedTwice int `json:"created_twice"`
+}
+
+// LiveCount returns how many records service holds.
+func (t LedgerTotals) LiveCount(service string) int { return t.Services[service].Live }
+
+// UndoneCount returns how many of service's records were undone.
+func (t LedgerTotals) UndoneCount(service string) int { return t.Services[service].Undone }
+
+// Twice returns how many records any service created more than once.
+func (t LedgerTotals) Twice() int {
+	n := 0
+	for _, s := range t.Services {
+		n += s.CreatedTwice
+	}
+	return n
+}
+
+// tally accumulates totals per service.
+type tally struct {
+	ids int
+	svc [len(ledgerServices)]ServiceTotals
+}
+
+func (t *tally) add(rs *ledgerRecords) {
+	t.ids++
+	for i, e := range rs {
+		s := &t.svc[i]
+		s.Created += int(e.created)
+		if e.live {
+			s.Live++
+		}
+		if e.deleted > 0 {
+			s.Undone++
+		}
+		if e.created > 1 {
+			s.CreatedTwice++
+		}
+	}
+}
+
+func (t *tally) totals() LedgerTotals {
+	out := LedgerTotals{IDs: t.ids, Services: make(map[string]ServiceTotals, len(ledgerServices))}
+	for i, name := range ledgerServices {
+		out.Services[name] = t.svc[i]
+	}
+	return out
+}
+
+// Record returns what every service did for id.
+func (l *Ledger) Record(id string) LedgerRecord {
+	s := l.shard(id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rs := s.m[id]; rs != nil {
+		return recordOf(id, rs)
+	}
+	return LedgerRecord{ID: id}
+}
+
+// Totals sums the ledger per service. It visits every record, one shard
+// at a time, each under its lock for the time it takes to count it.
+func (l *Ledger) Totals() LedgerTotals {
+	var t tally
+	for i := range l.shards {
+		s := &l.shards[i]
+		s.mu.Lock()
+		for _, rs := range s.m {
+			t.add(rs)
+		}
+		s.mu.Unlock()
+	}
+	return t.totals()
+}
+
+// All yields a copy of every delivery id's record, in no particular
+// order. A shard is locked only while its records are copied, never while
+// the caller works on them, so that reading the whole ledger of a running
+// system holds its services up no longer than a count does. Records
+// changed during the walk may be seen before or after the change.
+func (l *Ledger) All() iter.Seq[LedgerRecord] {
+	type idRecords struct {
+		id string
+		rs ledgerRecords
+	}
+	return func(yield func(LedgerRecord) bool) {
+		var buf []idRecords
+		for i := range l.shards {
+			s := &l.shards[i]
+			s.mu.Lock()
+			for id, rs := range s.m {
+				buf = append(buf, idRecords{id, *rs})
+			}
+			s.mu.Unlock()
+			for j := range buf {
+				if !yield(recordOf(buf[j].id, &buf[j].rs)) {
+					return
+				}
+			}
+			buf = buf[:0]
+		}
+	}
+}
+
+// Snapshot copies the ledger (see All).
+func (l *Ledger) Snapshot() *LedgerSnapshot {
+	s := NewLedgerSnapshot()
+	for r := range l.All() {
+		_ = s.Add(r) // the ledger holds each id once
+	}
+	return s
+}
+
+// LedgerSnapshot is a copy of a ledger that answers the same questions: a
+// Ledger's own (Snapshot), or one downloaded from the services that hold
+// it (FetchLedger), so that a run can be verified from another process.
+// It is not safe for concurrent Adds.
+type LedgerSnapshot struct {
+	recs map[string]ledgerRecords
+	t    tally
+}
+
+// NewLedgerSnapshot returns an empty snapshot.
+func NewLedgerSnapshot() *LedgerSnapshot {
+	return &LedgerSnapshot{recs: map[string]ledgerRecords{}}
+}
+
+// Add puts r in the snapshot; an id added twice is an error.
+func (s *LedgerSnapshot) Add(r LedgerRecord) error {
+	if _, dup := s.recs[r.ID]; dup {
+		return fmt.Errorf("ledger snapshot: delivery id %q twice", r.ID)
+	}
+	rs := recordsOf(&r)
+	s.recs[r.ID] = rs
+	s.t.add(&rs)
+	return nil
+}
+
+func (s *LedgerSnapshot) get(service, id string) ledgerEntry {
+	i, ok := serviceIndex(service)
+	if !ok {
+		return ledgerEntry{}
+	}
+	rs := s.recs[id]
+	return rs[i]
+}
+
+// Len returns how many delivery ids the snapshot holds.
+func (s *LedgerSnapshot) Len() int { return len(s.recs) }
+
+// Record returns what every service did for id.
+func (s *LedgerSnapshot) Record(id string) LedgerRecord {
+	rs := s.recs[id]
+	return recordOf(id, &rs)
+}
+
+// Live reports whether service held a record for id.
+func (s *LedgerSnapshot) Live(service, id string) bool { return s.get(service, id).live }
+
+// Undone reports whether service's record for id was undone.
+func (s *LedgerSnapshot) Undone(service, id string) bool { return s.get(service, id).deleted > 0 }
+
+// Created returns how many times service created a record for id.
+func (s *LedgerSnapshot) Created(service, id string) int { return int(s.get(service, id).created) }
+
+// Totals sums the snapshot per service.
+func (s *LedgerSnapshot) Totals() LedgerTotals { return s.t.totals() }
+
+// LiveCount returns how many records service held.
+func (s *LedgerSnapshot) LiveCount(service string) int {
+	if i, ok := serviceIndex(service); ok {
+		return s.t.svc[i].Live
+	}
+	return 0
+}
+
+// UndoneCount returns how many of service's records were undone.
+func (s *LedgerSnapshot) UndoneCount(service string) int {
+	if i, ok := serviceIndex(service); ok {
+		return s.t.svc[i].Undone
+	}
+	return 0
+}
+
+// Twice returns how many records any service created more than once.
+func (s *LedgerSnapshot) Twice() int {
+	n := 0
+	for _, st := range s.t.svc {
+		n += st.CreatedTwice
+	}
+	return n
+}
