@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
@@ -137,7 +136,7 @@ func reasons(brokers []string, topic string) (map[string]string, error) {
 // counts alone can say "done" too early). A valid request dead-lettered
 // counts as having an outcome here, so that the run ends; Verify reports
 // it as a violation.
-func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []string) bool {
+func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) bool {
 	// Every request needs at least one outcome: while the outcomes are
 	// fewer than the requests, there is no need to look closer.
 	if dead >= 0 && l.LiveCount("deliveries")+l.UndoneCount("packages")+dead < sent.Distinct() {
@@ -176,7 +175,7 @@ func Accounted(sent *loadgen.Sent, l *delivery.Ledger, dead int, brokers []strin
 // left after compensation (a compensated request with a record still
 // live), valid requests dead-lettered, and requests with a dead letter
 // besides their outcome; and what the supervisor dead-lettered.
-func Verify(sent *loadgen.Sent, l *delivery.Ledger, brokers []string) (Summary, error) {
+func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error) {
 	kinds, dups := sent.Kinds()
 	dead, err := deadLetters(brokers)
 	if err != nil {
