@@ -1,0 +1,126 @@
+package scheduler_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+)
+
+// The services' ledger, a copy of it and a copy downloaded over HTTP give
+// the same verification, whatever the rules are: a run verified from
+// another process is judged as the demo judges its own.
+func TestVerifyTheSameOverEveryLedgerView(t *testing.T) {
+	ctx := context.Background()
+	brokers := testenv.Kfake(t, 1, "delivery-dead-letters", "delivery-compensation-dead-letters")
+	l := delivery.NewLedger()
+	b := delivery.SimulatedNonIdempotent(delivery.SimConfig{}, l, loadgen.SuspendedOwner)
+	r := delivery.Request{Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}}
+	book := func(id string, drones int, undo ...func(context.Context, string) error) {
+		t.Helper()
+		if err := b.Packages.Put(ctx, id, r); err != nil {
+			t.Fatal(err)
+		}
+		for range drones {
+			if _, err := b.Drones.Schedule(ctx, id, r.Pickup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Deliveries.Put(ctx, id, delivery.Progress{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range undo {
+			if err := u(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	book("d-00000001", 1)                                                          // completed
+	book("d-00000002", 1, b.Deliveries.Delete, b.Drones.Cancel, b.Packages.Delete) // compensated
+	book("d-00000004", 2)                                                          // a drone booked twice
+	book("d-00000005", 1, b.Drones.Cancel, b.Packages.Delete)                      // a delivery left after compensation
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	for key, reason := range map[string]string{"malformed-6": "malformed delivery request", "d-00000007": "account suspended",
+		"d-00000008": "create_package: packages: rejected by the service"} {
+		rec := &kgo.Record{Topic: "delivery-dead-letters", Key: []byte(key),
+			Headers: []kgo.RecordHeader{{Key: kafkasink.HeaderReason, Value: []byte(reason)}}}
+		if err := producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := `{"format":"sluice-loadgen-record","version":1,"sent":10,"duplicates":2,"requests":8}
+{"id":"d-00000001","kind":"deliverable"}
+{"id":"d-00000002","kind":"undeliverable"}
+{"id":"d-00000003","kind":"deliverable"}
+{"id":"d-00000004","kind":"deliverable"}
+{"id":"d-00000005","kind":"deliverable"}
+{"id":"malformed-6","kind":"malformed"}
+{"id":"d-00000007","kind":"suspended"}
+{"id":"d-00000008","kind":"deliverable"}
+`
+	sent, err := loadgen.ReadRecord(strings.NewReader(record))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv := httptest.NewServer(delivery.LedgerHandler(l))
+	defer srv.Close()
+	downloaded, err := delivery.FetchLedger(ctx, srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	views := map[string]scheduler.LedgerView{"snapshot": l.Snapshot(), "download": downloaded}
+	want, err := scheduler.Verify(sent, l, brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(want)
+	if want.Twice != 1 || want.Sent != 10 || want.Duplicates != 2 || want.OK() {
+		t.Fatalf("the ledger's own verification: %s; want a drone booked twice and a FAIL", want)
+	}
+	// Accounted, without and with the count of dead letters written, for
+	// the run (d-00000003 left no trace) and for the run without it.
+	all := strings.Replace(record, `{"id":"d-00000003","kind":"deliverable"}`+"\n", "", 1)
+	all = strings.Replace(all, `"requests":8`, `"requests":7`, 1)
+	whole, err := loadgen.ReadRecord(strings.NewReader(all))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sent *loadgen.Sent
+		dead int
+	}{{sent, -1}, {sent, 3}, {whole, -1}, {whole, 3}} {
+		want := scheduler.Accounted(c.sent, l, c.dead, brokers)
+		if want && c.sent == sent {
+			t.Fatalf("accounted over the ledger with %d dead letters, although d-00000003 left no trace", c.dead)
+		}
+		for name, view := range views {
+			if got := scheduler.Accounted(c.sent, view, c.dead, brokers); got != want {
+				t.Errorf("accounted over the %s (%d requests, %d dead letters): %v, over the ledger %v",
+					name, c.sent.Distinct(), c.dead, got, want)
+			}
+		}
+	}
+	for name, view := range views {
+		got, err := scheduler.Verify(sent, view, brokers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("over the %s: %s\nover the ledger: %s", name, got, want)
+		}
+	}
+}
