@@ -80,6 +80,7 @@ const EmbeddedRedis = "embedded"
 
 // Run runs the demo and returns its verification summary.
 func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
+	w = &syncWriter{w: w}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 16
 	}
