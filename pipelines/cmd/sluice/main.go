@@ -40,7 +40,8 @@ func main() {
 func usage() error {
 	return fmt.Errorf(`usage:
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
-              [-transient 0.01] [-permanent 0] [-listen 127.0.0.1:9464]
+              [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
+              [-listen 127.0.0.1:9464]
   sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-instance-id ID]
               [-retry-topic T] [-replay-after D] [-max-replay-delay D] [-max-parkings N] [-tls] [-sasl-mechanism M] ...
   sluice run delivery [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
@@ -66,17 +67,17 @@ func run(args []string) error {
 		dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
 		listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
 		backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
-		transient := fs.Float64("transient", def.Sim.TransientRate, "share of service calls failing transiently (503)")
-		permanent := fs.Float64("permanent", def.Sim.PermanentRate, "share of service calls refused for good (400): compensated or dead-lettered")
+		var sim simFlags
+		sim.register(fs, def.Sim)
 		redisAddr := fs.String("redis", scheduler.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		cfg := def
 		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
-		cfg.Sim.TransientRate, cfg.Sim.PermanentRate = *transient, *permanent
-		if *transient < 0 || *permanent < 0 || *transient+*permanent+cfg.Sim.ThrottleRate > 1 {
-			return fmt.Errorf("-transient %v and -permanent %v: want shares in [0, 1] that add up to at most 1", *transient, *permanent)
+		var err error
+		if cfg.Sim, err = sim.config(); err != nil {
+			return err
 		}
 		if cfg.Redis == "none" {
 			cfg.Redis = ""
