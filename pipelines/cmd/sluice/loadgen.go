@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,8 +31,19 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
+	recordTo := fs.String("record", env("SLUICE_LOADGEN_RECORD", ""),
+		"when done, write what was sent (each request's id and kind, the number of duplicates) to this file, for sluice verify ($SLUICE_LOADGEN_RECORD)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	var rec *recordFile
+	if *recordTo != "" {
+		// A path that cannot be written fails now, not after the load.
+		var err error
+		if rec, err = createRecord(*recordTo); err != nil {
+			return nil, err
+		}
+		defer rec.discard()
 	}
 	cl, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.ProducerLinger(2*time.Millisecond))...)
 	if err != nil {
@@ -51,5 +65,57 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
 		sent.Total(), time.Since(began).Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
 		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
+	if rec != nil {
+		// Even after a failure or an interruption: what was sent is what a
+		// verification must account for.
+		if werr := rec.write(sent); werr != nil {
+			return sent, errors.Join(err, werr)
+		}
+		fmt.Printf("record of the %d requests written to %s\n", sent.Distinct(), *recordTo)
+	}
 	return sent, err
+}
+
+// recordFile is a record of what the load generator sent, written to a
+// temporary file beside its path and renamed into place when complete, so
+// that the path never holds half a record.
+type recordFile struct {
+	path string
+	tmp  *os.File
+}
+
+func createRecord(path string) (*recordFile, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return nil, fmt.Errorf("-record: %w", err)
+	}
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp's 0600 would hide it from a verifier of another user
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("-record: %w", err)
+	}
+	return &recordFile{path: path, tmp: tmp}, nil
+}
+
+func (r *recordFile) write(sent *loadgen.Sent) error {
+	err := sent.WriteRecord(r.tmp)
+	if cerr := r.tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(r.tmp.Name(), r.path)
+	}
+	if err != nil {
+		return fmt.Errorf("-record %s: %w", r.path, err)
+	}
+	r.tmp = nil
+	return nil
+}
+
+// discard removes the temporary file of a record that was not written.
+func (r *recordFile) discard() {
+	if r.tmp != nil {
+		r.tmp.Close()
+		os.Remove(r.tmp.Name())
+	}
 }
