@@ -1,15 +1,11 @@
 package scheduler
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // Summary is the verification of a run.
@@ -96,35 +92,6 @@ func (s Summary) String() string {
 // deliverable one whose transient faults outlasted its retries before any
 // step succeeded lands there too, with its reason).
 func deadLetters(brokers []string) (map[string]string, error) { return reasons(brokers, topicDead) }
-
-// reasons reads a dead-letter topic: record key (the request id) -> reason.
-func reasons(brokers []string, topic string) (map[string]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	out := map[string]string{}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		recs := fs.Records()
-		if len(recs) == 0 {
-			return out, nil
-		}
-		for _, r := range recs {
-			reason := ""
-			for _, h := range r.Headers {
-				if h.Key == kafkasink.HeaderReason {
-					reason = string(h.Value)
-				}
-			}
-			out[string(r.Key)] = reason
-		}
-	}
-}
 
 // Accounted reports whether every request sent has an outcome: a
 // delivery, a completed compensation (the package undone, which every

@@ -1,0 +1,151 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+)
+
+// readTimeout bounds reading a dead-letter topic to its end.
+const readTimeout = 30 * time.Second
+
+// reasons reads a dead-letter topic: record key (the request id) ->
+// reason. It reads every partition up to the end the broker reported when
+// the read began, not until the broker has been silent for a while: a slow
+// first fetch (a loaded machine, a remote cluster) must not read as an
+// empty topic, which would report every dead-lettered request lost. Not
+// reaching the end within readTimeout is an error.
+func reasons(brokers []string, topic string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, err
+	}
+	bounds, err := offsetBounds(ctx, admin, topic)
+	admin.Close()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	toRead := map[int32]kgo.Offset{}
+	for p, b := range bounds {
+		if b.end > b.start {
+			toRead[p] = kgo.NewOffset().At(b.start)
+		}
+	}
+	if len(toRead) == 0 {
+		return out, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: toRead}))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	for len(toRead) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reading %s: %d partitions not read to their end within %v", topic, len(toRead), readTimeout)
+		}
+		var ferr error
+		fs.EachError(func(_ string, p int32, err error) { ferr = fmt.Errorf("reading %s partition %d: %w", topic, p, err) })
+		if ferr != nil {
+			return nil, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			reason := ""
+			for _, h := range r.Headers {
+				if h.Key == kafkasink.HeaderReason {
+					reason = string(h.Value)
+				}
+			}
+			out[string(r.Key)] = reason
+			if r.Offset+1 >= bounds[r.Partition].end {
+				delete(toRead, r.Partition)
+			}
+		})
+	}
+	return out, nil
+}
+
+// DeadLettersWritten returns how many records the scheduler's dead-letter
+// topic holds, counting from its first offset ever (the sum of its
+// partitions' end offsets): at least as many as one run wrote, which is
+// what Accounted's dead needs, at the cost of two small requests.
+func DeadLettersWritten(ctx context.Context, brokers []string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	bounds, err := offsetBounds(ctx, cl, topicDead)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range bounds {
+		n += int(b.end)
+	}
+	return n, nil
+}
+
+// span is a partition's first offset and the offset after its last
+// record.
+type span struct{ start, end int64 }
+
+// offsetBounds returns the span of every partition of topic.
+func offsetBounds(ctx context.Context, cl *kgo.Client, topic string) (map[int32]span, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	if len(mresp.Topics) != 1 {
+		return nil, fmt.Errorf("metadata of %s: %d topics in the answer", topic, len(mresp.Topics))
+	}
+	if err := kerr.ErrorForCode(mresp.Topics[0].ErrorCode); err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	out := map[int32]span{}
+	// -2 asks for the first offset, -1 for the end: two requests, since
+	// one may not name a partition twice.
+	for _, ts := range []int64{-2, -1} {
+		req := kmsg.NewPtrListOffsetsRequest()
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = topic
+		for _, p := range mresp.Topics[0].Partitions {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition, rp.Timestamp = p.Partition, ts
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, fmt.Errorf("offsets of %s: %w", topic, err)
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return nil, fmt.Errorf("offsets of %s partition %d: %w", topic, p.Partition, err)
+				}
+				s := out[p.Partition]
+				if ts == -2 {
+					s.start = p.Offset
+				} else {
+					s.end = p.Offset
+				}
+				out[p.Partition] = s
+			}
+		}
+	}
+	return out, nil
+}

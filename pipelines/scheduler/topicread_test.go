@@ -1,0 +1,64 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+)
+
+// A dead-letter topic is read to its end even when the broker is slow to
+// answer its first fetches. (Found in TestWorkerProcessesSurviveSIGKILL on
+// a loaded machine: the reader stopped at the first 300 ms without
+// records, read the topic as empty, and the run was reported with
+// thousands of requests lost and none dead-lettered.)
+func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topicDead, topicSupervisorDead))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	const n = 50
+	for i := range n {
+		r := &kgo.Record{Topic: topicDead, Key: fmt.Appendf(nil, "d-%d", i),
+			Headers: []kgo.RecordHeader{{Key: kafkasink.HeaderReason, Value: fmt.Appendf(nil, "reason %d", i)}}}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fetches atomic.Int32
+	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if fetches.Add(1) <= 3 {
+			c.SleepControl(func() { time.Sleep(time.Second) })
+		}
+		return nil, nil, false // answered as usual, late
+	})
+	got, err := reasons(brokers, topicDead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n || got["d-7"] != "reason 7" || fetches.Load() == 0 {
+		t.Fatalf("read %d dead letters (d-7: %q) in %d fetches, want %d", len(got), got["d-7"], fetches.Load(), n)
+	}
+	if got, err := reasons(brokers, topicSupervisorDead); err != nil || len(got) != 0 {
+		t.Fatalf("an empty topic: %v %v", got, err)
+	}
+	if written, err := DeadLettersWritten(ctx, brokers); err != nil || written != n {
+		t.Fatalf("DeadLettersWritten = %d, %v; want %d", written, err, n)
+	}
+}
