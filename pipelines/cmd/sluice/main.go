@@ -109,6 +109,8 @@ func run(args []string) error {
 		return runLoadgen(ctx, args[1:])
 	case "services":
 		return runServices(ctx, args[1:])
+	case "verify":
+		return runVerify(ctx, args[1:])
 	case "broker":
 		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 		port := fs.Int("port", 9092, "port on 127.0.0.1")

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/pipelines/scheduler"
+)
+
+// runVerify checks a run of separate processes (`sluice verify`).
+func runVerify(ctx context.Context, args []string) error {
+	_, err := verifyCmd(ctx, args)
+	return err
+}
+
+// verifyCmd checks every request of the load generator's record against
+// the ledger of `sluice services` and the dead-letter topics, as the demo
+// checks its own run, prints the summary, and fails when the run broke a
+// promise (lost, applied twice, left after compensation).
+func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	recordPath := fs.String("record", env("SLUICE_LOADGEN_RECORD", ""), "the load generator's record of the run (sluice loadgen -record) ($SLUICE_LOADGEN_RECORD)")
+	services := fs.String("services", env("SLUICE_SERVICES", "http://127.0.0.1:8080"), "base URL of sluice services, whose ledger is checked ($SLUICE_SERVICES)")
+	brokersFlag := fs.String("brokers", env("SLUICE_BROKERS", "127.0.0.1:9092"),
+		"Kafka brokers holding delivery-dead-letters and delivery-compensation-dead-letters, comma separated; plaintext only ($SLUICE_BROKERS)")
+	wait := fs.Duration("wait", time.Minute,
+		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
+	if err := fs.Parse(args); err != nil {
+		return scheduler.Summary{}, err
+	}
+	if *recordPath == "" {
+		return scheduler.Summary{}, errors.New("-record: the load generator's record of the run is needed (sluice loadgen -record FILE)")
+	}
+	base := strings.TrimRight(*services, "/")
+	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
+		return scheduler.Summary{}, fmt.Errorf("-services %q: want the base URL of sluice services, like http://127.0.0.1:8080", *services)
+	}
+	brokers := splitComma(*brokersFlag)
+	f, err := os.Open(*recordPath)
+	if err != nil {
+		return scheduler.Summary{}, fmt.Errorf("-record: %w", err)
+	}
+	sent, err := loadgen.ReadRecord(f)
+	f.Close()
+	if err != nil {
+		return scheduler.Summary{}, fmt.Errorf("-record %s: %w", *recordPath, err)
+	}
+	cl := &http.Client{} // no overall timeout: a large ledger takes seconds to download; ctx bounds it
+	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters on %s",
+		sent.Distinct(), *recordPath, sent.Total(), base, strings.Join(brokers, ","))
+	if *wait > 0 {
+		fmt.Printf(", waiting up to %v for the run to settle", *wait)
+	}
+	fmt.Println()
+	// A run settles: its last requests drain, its compensations finish
+	// (the undos of one request run at once, so its package can be undone
+	// before its drone). Until -wait has passed, a run that does not
+	// verify yet is given more time.
+	start := time.Now()
+	for {
+		final := time.Since(start) >= *wait
+		sum, accounted, err := verifyOnce(ctx, cl, base, sent, brokers, final)
+		if !final && (err != nil || !accounted || !sum.OK()) {
+			select {
+			case <-ctx.Done():
+				return scheduler.Summary{}, ctx.Err()
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if err != nil {
+			return scheduler.Summary{}, err
+		}
+		switch {
+		case !accounted && *wait > 0:
+			fmt.Printf("after %v not every request has an outcome\n", *wait)
+		case !accounted:
+			fmt.Println("not every request has an outcome yet")
+		case *wait > 0 && sum.OK():
+			fmt.Printf("settled after %v\n", time.Since(start).Round(100*time.Millisecond))
+		case *wait > 0:
+			fmt.Printf("every request has an outcome, but after %v the run still does not verify\n", *wait)
+		}
+		fmt.Println(sum)
+		if !sum.OK() {
+			return *sum, errors.New("verification failed")
+		}
+		return *sum, nil
+	}
+}
+
+// verifyOnce reads the services' ledger and the dead letters once. It
+// reports whether every request has an outcome (scheduler.Accounted) and,
+// if so or if final, the verification (scheduler.Verify); the summary is
+// nil only with an error or when it was not asked for.
+func verifyOnce(ctx context.Context, cl *http.Client, base string, sent *loadgen.Sent, brokers []string,
+	final bool) (*scheduler.Summary, bool, error) {
+	view := &remoteLedger{ctx: ctx, cl: cl, base: base}
+	var err error
+	if view.totals, err = delivery.FetchLedgerTotals(ctx, cl, base); err != nil {
+		return nil, false, err
+	}
+	dead := -1 // unknown: Accounted reads the topic
+	if n, err := scheduler.DeadLettersWritten(ctx, brokers); err == nil {
+		dead = n
+	}
+	accounted := scheduler.Accounted(sent, view, dead, brokers)
+	if !accounted && !final {
+		return nil, false, nil
+	}
+	if !view.load() { // if Accounted did not download it
+		return nil, accounted, view.err
+	}
+	sum, err := scheduler.Verify(sent, view.snap, brokers)
+	if err != nil {
+		return nil, accounted, fmt.Errorf("reading the dead letters: %w", err)
+	}
+	return &sum, accounted, nil
+}
+
+// remoteLedger is the ledger of services in another process as Accounted
+// reads it while a run drains: the counts from GET /ledger, and the whole
+// ledger downloaded only when Accounted asks about single requests, which
+// it does once the counts say that the run may be complete.
+type remoteLedger struct {
+	ctx    context.Context
+	cl     *http.Client
+	base   string
+	totals delivery.LedgerTotals
+	snap   *delivery.LedgerSnapshot
+	err    error // of the download
+}
+
+func (r *remoteLedger) LiveCount(service string) int   { return r.totals.LiveCount(service) }
+func (r *remoteLedger) UndoneCount(service string) int { return r.totals.UndoneCount(service) }
+func (r *remoteLedger) Twice() int                     { return r.totals.Twice() }
+
+// Live and Undone answer false if the ledger cannot be downloaded: the
+// request is not yet seen to have its outcome.
+func (r *remoteLedger) Live(service, id string) bool   { return r.load() && r.snap.Live(service, id) }
+func (r *remoteLedger) Undone(service, id string) bool { return r.load() && r.snap.Undone(service, id) }
+
+func (r *remoteLedger) load() bool {
+	if r.snap == nil && r.err == nil {
+		r.snap, r.err = delivery.FetchLedger(r.ctx, r.cl, r.base)
+	}
+	return r.err == nil
+}
