@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -182,9 +183,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error)
 			}
 		case isDead:
 			s.ValidDeadLettered++
-			if len(s.ValidDeadReasons) < 3 {
-				s.ValidDeadReasons = append(s.ValidDeadReasons, id+": "+reason)
-			}
+			s.ValidDeadReasons = append(s.ValidDeadReasons, id+": "+reason)
 			continue
 		default:
 			s.Lost++
@@ -194,6 +193,9 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error)
 			s.TwoOutcomes++
 		}
 	}
+	// The first three by id, so that a run verifies alike every time.
+	slices.Sort(s.ValidDeadReasons)
+	s.ValidDeadReasons = s.ValidDeadReasons[:min(len(s.ValidDeadReasons), 3)]
 	s.Twice = l.Twice()
 	return s, nil
 }

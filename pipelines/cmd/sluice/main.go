@@ -1,14 +1,23 @@
 // Command sluice is the worker binary. Subcommands:
 //
-//	sluice demo     the drone delivery scheduler, everything in one process
-//	                on embedded defaults, with a live status line and a
-//	                verification summary
-//	sluice run      delivery|supervisor: a worker against a real cluster (the
-//	                supervisor parks compensations it cannot do now on a
-//	                retry topic, replays them, and dead-letters the ones it
-//	                never can)
-//	sluice loadgen  produce delivery requests to a real cluster
-//	sluice broker   a standalone in-process Kafka-compatible dev broker
+//	sluice demo      the drone delivery scheduler, everything in one process
+//	                 on embedded defaults, with a live status line and a
+//	                 verification summary
+//	sluice run       delivery|supervisor: a worker against a real cluster (the
+//	                 supervisor parks compensations it cannot do now on a
+//	                 retry topic, replays them, and dead-letters the ones it
+//	                 never can)
+//	sluice services  the simulated backends over HTTP, shared by the workers
+//	                 (-backends URL), with their side-effect ledger on /ledger
+//	sluice loadgen   produce delivery requests to a real cluster; -record
+//	                 FILE keeps what was sent for verify
+//	sluice verify    check a run of separate processes against the load
+//	                 generator's record, the services' ledger and the
+//	                 dead-letter topics, as the demo checks its own
+//	sluice broker    a standalone in-process Kafka-compatible dev broker
+//
+// With broker, services, the two workers, loadgen and verify, the whole
+// system runs as separate processes, on one machine or several.
 package main
 
 import (
@@ -47,9 +56,12 @@ func usage() error {
   sluice run delivery [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
   sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
               [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 0 (no bound)] ...
-  sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D]
+  sluice services [-listen 127.0.0.1:8080] [-drones non-idempotent|idempotent]
+              [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
+  sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
+  sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
   sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
-Flags of run and loadgen default to $SLUICE_* variables (-h lists them).`)
+Many flags of run, services, loadgen and verify default to a $SLUICE_* variable (-h names it).`)
 }
 
 func run(args []string) error {
