@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -60,6 +61,13 @@ const (
 )
 
 // Backends is one implementation of every service.
+//
+// The scheduler and the supervisor's undos time each attempt from the
+// moment its request is sent (flow.TimeoutFromSend): a call must say when
+// that is, with flow.Sent(ctx), or, for an HTTP request, by building it
+// with flow.SentOnWrite(ctx) (HTTPBackends and the simulated backends
+// do). A call that never says has no attempt timeout, only its own bounds
+// (the recorded drone step still ends it within StaleAfter/2).
 type Backends struct {
 	Accounts   Accounts
 	Packages   Packages
@@ -119,6 +127,9 @@ func (s *sim) call(ctx context.Context) error { return s.serve(ctx, true) }
 func (s *sim) undo(ctx context.Context) error { return s.serve(ctx, false) }
 
 func (s *sim) serve(ctx context.Context, mayReject bool) error {
+	// The request reaches an in-process service at once: in a stage with
+	// flow.TimeoutFromSend the attempt's clock starts here.
+	flow.Sent(ctx)
 	s.mu.Lock()
 	d := s.cfg.MinLatency
 	if span := s.cfg.MaxLatency - s.cfg.MinLatency; span > 0 {

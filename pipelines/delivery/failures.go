@@ -133,7 +133,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	// On the failure path a stage has nowhere to fail to: decide returns
 	// no error (a panic in it, a bug, stops the pipeline with the failure
 	// unsettled).
-	decided := stream.Via(prepared, stream.Flow[judged, judged](flow.MapAsync(64, func(ctx context.Context, v judged) (judged, error) {
+	decided := stream.Via(prepared, stream.Flow[judged, judged](flow.MapAsync(judgeCalls, func(ctx context.Context, v judged) (judged, error) {
 		v.verdict = j.decide(ctx, v)
 		return v, nil
 	})), stream.Name("judge-failures"))

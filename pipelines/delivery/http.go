@@ -180,7 +180,10 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	} else {
 		rd = bytes.NewReader(nil)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	// The attempt's clock starts once the request is written (in a stage
+	// with flow.TimeoutFromSend): a wait for a connection or a CPU is the
+	// worker's, not the service's.
+	req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), method, c.base+path, rd)
 	if err != nil {
 		return err
 	}

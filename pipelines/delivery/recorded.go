@@ -83,7 +83,12 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 	if err := ctx.Err(); err != nil {
 		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
 	}
-	callErr := r.call(ctx, p)
+	// Whatever the backend says about when it sent, the call ends well
+	// within StaleAfter of the mark: resolve counts on no copy's call being
+	// in flight past it.
+	callCtx, cancel := context.WithTimeout(ctx, r.staleAfter/2)
+	callErr := r.call(callCtx, p)
+	cancel()
 	switch {
 	case callErr == nil:
 		value := ""

@@ -84,12 +84,29 @@ type SchedulerConfig struct {
 	MaxStoreOutage time.Duration
 	// LatencyTarget is the p99 call latency each step's adaptive
 	// concurrency limit holds (default 100 ms: a fifth of the 500 ms
-	// budget); the limit stays between a quarter of Parallelism and
-	// Parallelism: latency that comes from this process (a collection, a
-	// burst's queueing), not the service, should not cut a step to a few
-	// calls in flight.
+	// budget). The latency is the service's, from each request's send to
+	// its answer (the steps are timed from the send), so the limit follows
+	// the service, not this process's own queueing; it starts at 64 calls
+	// and stays between 8 and Parallelism.
 	LatencyTarget time.Duration
 }
+
+// The bounds of a step's adaptive limit below Parallelism: it starts at
+// initialLimit (slow start doubles it within a few windows where the
+// service keeps up) and never drops under minLimit, so that one slow
+// window cannot starve a step.
+const (
+	initialLimit = 64
+	minLimit     = 8
+)
+
+// judgeCalls is the calls in flight of judge-failures (Deliveries.State).
+const judgeCalls = 64
+
+// MaxCalls is the most calls to the backends a scheduler of the given
+// parallelism has in flight at once: every step's, and judge-failures'.
+// Size an HTTP client's connections to it (NewHTTPClient).
+func MaxCalls(parallelism int) int { return len(Steps)*parallelism + judgeCalls }
 
 // DefaultParallelism caps the calls of a step in flight. Little's law:
 // seed 002's peaks of 50,000 requests a second at the simulated services'
@@ -241,13 +258,19 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if err != nil {
 			return nil, err
 		}
+		lo := min(cfg.Parallelism, minLimit)
 		lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: cfg.LatencyTarget,
-			Initial: max(1, cfg.Parallelism/4), Min: max(1, cfg.Parallelism/4), Max: cfg.Parallelism})
+			Initial: max(lo, min(cfg.Parallelism, initialLimit)), Min: lo, Max: cfg.Parallelism})
 		if err != nil {
 			return nil, err
 		}
 		sch.Breakers[step], sch.Limits[step] = br, lim
-		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.LogRetries(cfg.Logger), flow.Breaker(br), flow.WithLimiter(lim)}
+		// Each attempt is timed from its send: the backends say when (the HTTP
+		// client once the request is written, the simulated services when
+		// called), so a worker short of CPU or connections makes a call wait,
+		// not time out; and the limit follows the service's latency.
+		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(), flow.LogRetries(cfg.Logger),
+			flow.Breaker(br), flow.WithLimiter(lim)}
 		if keyed {
 			// One call at a time per delivery: two copies of a request (a
 			// duplicate) must not both find the step unrecorded and both

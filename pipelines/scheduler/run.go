@@ -140,7 +140,9 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 		srv := &http.Server{Handler: delivery.HTTPHandler(backends), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
-		backends = delivery.HTTPBackends("http://"+ln.Addr().String(), delivery.NewHTTPClient(1024))
+		// One client for every incarnation, two at once during a restart.
+		calls := 2 * (delivery.MaxCalls(delivery.DefaultParallelism) + supervisor.MaxCalls)
+		backends = delivery.HTTPBackends("http://"+ln.Addr().String(), delivery.NewHTTPClient(calls))
 		fmt.Fprintf(w, "backends: HTTP services on %s\n", ln.Addr())
 	}
 	notes := supervisor.NewNotifications()

@@ -107,9 +107,9 @@ func New(cfg Config) (*stream.Graph, error) {
 func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c stream.Committer) {
 	b, n := cfg.Backends, cfg.Notifier
 	parsed := stream.Via(events, flow.Map(parse), stream.Name(prefix+"parse"))
-	undo := flow.MapAsync(64, func(ctx context.Context, ev event) (event, error) {
+	undo := flow.MapAsync(undoCalls, func(ctx context.Context, ev event) (event, error) {
 		return ev, Undo(ctx, b, ev.Progress)
-	}, callOptions(cfg, prefix+"undo")...)
+	}, append(callOptions(cfg, prefix+"undo"), flow.TimeoutFromSend())...)
 	undone := stream.Via(parsed, stream.Flow[event, event](undo), stream.Name(prefix+"undo"))
 	notify := flow.MapAsync(16, func(ctx context.Context, ev event) (event, error) {
 		return ev, n.Notify(ctx, ev.Compensation)
@@ -124,8 +124,19 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 	}
 }
 
+// undoCalls is the undos in flight of one compensate chain.
+const undoCalls = 64
+
+// MaxCalls is the most calls to the backends a supervisor has in flight at
+// once: the undos of the failures and of the replays. Size an HTTP client's
+// connections to it (delivery.NewHTTPClient).
+const MaxCalls = 2 * undoCalls
+
 // callOptions are the options of an undo or notify stage: the retry
-// policy, with 5xx retried too (Classify), retries logged.
+// policy, with 5xx retried too (Classify), retries logged. The undo stage
+// adds flow.TimeoutFromSend: the delivery backends say when each call is
+// sent, so a busy supervisor makes an undo wait, not time out (a Notifier
+// need not say, so notify is timed from its start).
 func callOptions(cfg Config, stage string) []flow.AsyncOption {
 	opts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.LogRetries(cfg.Logger)}
 	if cfg.Metrics != nil {

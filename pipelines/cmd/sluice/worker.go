@@ -152,7 +152,11 @@ func runWorker(ctx context.Context, args []string) error {
 		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond},
 			delivery.NewLedger(), loadgen.SuspendedOwner)
 	} else {
-		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(len(delivery.Steps)**parallelism))
+		calls := delivery.MaxCalls(*parallelism)
+		if which == "supervisor" {
+			calls = supervisor.MaxCalls
+		}
+		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(calls))
 	}
 	input, outputs := *requests, []string{*failures, *dead}
 	if which == "supervisor" {
