@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery
+.PHONY: bench-delivery-deployed run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery
 
 # The main job on embedded defaults: a 30-second run of the drone delivery
 # scheduler with an in-process broker, simulated backends and load.
@@ -48,3 +48,9 @@ bench-storm:
 # The delivery scheduler at fixed rates and one burst (about a minute).
 bench-delivery:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryPipeline -benchtime 1x .
+
+# The delivery system deployed: every part a process of its own, a real
+# redis-server (needs redis-server installed), steady rates, a burst, kills
+# and a Redis outage (about 5 minutes).
+bench-delivery-deployed:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryDeployed -benchtime 1x -timeout 30m .

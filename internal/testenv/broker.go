@@ -49,7 +49,7 @@ func StartKafka(libs string) (*KafkaBroker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("java (17+) is needed to run the Kafka broker: %w", err)
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,8 @@ func CreateTopic(brokers []string, topic string, partitions int32) error {
 	return nil
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n loopback ports that were free a moment ago.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {

@@ -2,11 +2,11 @@ package testenv
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -17,39 +17,77 @@ import (
 // the command that installs it.
 func Redis(t testing.TB) string {
 	t.Helper()
+	return StartRedis(t).Addr
+}
+
+// RedisServer is a redis-server that a test can stop and start again on
+// the same address, to make an outage.
+type RedisServer struct {
+	Addr string
+	t    testing.TB
+	path string
+	port int
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// StartRedis is Redis, with the server's handle.
+func StartRedis(t testing.TB) *RedisServer {
+	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatal("redis-server is not installed: apt-get install -y redis-server (.ci/run does)")
 	}
-	ports, err := freePorts(1)
+	ports, err := FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, path, "--bind", "127.0.0.1", "--port", fmt.Sprint(ports[0]),
+	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), t: t, path: path, port: ports[0]}
+	t.Cleanup(r.Stop)
+	r.Start()
+	return r
+}
+
+// Start starts the server again after Stop (its data is gone: it keeps
+// none) and waits until it answers PING.
+func (r *RedisServer) Start() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		return
+	}
+	cmd := exec.Command(r.path, "--bind", "127.0.0.1", "--port", fmt.Sprint(r.port),
 		"--save", "", "--appendonly", "no", "--protected-mode", "yes")
 	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-	})
+	r.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		if c, err := net.DialTimeout("tcp", r.Addr, 200*time.Millisecond); err == nil {
 			fmt.Fprintf(c, "PING\r\n")
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
 			if strings.HasPrefix(line, "+PONG") {
-				return addr
+				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer within 10 s", addr)
+			r.t.Fatalf("redis-server on %s did not answer within 10 s", r.Addr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Stop kills the server (SIGKILL: an outage, not a shutdown).
+func (r *RedisServer) Stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Kill()
+	_ = r.cmd.Wait()
+	r.cmd = nil
 }

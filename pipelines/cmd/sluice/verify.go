@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
@@ -67,7 +66,7 @@ func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
 	start := time.Now()
 	for {
 		final := time.Since(start) >= *wait
-		sum, accounted, err := verifyOnce(ctx, cl, base, sent, brokers, final)
+		sum, accounted, err := scheduler.VerifyRemote(ctx, cl, base, sent, brokers, final)
 		if !final && (err != nil || !accounted || !sum.OK()) {
 			select {
 			case <-ctx.Done():
@@ -95,62 +94,4 @@ func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
 		}
 		return *sum, nil
 	}
-}
-
-// verifyOnce reads the services' ledger and the dead letters once. It
-// reports whether every request has an outcome (scheduler.Accounted) and,
-// if so or if final, the verification (scheduler.Verify); the summary is
-// nil only with an error or when it was not asked for.
-func verifyOnce(ctx context.Context, cl *http.Client, base string, sent *loadgen.Sent, brokers []string,
-	final bool) (*scheduler.Summary, bool, error) {
-	view := &remoteLedger{ctx: ctx, cl: cl, base: base}
-	var err error
-	if view.totals, err = delivery.FetchLedgerTotals(ctx, cl, base); err != nil {
-		return nil, false, err
-	}
-	dead := -1 // unknown: Accounted reads the topic
-	if n, err := scheduler.DeadLettersWritten(ctx, brokers); err == nil {
-		dead = n
-	}
-	accounted := scheduler.Accounted(sent, view, dead, brokers)
-	if !accounted && !final {
-		return nil, false, nil
-	}
-	if !view.load() { // if Accounted did not download it
-		return nil, accounted, view.err
-	}
-	sum, err := scheduler.Verify(sent, view.snap, brokers)
-	if err != nil {
-		return nil, accounted, fmt.Errorf("reading the dead letters: %w", err)
-	}
-	return &sum, accounted, nil
-}
-
-// remoteLedger is the ledger of services in another process as Accounted
-// reads it while a run drains: the counts from GET /ledger, and the whole
-// ledger downloaded only when Accounted asks about single requests, which
-// it does once the counts say that the run may be complete.
-type remoteLedger struct {
-	ctx    context.Context
-	cl     *http.Client
-	base   string
-	totals delivery.LedgerTotals
-	snap   *delivery.LedgerSnapshot
-	err    error // of the download
-}
-
-func (r *remoteLedger) LiveCount(service string) int   { return r.totals.LiveCount(service) }
-func (r *remoteLedger) UndoneCount(service string) int { return r.totals.UndoneCount(service) }
-func (r *remoteLedger) Twice() int                     { return r.totals.Twice() }
-
-// Live and Undone answer false if the ledger cannot be downloaded: the
-// request is not yet seen to have its outcome.
-func (r *remoteLedger) Live(service, id string) bool   { return r.load() && r.snap.Live(service, id) }
-func (r *remoteLedger) Undone(service, id string) bool { return r.load() && r.snap.Undone(service, id) }
-
-func (r *remoteLedger) load() bool {
-	if r.snap == nil && r.err == nil {
-		r.snap, r.err = delivery.FetchLedger(r.ctx, r.cl, r.base)
-	}
-	return r.err == nil
 }

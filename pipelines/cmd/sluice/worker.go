@@ -100,6 +100,8 @@ func runWorker(ctx context.Context, args []string) error {
 	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services ($SLUICE_BACKENDS)`)
 	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends ($SLUICE_REDIS)")
 	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address ($SLUICE_LISTEN)")
+	pprofOn := fs.Bool("pprof", env("SLUICE_PPROF", "") == "1",
+		"serve Go's profiles under /debug/pprof/ on the -listen address ($SLUICE_PPROF=1); they show the code, so keep the address private")
 	parDef, err := envInt("SLUICE_PARALLELISM", delivery.DefaultParallelism)
 	if err != nil {
 		return err
@@ -268,7 +270,7 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
-	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: ln, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: ready})
+	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: ln, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: ready, Pprof: *pprofOn})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,212 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/deployed"
+)
+
+// BenchmarkDeliveryDeployed runs the drone delivery system as it is
+// deployed, every part a process of its own on this machine: `sluice
+// broker` (16 partitions), `sluice services` (calls of 1-5 ms, 5%
+// transient failures, 1% throttled with a 20 ms Retry-After, which the
+// HTTP handler rounds up to 1 s; drones booked on every call), a real
+// redis-server for the drone step's records (mode b), `sluice run
+// delivery` and `sluice run supervisor` (default flags), and `sluice
+// loadgen` producing at a fixed rate without bursts. Scenarios:
+//
+//	sustained_<rate>  the rate for 20 s
+//	burst_2x          twice the highest sustained rate for 10 s
+//	sigkill           the highest sustained rate for 20 s, the scheduler
+//	                  killed with SIGKILL 3 times and started again
+//	redis_outage      the highest sustained rate for 25 s, redis-server
+//	                  killed 5 s in and started again 10 s later
+//
+// Each reports completed/s (deliverable requests completed per second of
+// the run, drain included), completed_share, compensated_share and
+// dead_lettered_share (of the deliverable requests), p50_ms and p99_ms
+// (the scheduler's end-to-end latency histogram, record timestamp to
+// settle, summed over its incarnations and interpolated within its x2
+// buckets; a parked request counts from its replay), max_lag (the
+// scheduler group's lag, sampled every 100 ms), drain_s (from the end of
+// the load until every request had its outcome), max_stall_s (the longest
+// time with lag and no new outcome), lost, twice, left (side effects left
+// after a compensation), worker_exits (scheduler incarnations that ended
+// on their own), and worker_cpu_us/req (user+system CPU of the scheduler's
+// processes per request sent).
+//
+// SLUICE_DEPLOYED_RATES (comma-separated, default 250,500,1000) sets the
+// sustained rates; SLUICE_DEPLOYED_TOP (default: the last of them) the
+// rate of burst_2x, sigkill and redis_outage. `make
+// bench-delivery-deployed` runs it (about 5 minutes).
+func BenchmarkDeliveryDeployed(b *testing.B) {
+	bin := deployed.Build(b)
+	rates := []float64{250, 500, 1000}
+	if v := os.Getenv("SLUICE_DEPLOYED_RATES"); v != "" {
+		rates = rates[:0]
+		for _, f := range strings.Split(v, ",") {
+			r, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || r <= 0 {
+				b.Fatalf("SLUICE_DEPLOYED_RATES: %q is not a rate", f)
+			}
+			rates = append(rates, r)
+		}
+	}
+	top := rates[len(rates)-1]
+	if v := os.Getenv("SLUICE_DEPLOYED_TOP"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r <= 0 {
+			b.Fatalf("SLUICE_DEPLOYED_TOP: %q is not a rate", v)
+		}
+		top = r
+	}
+	for _, rate := range rates {
+		b.Run(fmt.Sprintf("sustained_%d", int(rate)), func(b *testing.B) {
+			runDeployed(b, bin, deployedScenario{rate: rate, load: 20 * time.Second})
+		})
+	}
+	b.Run("burst_2x", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: 2 * top, load: 10 * time.Second})
+	})
+	b.Run("sigkill", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 20 * time.Second, during: func(s *deployed.System, r *deployedResult) {
+			for range 3 {
+				time.Sleep(5 * time.Second)
+				r.kill(s)
+			}
+		}})
+	})
+	b.Run("redis_outage", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 25 * time.Second, during: func(s *deployed.System, r *deployedResult) {
+			time.Sleep(5 * time.Second)
+			s.Redis.Stop()
+			time.Sleep(10 * time.Second)
+			s.Redis.Start()
+		}})
+	})
+}
+
+// deployedScenario is one run: load at rate for load, and during it
+// (if set) what happens to the system.
+type deployedScenario struct {
+	rate   float64
+	load   time.Duration
+	during func(*deployed.System, *deployedResult)
+}
+
+// deployedResult gathers what the incarnations of the scheduler leave.
+type deployedResult struct {
+	mu      sync.Mutex
+	cpu     time.Duration
+	latency deployed.Histogram
+	exits   int
+}
+
+// retire scrapes the scheduler's incarnation, ends it with sig and keeps
+// its CPU time and latency histogram.
+func (r *deployedResult) retire(w *deployed.Worker, sig syscall.Signal) {
+	h, err := w.Scrape("sluice_end_to_end_latency_seconds")
+	cpu := w.Stop(sig)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.latency.Add(h)
+	}
+	r.cpu += cpu
+}
+
+// kill kills the scheduler (SIGKILL) and starts another incarnation.
+func (r *deployedResult) kill(s *deployed.System) {
+	w := s.Worker("delivery")
+	if !w.Alive() {
+		r.mu.Lock()
+		r.exits++
+		r.mu.Unlock()
+	}
+	r.retire(w, syscall.SIGKILL)
+	s.StartWorker("delivery")
+}
+
+func runDeployed(b *testing.B, bin string, sc deployedScenario) {
+	for b.Loop() {
+		s := deployed.Start(b, bin, deployed.Config{Services: []string{"-min-latency", "1ms", "-max-latency", "5ms",
+			"-transient", "0.05", "-throttle", "0.01", "-retry-after", "20ms", "-permanent", "0"}})
+		r := &deployedResult{latency: deployed.Histogram{}}
+		ctx, cancel := context.WithCancel(context.Background())
+		// Sample the lag and the outcomes until the run settles.
+		var maxLag int64
+		var maxStall time.Duration
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			last, lastAt := -1, time.Now()
+			for ctx.Err() == nil {
+				lag, err := s.Lag(ctx)
+				if err == nil && lag > maxLag {
+					maxLag = lag
+				}
+				if p, err := s.Progress(ctx); err == nil {
+					switch {
+					case p != last || lag == 0:
+						last, lastAt = p, time.Now()
+					case time.Since(lastAt) > maxStall:
+						maxStall = time.Since(lastAt)
+					}
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		start := time.Now()
+		if sc.during != nil {
+			go sc.during(s, r)
+		}
+		sent, err := s.Load(ctx, "-rate", fmt.Sprint(sc.rate), "-burst", "0", "-duration", sc.load.String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		loadEnd := time.Now()
+		if sc.during != nil {
+			// what happens during the load ends with it (the scenarios are
+			// timed to), give it a moment to finish its last step
+			time.Sleep(time.Second)
+		}
+		sum, _, err := s.Settle(ctx, sent, 3*time.Minute)
+		drain := time.Since(loadEnd)
+		if err != nil {
+			b.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		cancel()
+		<-sampled
+		w := s.Worker("delivery")
+		if !w.Alive() {
+			r.exits++
+		}
+		r.retire(w, syscall.SIGTERM)
+		b.Logf("%s", sum)
+		deliverable := float64(max(1, sum.Deliverable))
+		b.ReportMetric(float64(sum.Completed)/elapsed.Seconds(), "completed/s")
+		b.ReportMetric(float64(sum.Completed)/deliverable, "completed_share")
+		b.ReportMetric(float64(sum.CompensatedBy["deliverable"])/deliverable, "compensated_share")
+		b.ReportMetric(float64(sum.ValidDeadLettered)/deliverable, "dead_lettered_share")
+		b.ReportMetric(1000*r.latency.Quantile(0.5), "p50_ms")
+		b.ReportMetric(1000*r.latency.Quantile(0.99), "p99_ms")
+		b.ReportMetric(float64(maxLag), "max_lag")
+		b.ReportMetric(drain.Seconds(), "drain_s")
+		b.ReportMetric(maxStall.Seconds(), "max_stall_s")
+		b.ReportMetric(float64(sum.Lost), "lost")
+		b.ReportMetric(float64(sum.Twice), "twice")
+		b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
+		b.ReportMetric(float64(r.exits), "worker_exits")
+		b.ReportMetric(float64(r.cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
+	}
+}
