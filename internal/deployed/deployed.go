@@ -120,7 +120,7 @@ func Start(tb testing.TB, bin string, cfg Config) *System {
 	s.procs = append(s.procs, s.spawn("broker", "broker", "-port", fmt.Sprint(ps[0]), "-partitions", fmt.Sprint(cfg.Partitions)))
 	s.Services = fmt.Sprintf("http://127.0.0.1:%d", ps[1])
 	s.procs = append(s.procs, s.spawn("services", append([]string{"services", "-listen", s.Services[len("http://"):]}, cfg.Services...)...))
-	s.Redis = testenv.StartRedis(tb)
+	s.Redis = testenv.StartDurableRedis(tb)
 	var err error
 	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.Brokers)); err != nil {
 		tb.Fatal(err)

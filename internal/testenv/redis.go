@@ -27,12 +27,21 @@ type RedisServer struct {
 	t    testing.TB
 	path string
 	port int
+	dir  string // durable: its append-only file, kept across Stop and Start
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
 
 // StartRedis is Redis, with the server's handle.
-func StartRedis(t testing.TB) *RedisServer {
+func StartRedis(t testing.TB) *RedisServer { t.Helper(); return startRedis(t, false) }
+
+// StartDurableRedis is StartRedis with every write in an append-only file
+// synced before it is acknowledged (appendfsync always): a Stop, however
+// abrupt, loses nothing, and Start finds the data again — an outage, not
+// a loss.
+func StartDurableRedis(t testing.TB) *RedisServer { t.Helper(); return startRedis(t, true) }
+
+func startRedis(t testing.TB, durable bool) *RedisServer {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -43,13 +52,16 @@ func StartRedis(t testing.TB) *RedisServer {
 		t.Fatal(err)
 	}
 	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), t: t, path: path, port: ports[0]}
+	if durable {
+		r.dir = t.TempDir()
+	}
 	t.Cleanup(r.Stop)
 	r.Start()
 	return r
 }
 
-// Start starts the server again after Stop (its data is gone: it keeps
-// none) and waits until it answers PING.
+// Start starts the server again after Stop (with its data if it is
+// durable; otherwise the data is gone) and waits until it answers PING.
 func (r *RedisServer) Start() {
 	r.t.Helper()
 	r.mu.Lock()
@@ -57,8 +69,13 @@ func (r *RedisServer) Start() {
 	if r.cmd != nil {
 		return
 	}
-	cmd := exec.Command(r.path, "--bind", "127.0.0.1", "--port", fmt.Sprint(r.port),
-		"--save", "", "--appendonly", "no", "--protected-mode", "yes")
+	args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--save", "", "--protected-mode", "yes"}
+	if r.dir != "" {
+		args = append(args, "--dir", r.dir, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	cmd := exec.Command(r.path, args...)
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
