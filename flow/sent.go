@@ -37,11 +37,33 @@ func SentOnWrite(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+	traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
 				s.markSent()
 			}
 		},
 	})
+	if af, ok := ctx.(afterFuncer); ok {
+		return afterFuncCtx{traced, af}
+	}
+	return traced
 }
+
+// afterFuncer is what the context package looks for in a parent it does
+// not know, to end a derived context without a goroutine of its own.
+type afterFuncer interface {
+	AfterFunc(func()) func() bool
+}
+
+// afterFuncCtx is a context wrapped around a call's context (the trace's
+// value) that keeps the call context's AfterFunc visible. Without it, every
+// context derived from the traced one — the HTTP transport derives one per
+// request — would start a goroutine to watch its parent: one more
+// goroutine and a select per call.
+type afterFuncCtx struct {
+	context.Context
+	af afterFuncer
+}
+
+func (c afterFuncCtx) AfterFunc(f func()) func() bool { return c.af.AfterFunc(f) }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -322,5 +323,46 @@ func TestSentOnWriteWithAPoolOfOne(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A context derived from SentOnWrite's — as the HTTP transport derives one
+// for every request — ends with the call's context without a goroutine to
+// watch it: before, each derived context started one (the trace's value
+// hid the call context's AfterFunc), one more goroutine and select per
+// HTTP call.
+func TestSentOnWriteDerivesWithoutAGoroutine(t *testing.T) {
+	const n = 50
+	release := make(chan struct{})
+	var derived sync.WaitGroup
+	derived.Add(n)
+	var most int
+	done := make(chan struct{})
+	go func() {
+		derived.Wait()
+		most = runtime.NumGoroutine()
+		close(release)
+		close(done)
+	}()
+	before := runtime.NumGoroutine()
+	ok, errs := runSent(t, n, func(ctx context.Context, x int) (int, error) {
+		cctx, cancel := context.WithCancel(flow.SentOnWrite(ctx))
+		defer cancel()
+		derived.Done()
+		select {
+		case <-release:
+		case <-cctx.Done():
+			return x, cctx.Err()
+		}
+		return x, nil
+	}, flow.TimeoutFromSend(), flow.CallTimeout(time.Minute))
+	<-done
+	if ok != n || len(errs) != 0 {
+		t.Fatalf("%d of %d calls succeeded: %v", ok, n, errs)
+	}
+	// n calls in flight hold n worker goroutines, the stage a few more; a
+	// watcher per derived context would add n.
+	if grew := most - before; grew >= n+n/2 {
+		t.Fatalf("%d more goroutines with %d calls in flight, each with a derived context: a goroutine per derived context", grew, n)
 	}
 }
