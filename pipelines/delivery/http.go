@@ -198,11 +198,15 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+			return fmt.Errorf("%s %s: decoding the answer: %w (%w)", method, path, err, errUnreadableAnswer)
 		}
 	}
 	return nil
 }
+
+// errUnreadableAnswer marks a call the service answered 2xx whose answer
+// could not be read: the service acted, but what it did is unknown.
+var errUnreadableAnswer = errors.New("the service acted but its answer could not be read")
 
 // drainAndClose reads what is left of an answer, up to maxDrain, before
 // closing it: the transport puts a connection back in the pool only once

@@ -64,7 +64,11 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		p.mark = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	var rec StepState
+	// markedAt is no later than the time in this copy's mark, once it
+	// holds one: Begin writes the time it is called.
+	markedAt, own := time.Now(), false
 	err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
+		markedAt = time.Now()
 		rec, err = r.store.Begin(ctx, id, step, p.mark)
 		return err
 	})
@@ -76,17 +80,49 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		r.learned(p, rec.Value)
 		return nil
 	case rec.StartedBy != "" && (rec.StartedBy != p.mark || p.unknown == step):
-		if done, err := r.resolve(ctx, p, rec); err != nil || done {
+		done, err := r.resolve(ctx, p, rec, &markedAt)
+		if err != nil || done {
 			return err
 		}
+	case rec.StartedBy != "":
+		// This copy's own mark, from an attempt whose Begin got no answer
+		// (or a retry after the service said no and the mark stayed).
+		markedAt = rec.StartedAt
+		own = true
+	}
+	// The call must end within StaleAfter/2 of the mark's time, whatever
+	// the backend says about when it sent: another copy that finds the
+	// mark older than StaleAfter asks the service and may call itself, so
+	// no call of this copy may be in flight then. A mark too old to leave
+	// the call time enough (Begin answered late, or an earlier attempt's
+	// mark) is renewed first — unless another copy took it over, in which
+	// case this copy does not call.
+	deadline := markedAt.Add(r.staleAfter / 2)
+	if time.Until(deadline) < r.staleAfter/4 {
+		if !own {
+			// Begin (or a take-over) wrote a fresh mark but answered late:
+			// the retry reads it back, with its time, and renews it.
+			return stream.Transient(fmt.Errorf("%s of %s not called: the step store took %v to mark it started",
+				step, id, time.Since(markedAt).Round(time.Millisecond)))
+		}
+		renewedAt := time.Now()
+		var took bool
+		if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
+			renewedAt = time.Now()
+			took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
+			return err
+		}); err != nil {
+			return err
+		}
+		if !took {
+			return stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
+		}
+		deadline = renewedAt.Add(r.staleAfter / 2)
 	}
 	if err := ctx.Err(); err != nil {
 		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
 	}
-	// Whatever the backend says about when it sent, the call ends well
-	// within StaleAfter of the mark: resolve counts on no copy's call being
-	// in flight past it.
-	callCtx, cancel := context.WithTimeout(ctx, r.staleAfter/2)
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	callErr := r.call(callCtx, p)
 	cancel()
 	switch {
@@ -100,7 +136,7 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		p.unknown = step
 		return stream.Transient(fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr))
 	default:
-		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Abandon(ctx, id, step) }); err != nil {
+		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Abandon(ctx, id, step, p.mark) }); err != nil {
 			return err
 		}
 		return callErr
@@ -112,7 +148,7 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 // still be in flight it fails, transient; then it asks the service: a step
 // that acted is recorded done (done: p learned its value), one that did
 // not is taken over by this copy, to be called.
-func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState) (done bool, err error) {
+func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, markedAt *time.Time) (done bool, err error) {
 	id, step := p.Request.ID, r.step
 	age := time.Since(rec.StartedAt)
 	if rec.StartedAt.IsZero() {
@@ -139,6 +175,7 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState) 
 	}
 	var took bool
 	if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
+		*markedAt = time.Now()
 		took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
 		return err
 	}); err != nil {
@@ -166,7 +203,7 @@ func outcomeUnknown(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return false
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errUnreadableAnswer) {
 		return true
 	}
 	c := stream.Classify(err)

@@ -25,9 +25,11 @@ type StepStore interface {
 	// Record notes that a request completed a step, with the value it
 	// returned (the drone id of schedule_drone).
 	Record(ctx context.Context, id string, step Step, value string) error
-	// Abandon removes a started mark whose call certainly did not act (the
-	// service answered no), so that the step may be called again.
-	Abandon(ctx context.Context, id string, step Step) error
+	// Abandon removes the started mark of mark (the caller's copy) whose
+	// call certainly did not act (the service answered no), so that the
+	// step may be called again; a record that another copy took over, or
+	// recorded done, is left as it is.
+	Abandon(ctx context.Context, id string, step Step, mark string) error
 	// TakeOver replaces the started mark from (as Begin returned it) with
 	// mark, unless the record changed meanwhile (another copy took it over,
 	// or recorded it done): it reports whether it did. A copy takes over a
@@ -167,9 +169,18 @@ func (s *RedisSteps) Record(ctx context.Context, id string, step Step, value str
 	return s.write(ctx, &stepOp{kind: opRecord, key: stepKey(id, step), value: "d:" + value})
 }
 
-// Abandon removes a started mark.
-func (s *RedisSteps) Abandon(ctx context.Context, id string, step Step) error {
-	return s.write(ctx, &stepOp{kind: opAbandon, key: stepKey(id, step)})
+// abandon deletes KEYS[1] if it is the started mark ARGV[1] (its prefix
+// "s:<mark>@").
+var abandon = redis.NewScript(`local v = redis.call("GET", KEYS[1])
+if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+	redis.call("DEL", KEYS[1])
+	return 1
+end
+return 0`)
+
+// Abandon removes the started mark of mark, if the record still holds it.
+func (s *RedisSteps) Abandon(ctx context.Context, id string, step Step, mark string) error {
+	return s.write(ctx, &stepOp{kind: opAbandon, key: stepKey(id, step), value: "s:" + mark + "@"})
 }
 
 func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
@@ -228,7 +239,7 @@ func (s *RedisSteps) run() {
 				case opRecord:
 					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
 				case opAbandon:
-					op.cmd = p.Del(ctx, op.key)
+					op.cmd = abandon.Eval(ctx, p, []string{op.key}, op.value)
 				}
 			}
 			return nil

@@ -50,7 +50,16 @@ func TestRedisStepsBatches(t *testing.T) {
 				!check("fresh", delivery.StepPackage, "a", delivery.StepState{}) {
 				return
 			}
-			if err := s.Abandon(ctx, id, delivery.StepPackage); err != nil {
+			// Abandoning is for the starter's copy alone: another copy's
+			// abandon (a late one, after a take-over) leaves the mark.
+			if err := s.Abandon(ctx, id, delivery.StepPackage, "b"); err != nil {
+				t.Error(err)
+				return
+			}
+			if !check("abandoned by another copy", delivery.StepPackage, "c", delivery.StepState{StartedBy: "a"}) {
+				return
+			}
+			if err := s.Abandon(ctx, id, delivery.StepPackage, "a"); err != nil {
 				t.Error(err)
 				return
 			}

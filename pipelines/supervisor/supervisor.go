@@ -128,9 +128,10 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 const undoCalls = 64
 
 // MaxCalls is the most calls to the backends a supervisor has in flight at
-// once: the undos of the failures and of the replays. Size an HTTP client's
+// once: the undos of the failures and of the replays, each compensation
+// making its three undo calls at once (Undo). Size an HTTP client's
 // connections to it (delivery.NewHTTPClient).
-const MaxCalls = 2 * undoCalls
+const MaxCalls = 2 * undoCalls * undosPerCompensation
 
 // callOptions are the options of an undo or notify stage: the retry
 // policy, with 5xx retried too (Classify), retries logged. The undo stage

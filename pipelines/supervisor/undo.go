@@ -29,9 +29,12 @@ import (
 // request; a panic in a backend is one such error. Each undo is
 // idempotent, so Undo may run again, all three undos each time, after a
 // crash or when the supervisor retries or replays the event.
+// undosPerCompensation is the calls Undo makes at once.
+const undosPerCompensation = 3
+
 func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
 	id := p.Request.ID
-	undos := [...]struct {
+	undos := [undosPerCompensation]struct {
 		step delivery.Step
 		undo func(context.Context, string) error
 	}{

@@ -162,6 +162,12 @@ func TestWorkerParkingFlags(t *testing.T) {
 		!strings.Contains(err.Error(), "-max-parkings") || strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("delivery -max-parkings 0: %v, want an error naming it before connecting", err)
 	}
+	for _, v := range []string{"-5s", "0", "200ms"} {
+		if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-stale-after", v}); err == nil ||
+			!strings.Contains(err.Error(), "-stale-after") || strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Fatalf("delivery -stale-after %s: %v, want an error naming it before connecting", v, err)
+		}
+	}
 	for _, c := range []struct {
 		args []string
 		want string

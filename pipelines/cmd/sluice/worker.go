@@ -136,6 +136,11 @@ func runWorker(ctx context.Context, args []string) error {
 	if *parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", *parallelism)
 	}
+	if *staleAfter < time.Second {
+		// A drone call must end within half of it, its attempts and the
+		// step store's round trips included.
+		return fmt.Errorf("-stale-after %v: must be at least 1s", *staleAfter)
+	}
 	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
 	if err != nil {
 		return err

@@ -1,0 +1,211 @@
+package delivery
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// cutOffStore is worker A's view of Redis during a partition: its first
+// Begin reaches the server (SET NX GET applied) but the reply is lost;
+// then every operation fails as a refused connection until healed.
+type cutOffStore struct {
+	StepStore
+	mu       sync.Mutex
+	landed   bool
+	healed   chan struct{}
+	returned chan struct{} // closed when a Begin after the heal returned
+	once     sync.Once
+}
+
+func (s *cutOffStore) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
+	s.mu.Lock()
+	first := !s.landed
+	s.landed = true
+	s.mu.Unlock()
+	if first {
+		_, _ = s.StepStore.Begin(ctx, id, step, mark)                                     // applied by Redis...
+		return StepState{}, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET} // ...reply lost
+	}
+	select {
+	case <-s.healed:
+	default:
+		return StepState{}, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	st, err := s.StepStore.Begin(ctx, id, step, mark)
+	s.once.Do(func() { close(s.returned) })
+	return st, err
+}
+
+// Two workers, two copies of one request (a replay from the retry topic
+// on one, the partition on the other). Worker A's Begin lands but its
+// reply is lost; A waits out the Redis
+// outage (storeWaiter, up to MaxStoreOutage, 2 min by default, well past
+// StaleAfter, 30 s). Meanwhile worker B (another process: the partition
+// moved, or B replays a parked copy from the retry topic) finds A's mark
+// older than StaleAfter, asks the drone service (not booked: A never
+// called), and takes the step over. A, back, reads its *own* old mark; it
+// must renew it before calling, find that B took it over, and not call.
+// Before the fix A called on its old mark and both booked (drone booked 2
+// times, 3 of 3 runs).
+func TestOwnStaleMarkIsRenewedBeforeTheCall(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	store := NewRedisSteps(cl, time.Minute)
+	defer store.Close()
+	ledger := NewLedger()
+	b := SimulatedNonIdempotent(SimConfig{}, ledger, nil)
+	call := func(ctx context.Context, p *Progress) error {
+		id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
+		if err == nil {
+			p.DroneID = id
+		}
+		return err
+	}
+	const staleAfter = 200 * time.Millisecond
+	aStore := &cutOffStore{StepStore: store, healed: make(chan struct{}), returned: make(chan struct{})}
+	tookOver := make(chan struct{})
+	bStore := &takeOverSignal{StepStore: store, done: tookOver}
+	// A's booking takes the drone service a few ms (2-10 ms in the
+	// simulation); B's TakeOver, one Redis round trip, lands meanwhile.
+	aCall := func(ctx context.Context, p *Progress) error {
+		select {
+		case <-tookOver:
+		case <-time.After(time.Second):
+		}
+		return call(ctx, p)
+	}
+	a := &recordedStep{store: aStore, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: aCall,
+		staleAfter: staleAfter, lookup: func(ctx context.Context, p *Progress) (string, bool, error) {
+			return b.Drones.Booking(ctx, p.Request.ID)
+		}}
+	bStep := &recordedStep{store: bStore, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: call,
+		staleAfter: staleAfter, lookup: func(ctx context.Context, p *Progress) (string, bool, error) {
+			v, booked, err := b.Drones.Booking(ctx, p.Request.ID)
+			// While B's "not booked" answer travels back and B takes over,
+			// A's partition heals and A's Begin goes through.
+			close(aStore.healed)
+			<-aStore.returned
+			return v, booked, err
+		}}
+	req := Request{ID: "r1", Pickup: Location{Lat: 1, Lon: 1}}
+	ctx := context.Background()
+	aErr := make(chan error, 1)
+	go func() { aErr <- a.run(ctx, &Progress{Request: req}) }()
+	time.Sleep(staleAfter + 100*time.Millisecond) // A's mark is now stale to everyone else
+	if err := bStep.run(ctx, &Progress{Request: req}); err != nil {
+		t.Logf("copy B: %v", err)
+	}
+	if err := <-aErr; err != nil {
+		t.Logf("copy A: %v", err)
+	}
+	if n := ledger.Created("drones", "r1"); n != 1 {
+		t.Fatalf("drone booked %d times for one request (want 1)", n)
+	}
+}
+
+type takeOverSignal struct {
+	StepStore
+	done chan struct{}
+}
+
+func (s *takeOverSignal) TakeOver(ctx context.Context, id string, step Step, from StepState, mark string) (bool, error) {
+	ok, err := s.StepStore.TakeOver(ctx, id, step, from, mark)
+	close(s.done)
+	return ok, err
+}
+
+// slowBegin answers Begin late: the SET is applied at once (its mark's
+// time is then), the reply arrives after delay (a slow or queued batch).
+// It notes when each mark was written (Begin, TakeOver).
+type slowBegin struct {
+	StepStore
+	delay time.Duration
+	marks []time.Time
+}
+
+func (s *slowBegin) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
+	s.marks = append(s.marks, time.Now())
+	st, err := s.StepStore.Begin(ctx, id, step, mark)
+	time.Sleep(s.delay)
+	return st, err
+}
+
+func (s *slowBegin) TakeOver(ctx context.Context, id string, step Step, from StepState, mark string) (bool, error) {
+	s.marks = append(s.marks, time.Now())
+	return s.StepStore.TakeOver(ctx, id, step, from, mark)
+}
+
+// A call ends within StaleAfter/2 of the time in its mark, not of Begin's
+// answer: resolve counts on no call being in flight past StaleAfter after
+// the mark. A Begin that answers too late for that does not call; its
+// retry renews the mark and calls. Before the fix the bound counted from
+// Begin's answer: "the call may run until 102ms after its mark turned
+// stale".
+func TestCallEndsWithinStaleAfterOfItsMark(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	store := NewRedisSteps(cl, time.Minute)
+	defer store.Close()
+	const staleAfter = 400 * time.Millisecond
+	var deadline time.Time
+	calls := 0
+	sb := &slowBegin{StepStore: store, delay: 300 * time.Millisecond}
+	r := &recordedStep{store: sb, wait: &storeWaiter{limit: time.Minute},
+		step: StepDrone, staleAfter: staleAfter, call: func(ctx context.Context, p *Progress) error {
+			deadline, _ = ctx.Deadline()
+			calls++
+			return nil
+		}}
+	p := &Progress{Request: Request{ID: "s1"}}
+	err := r.run(context.Background(), p)
+	if !stream.Classify(err).Transient || calls != 0 {
+		t.Fatalf("a Begin answered 300 ms late with StaleAfter 400 ms: %v, %d calls; want a transient error and no call", err, calls)
+	}
+	if err := r.run(context.Background(), p); err != nil || calls != 1 {
+		t.Fatalf("the retry: %v, %d calls", err, calls)
+	}
+	if mark := sb.marks[len(sb.marks)-1]; deadline.After(mark.Add(staleAfter / 2)) {
+		t.Fatalf("the call may run until %v after its mark (StaleAfter %v)", deadline.Sub(mark).Round(time.Millisecond), staleAfter)
+	}
+}
+
+// A booking the drone service answered 200 with an answer that is not
+// read acted: its outcome is unknown, the mark stays (a later copy asks
+// the service), and the step is not abandoned as if the service had said
+// no. Before, the decoding error counted as a refusal: the mark was
+// removed and the next copy booked again.
+func TestUnreadableAnswerLeavesTheOutcomeUnknown(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`<html>booked</html>`)) // not the JSON it should be
+	}))
+	defer srv.Close()
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	store := NewRedisSteps(cl, time.Minute)
+	defer store.Close()
+	b := HTTPBackends(srv.URL, NewHTTPClient(2))
+	r := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, staleAfter: time.Minute,
+		call: func(ctx context.Context, p *Progress) error {
+			_, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
+			return err
+		}}
+	err := r.run(context.Background(), &Progress{Request: Request{ID: "u1"}})
+	if !errors.Is(err, ErrOutcomeUnknown) {
+		t.Fatalf("a 200 answer that is not JSON: %v, want ErrOutcomeUnknown", err)
+	}
+	if st, err := store.Begin(context.Background(), "u1", StepDrone, "another copy"); err != nil || st.StartedBy == "" {
+		t.Fatalf("the step record after it: %+v %v, want the first copy's mark kept", st, err)
+	}
+}
