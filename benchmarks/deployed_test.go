@@ -46,10 +46,14 @@ import (
 //
 // SLUICE_DEPLOYED_RATES (comma-separated, default 250,500,1000) sets the
 // sustained rates; SLUICE_DEPLOYED_TOP (default: the last of them) the
-// rate of burst_2x, sigkill and redis_outage. `make
-// bench-delivery-deployed` runs it (about 5 minutes).
+// rate of burst_2x, sigkill and redis_outage; SLUICE_DEPLOYED_BIN a
+// sluice binary to run instead of this tree's (built from another commit,
+// to compare). `make bench-delivery-deployed` runs it (about 5 minutes).
 func BenchmarkDeliveryDeployed(b *testing.B) {
-	bin := deployed.Build(b)
+	bin := os.Getenv("SLUICE_DEPLOYED_BIN") // a sluice binary built elsewhere (another commit), to compare
+	if bin == "" {
+		bin = deployed.Build(b)
+	}
 	rates := []float64{250, 500, 1000}
 	if v := os.Getenv("SLUICE_DEPLOYED_RATES"); v != "" {
 		rates = rates[:0]

@@ -272,22 +272,37 @@ func (s *System) Load(ctx context.Context, args ...string) (*loadgen.Sent, error
 // Lag is the scheduler group's lag on the requests topic: records
 // produced and not yet committed.
 func (s *System) Lag(ctx context.Context) (int64, error) {
-	lags, err := s.adm.Lag(ctx, Group)
+	return s.lag(ctx, RequestsTopic, Group)
+}
+
+// LagAll is the lag of every group of both workers (the scheduler's, the
+// supervisor's and their replay groups) on every topic they read: zero
+// once every record produced so far, parked ones and compensations
+// included, has been processed and committed.
+func (s *System) LagAll(ctx context.Context) (int64, error) {
+	return s.lag(ctx, "", Group, Group+"-replay", "sluice-supervisor", "sluice-supervisor-replay")
+}
+
+// lag sums the lag of groups on topic ("": every topic).
+func (s *System) lag(ctx context.Context, topic string, groups ...string) (int64, error) {
+	lags, err := s.adm.Lag(ctx, groups...)
 	if err != nil {
 		return 0, err
 	}
-	l, ok := lags[Group]
-	if !ok {
-		return 0, errors.New("no lag for " + Group)
-	}
-	if l.Error() != nil {
-		return 0, l.Error()
-	}
 	var sum int64
-	for _, ps := range l.Lag {
-		for _, p := range ps {
-			if p.Topic == RequestsTopic && p.Lag > 0 {
-				sum += p.Lag
+	for _, g := range groups {
+		l, ok := lags[g]
+		if !ok {
+			return 0, errors.New("no lag for " + g)
+		}
+		if l.Error() != nil {
+			return 0, fmt.Errorf("lag of %s: %w", g, l.Error())
+		}
+		for _, ps := range l.Lag {
+			for _, p := range ps {
+				if (topic == "" || p.Topic == topic) && p.Lag > 0 {
+					sum += p.Lag
+				}
 			}
 		}
 	}
