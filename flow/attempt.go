@@ -143,6 +143,13 @@ func (c *attemptClock) start(now time.Time) (context.Context, func() time.Time) 
 		a.end(c.parent.Err())
 		return a, a.finish
 	}
+	c.pushUnlock(a)
+	return a, a.finish
+}
+
+// pushUnlock queues a call's deadline, releases c.mu (held by the caller)
+// and wakes the sweeper if the queue was empty.
+func (c *attemptClock) pushUnlock(a *attemptCtx) {
 	c.queue.push(a)
 	first := c.queue.len() == 1
 	c.mu.Unlock()
@@ -152,7 +159,6 @@ func (c *attemptClock) start(now time.Time) (context.Context, func() time.Time) 
 		default:
 		}
 	}
-	return a, a.finish
 }
 
 // finish ends the call's context once the call returned, and returns when

@@ -79,15 +79,7 @@ func (a *attemptCtx) markSent() {
 	a.mu.Lock()
 	a.deadline = now.Add(c.timeout)
 	a.mu.Unlock()
-	c.queue.push(a)
-	first := c.queue.len() == 1
-	c.mu.Unlock()
-	if first {
-		select {
-		case c.kick <- struct{}{}:
-		default:
-		}
-	}
+	c.pushUnlock(a)
 }
 
 // finishSent is finish for a call timed from its send.

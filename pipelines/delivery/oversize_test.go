@@ -42,11 +42,7 @@ func TestOversizedFailuresDoNotStopTheScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer producer.Close()
-	req := func(id string) *kgo.Record {
-		b, _ := json.Marshal(delivery.Request{ID: id, Owner: "o-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
-			Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
-		return &kgo.Record{Topic: "requests", Key: []byte("k"), Value: b}
-	}
+	req := func(id string) *kgo.Record { return requestRecord("requests", "k", id) }
 	longID := strings.Repeat("i", 600<<10)
 	if err := producer.ProduceSync(context.Background(), req("ok"), req("huge-reason"), req(longID)).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -126,4 +122,12 @@ func TestOversizedFailuresDoNotStopTheScheduler(t *testing.T) {
 	if ledger.Live("drones", "huge-reason") || !ledger.Live("packages", "huge-reason") {
 		t.Fatal("the failed request should have its package booked (for the supervisor to undo) and no drone")
 	}
+}
+
+// requestRecord is a valid delivery request with id, as a record for topic
+// with key.
+func requestRecord(topic, key, id string) *kgo.Record {
+	b, _ := json.Marshal(delivery.Request{ID: id, Owner: "o-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
+		Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
 }

@@ -108,11 +108,16 @@ const judgeCalls = 64
 // Size an HTTP client's connections to it (NewHTTPClient).
 func MaxCalls(parallelism int) int { return len(Steps)*parallelism + judgeCalls }
 
-// DefaultParallelism caps the calls of a step in flight. Little's law:
-// seed 002's peaks of 50,000 requests a second at the simulated services'
-// 2-10 ms make about 300 calls of each step in flight; the cap leaves room
-// for slower moments, and the adaptive limit keeps the calls below it as
-// low as the service needs (down to a few).
+// DefaultParallelism caps the calls of a step in flight; the adaptive
+// limit, not the cap, decides how many there are (from 64 at start, between
+// 8 and the cap). Little's law sizes the cap: seed 002's peaks of 50,000
+// requests a second at the simulated services' 2-10 ms need about 300
+// calls of each step in flight, and twice the 6 ms mean again for slower
+// moments makes about 600; 1,024 leaves that room. A worker's connections
+// follow the limit, not the cap (NewHTTPClient opens them as calls need
+// them, up to MaxCalls), so a high cap costs nothing while unused. On a
+// small machine the cap matters little: at 1,000 requests a second and
+// 5 ms, each step needs 5 calls in flight.
 const DefaultParallelism = 1024
 
 // Scheduler is a built scheduler pipeline.

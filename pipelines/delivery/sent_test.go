@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -37,9 +36,7 @@ func TestCallsWaitingForAConnectionDoNotTimeOut(t *testing.T) {
 	defer producer.Close()
 	var recs []*kgo.Record
 	for i := range n {
-		b, _ := json.Marshal(delivery.Request{ID: fmt.Sprintf("d-%03d", i), Owner: "o-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
-			Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
-		recs = append(recs, &kgo.Record{Topic: "requests", Key: []byte(fmt.Sprint(i)), Value: b})
+		recs = append(recs, requestRecord("requests", fmt.Sprint(i), fmt.Sprintf("d-%03d", i)))
 	}
 	if err := producer.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
