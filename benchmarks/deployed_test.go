@@ -36,10 +36,10 @@ import (
 // dead_lettered_share (of the deliverable requests), p50_ms, p90_ms and
 // p99_ms (the scheduler's end-to-end latency histogram, record timestamp
 // to settle, summed over its incarnations and interpolated within its x2
-// buckets; a parked request's replay keeps its first record's timestamp,
-// so about 5% of the requests — those throttled once in their five calls,
-// with a 1 s Retry-After that outlasts the 400 ms budget, parked and
-// replayed — take 2-3 s, and set p99), max_lag (the
+// buckets; a parked request settles twice, parked and then replayed, its
+// replay counted from its parking: about 5% of the requests — those
+// throttled once in their five calls, with a 1 s Retry-After that
+// outlasts the 400 ms budget — wait the 2 s replay delay, and set p99), max_lag (the
 // scheduler group's lag, sampled every 100 ms), drain_s (from the end of
 // the load until every request had its outcome), max_stall_s (the longest
 // time with lag and no new outcome), lost, twice, left (side effects left
