@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -44,6 +46,24 @@ type recordedStep struct {
 	call       stepFunc
 	lookup     stepLookup // nil: an unknown outcome is compensated
 	staleAfter time.Duration
+	clock      func() time.Time // this worker's clock (nil: time.Now); a mark's age is the store's
+}
+
+// age is how old a started mark is, on the store's clock (on this
+// worker's, for a store that does not tell its time).
+func (r *recordedStep) age(rec StepState) time.Duration {
+	now := rec.Now
+	if now.IsZero() {
+		now = r.now()
+	}
+	return now.Sub(rec.StartedAt)
+}
+
+func (r *recordedStep) now() time.Time {
+	if r.clock != nil {
+		return r.clock()
+	}
+	return time.Now()
 }
 
 // run runs the step once for p. A request that completed it before (a
@@ -64,11 +84,12 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		p.mark = strconv.FormatUint(rand.Uint64(), 36)
 	}
 	var rec StepState
-	// markedAt is no later than the time in this copy's mark, once it
-	// holds one: Begin writes the time it is called.
-	markedAt, own := time.Now(), false
+	// markedAt is, on this worker's clock, no later than the moment this
+	// copy's mark was written, once it holds one: a fresh mark is written
+	// after Begin is sent.
+	markedAt, own := r.now(), false
 	err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
-		markedAt = time.Now()
+		markedAt = r.now()
 		rec, err = r.store.Begin(ctx, id, step, p.mark)
 		return err
 	})
@@ -86,11 +107,13 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		}
 	case rec.StartedBy != "":
 		// This copy's own mark, from an attempt whose Begin got no answer
-		// (or a retry after the service said no and the mark stayed).
-		markedAt = rec.StartedAt
+		// (or a retry after the service said no and the mark stayed): as
+		// old, by the store's clock, as the store said when Begin was sent
+		// at the latest.
+		markedAt = markedAt.Add(-r.age(rec))
 		own = true
 	}
-	// The call must end within StaleAfter/2 of the mark's time, whatever
+	// The call must end within StaleAfter/2 of the mark, whatever
 	// the backend says about when it sent: another copy that finds the
 	// mark older than StaleAfter asks the service and may call itself, so
 	// no call of this copy may be in flight then. A mark too old to leave
@@ -98,17 +121,17 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 	// mark) is renewed first — unless another copy took it over, in which
 	// case this copy does not call.
 	deadline := markedAt.Add(r.staleAfter / 2)
-	if time.Until(deadline) < r.staleAfter/4 {
+	if deadline.Sub(r.now()) < r.staleAfter/4 {
 		if !own {
 			// Begin (or a take-over) wrote a fresh mark but answered late:
 			// the retry reads it back, with its time, and renews it.
 			return stream.Transient(fmt.Errorf("%s of %s not called: the step store took %v to mark it started",
-				step, id, time.Since(markedAt).Round(time.Millisecond)))
+				step, id, r.now().Sub(markedAt).Round(time.Millisecond)))
 		}
-		renewedAt := time.Now()
+		renewedAt := r.now()
 		var took bool
 		if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
-			renewedAt = time.Now()
+			renewedAt = r.now()
 			took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
 			return err
 		}); err != nil {
@@ -122,7 +145,7 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 	if err := ctx.Err(); err != nil {
 		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
 	}
-	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	callCtx, cancel := context.WithTimeout(ctx, deadline.Sub(r.now()))
 	callErr := r.call(callCtx, p)
 	cancel()
 	switch {
@@ -150,7 +173,7 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 // not is taken over by this copy, to be called.
 func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, markedAt *time.Time) (done bool, err error) {
 	id, step := p.Request.ID, r.step
-	age := time.Since(rec.StartedAt)
+	age := r.age(rec)
 	if rec.StartedAt.IsZero() {
 		age = r.staleAfter + 1 // a record that does not say when is old
 	}
@@ -175,7 +198,7 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 	}
 	var took bool
 	if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
-		*markedAt = time.Now()
+		*markedAt = r.now()
 		took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
 		return err
 	}); err != nil {
@@ -243,7 +266,7 @@ func (w *storeWaiter) wait(ctx context.Context, after bool, op func(ctx context.
 			w.answered()
 			return nil
 		}
-		if !stream.Classify(err).Transient {
+		if !stream.Classify(err).Transient && !storeBusy(err) {
 			return err // the store answered: a record it cannot read, say
 		}
 		since := w.failed()
@@ -283,4 +306,14 @@ func (w *storeWaiter) failed() time.Duration {
 		w.failing = now
 	}
 	return now.Sub(w.failing)
+}
+
+// storeBusy reports a Redis that answered it cannot serve now: a primary
+// demoted in a failover (READONLY), one loading its data after a restart
+// (LOADING), a replica without its primary, a cluster resharding or a
+// server at its client limit. Those are outages, waited out like a Redis
+// that does not answer at all.
+func storeBusy(err error) bool {
+	return redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err)
 }

@@ -57,8 +57,8 @@ func TestRecordedStep(t *testing.T) {
 	d := &fakeDrone{acted: true, booked: map[string]bool{}}
 	fresh := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: d.call,
 		lookup: d.lookup, staleAfter: time.Hour}
-	// stale finds any mark older than 20 ms stale (the tests wait that
-	// long before using it); its calls must end within 10 ms of their mark.
+	// stale finds any mark older than 20 ms stale (the tests wait twice
+	// that before using it); its calls must end within 10 ms of their mark.
 	stale := *fresh
 	stale.staleAfter = 20 * time.Millisecond
 	progress := func(id string) *Progress { return &Progress{Request: Request{ID: id}} }
@@ -98,7 +98,7 @@ func TestRecordedStep(t *testing.T) {
 		}
 	}
 	// ...then the service says it booked: recorded done, not called.
-	time.Sleep(stale.staleAfter)
+	time.Sleep(2 * stale.staleAfter) // older than staleAfter on the store's millisecond clock
 	if err := stale.run(ctx, p); err != nil || d.calls != 4 || p.DroneID != "drone-c" {
 		t.Fatalf("after the call must have ended: %v, %d calls, drone %q", err, d.calls, p.DroneID)
 	}
@@ -114,7 +114,7 @@ func TestRecordedStep(t *testing.T) {
 	if err := fresh.run(ctx, progress("d")); !errors.Is(err, ErrOutcomeUnknown) || d.calls != 4 {
 		t.Fatalf("replay after a crash mid-call: %v, %d calls", err, d.calls)
 	}
-	time.Sleep(stale.staleAfter)
+	time.Sleep(2 * stale.staleAfter) // older than staleAfter on the store's millisecond clock
 	if err := stale.run(ctx, progress("d")); err != nil || d.calls != 5 {
 		t.Fatalf("replay once the crashed call has ended: %v, %d calls", err, d.calls)
 	}
@@ -125,7 +125,7 @@ func TestRecordedStep(t *testing.T) {
 	if _, err := store.Begin(ctx, "e", StepDrone, "a copy that crashed"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(stale.staleAfter)
+	time.Sleep(2 * stale.staleAfter) // older than staleAfter on the store's millisecond clock
 	if err := noLookup.run(ctx, progress("e")); !errors.Is(err, ErrOutcomeUnknown) || stream.Classify(err).Transient || d.calls != 5 {
 		t.Fatalf("no lookup: %v (must be permanent), %d calls", err, d.calls)
 	}

@@ -20,7 +20,10 @@ import (
 type StepStore interface {
 	// Begin marks a request's step started by mark (which names the
 	// caller's copy of the request) unless the step has a record already,
-	// and returns the record as it was — atomically, in one round trip.
+	// and returns the record as it was — atomically, in one round trip —
+	// with the store's clock (StepState.Now), by which the mark's time is
+	// written too: the age of a mark must not depend on whose clock reads
+	// it.
 	Begin(ctx context.Context, id string, step Step, mark string) (StepState, error)
 	// Record notes that a request completed a step, with the value it
 	// returned (the drone id of schedule_drone).
@@ -43,7 +46,10 @@ type StepState struct {
 	Done      bool
 	Value     string    // recorded with Done
 	StartedBy string    // the mark of the copy that started it, if not done
-	StartedAt time.Time // when it started (zero for a record that does not say)
+	StartedAt time.Time // when it started, by the store's clock (zero for a record that does not say)
+	// Now is the store's clock when it read the record: a mark's age is
+	// Now - StartedAt, on one clock, whatever the workers' clocks say.
+	Now time.Time
 
 	raw string // the record as stored, for TakeOver
 }
@@ -67,7 +73,7 @@ type stepOp struct {
 	kind  opKind
 	key   string
 	value string
-	old   *redis.StatusCmd // Begin: the record before
+	old   *redis.Cmd // Begin: the record before and the store's clock
 	cmd   redis.Cmder
 	err   chan error
 }
@@ -110,30 +116,50 @@ func CheckRedis(ctx context.Context, cl redis.UniversalClient) error {
 
 func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + string(step) }
 
-// startedValue is a started record: "s:<mark>@<unix ms>".
-func startedValue(mark string, at time.Time) string {
-	return "s:" + mark + "@" + strconv.FormatInt(at.UnixMilli(), 10)
-}
+// A started record is "s:<mark>@<unix ms>", the time by the store's own
+// clock (Redis TIME): the workers' clocks may disagree by more than a
+// mark's staleness, the store's is one clock for all of them.
+
+// begin sets KEYS[1] to the started mark ARGV[1] stamped with the store's
+// time, with a TTL of ARGV[2] ms (0: none), unless it holds a record; it
+// returns the record as it was (false: none) and the store's time in ms.
+var begin = redis.NewScript(`local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local old = redis.call("GET", KEYS[1])
+if not old then
+	if ARGV[2] == "0" then
+		redis.call("SET", KEYS[1], "s:" .. ARGV[1] .. "@" .. now)
+	else
+		redis.call("SET", KEYS[1], "s:" .. ARGV[1] .. "@" .. now, "PX", ARGV[2])
+	end
+end
+return {old, now}`)
 
 // Begin marks the step started unless it has a record, and returns the
 // record as it was.
 func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
-	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: startedValue(mark, time.Now())}
+	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: mark}
 	if err := s.do(ctx, op); err != nil {
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	old, err := op.old.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return StepState{}, nil
-	case err != nil:
+	res, err := op.old.Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("the store answered %v", res)
+	}
+	if err != nil {
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	if v, ok := strings.CutPrefix(old, "d:"); ok {
-		return StepState{Done: true, Value: v, raw: old}, nil
+	nowMs, _ := res[1].(int64)
+	now := time.UnixMilli(nowMs)
+	old, _ := res[0].(string)
+	switch {
+	case res[0] == nil:
+		return StepState{Now: now}, nil
+	case strings.HasPrefix(old, "d:"):
+		return StepState{Done: true, Value: old[2:], raw: old, Now: now}, nil
 	}
 	if m, ok := strings.CutPrefix(old, "s:"); ok {
-		st := StepState{StartedBy: m, raw: old}
+		st := StepState{StartedBy: m, raw: old, Now: now}
 		if i := strings.LastIndexByte(m, '@'); i >= 0 {
 			if ms, err := strconv.ParseInt(m[i+1:], 10, 64); err == nil {
 				st.StartedBy, st.StartedAt = m[:i], time.UnixMilli(ms)
@@ -144,9 +170,12 @@ func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark strin
 	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
 }
 
-// takeOver sets KEYS[1] to ARGV[2] if it holds ARGV[1], keeping its TTL.
+// takeOver sets KEYS[1] to the started mark ARGV[2], stamped with the
+// store's time, if it holds ARGV[1], keeping its TTL.
 var takeOver = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then
-	redis.call("SET", KEYS[1], ARGV[2], "KEEPTTL")
+	local t = redis.call("TIME")
+	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+	redis.call("SET", KEYS[1], "s:" .. ARGV[2] .. "@" .. now, "KEEPTTL")
 	return 1
 end
 return 0`)
@@ -157,7 +186,7 @@ func (s *RedisSteps) TakeOver(ctx context.Context, id string, step Step, from St
 	if from.raw == "" || from.Done {
 		return false, fmt.Errorf("taking over the %s record of %s: %+v is no started record read by Begin", step, id, from)
 	}
-	n, err := takeOver.Run(ctx, s.cl, []string{stepKey(id, step)}, from.raw, startedValue(mark, time.Now())).Int()
+	n, err := takeOver.Run(ctx, s.cl, []string{stepKey(id, step)}, from.raw, mark).Int()
 	if err != nil {
 		return false, fmt.Errorf("taking over the %s record of %s: %w", step, id, err)
 	}
@@ -234,7 +263,7 @@ func (s *RedisSteps) run() {
 			for _, op := range batch {
 				switch op.kind {
 				case opBegin:
-					op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+					op.old = begin.Eval(ctx, p, []string{op.key}, op.value, s.ttl.Milliseconds())
 					op.cmd = op.old
 				case opRecord:
 					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
