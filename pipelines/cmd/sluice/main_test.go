@@ -162,6 +162,10 @@ func TestWorkerParkingFlags(t *testing.T) {
 		!strings.Contains(err.Error(), "-max-parkings") || strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("delivery -max-parkings 0: %v, want an error naming it before connecting", err)
 	}
+	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1", "-stale-after", "70s"}); err == nil ||
+		!strings.Contains(err.Error(), "-stale-after 1m10s") || !strings.Contains(err.Error(), "1m2s in all") {
+		t.Fatalf("delivery -stale-after beyond its parkings (2+4+8+16+32 s): %v, want an error naming both", err)
+	}
 	for _, v := range []string{"-5s", "0", "200ms"} {
 		if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-stale-after", v}); err == nil ||
 			!strings.Contains(err.Error(), "-stale-after") || strings.Contains(err.Error(), "127.0.0.1:1") {

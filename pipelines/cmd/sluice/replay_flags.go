@@ -101,3 +101,16 @@ func envInt(name string, def int) (int, error) {
 	}
 	return n, nil
 }
+
+// parkedFor is how long a request waits in all over its parkings: the
+// replay delays, doubling from -replay-after up to -max-replay-delay, one
+// per parking.
+func (r *replayFlags) parkedFor() time.Duration {
+	var total time.Duration
+	d := r.replayAfter
+	for range r.maxParkings {
+		total += d
+		d = min(2*d, r.maxReplayDelay)
+	}
+	return total
+}

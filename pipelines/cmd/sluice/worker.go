@@ -141,6 +141,13 @@ func runWorker(ctx context.Context, args []string) error {
 		// step store's round trips included.
 		return fmt.Errorf("-stale-after %v: must be at least 1s", *staleAfter)
 	}
+	if parked := rf.parkedFor(); which == "delivery" && *redisAddr != "" && *staleAfter >= parked {
+		// A request whose drone booking has an unknown outcome waits,
+		// parked, until the booking is stale enough to ask the service.
+		return fmt.Errorf("-stale-after %v: a request with an unknown booking would be compensated before it could be "+
+			"looked up: its parkings (-max-parkings %d, -replay-after %v, -max-replay-delay %v) wait %v in all; "+
+			"lower -stale-after or allow more parkings", *staleAfter, rf.maxParkings, rf.replayAfter, rf.maxReplayDelay, parked)
+	}
 	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
 	if err != nil {
 		return err
