@@ -73,21 +73,9 @@ func TestRedisErrorReplyIsWaitedOut(t *testing.T) {
 // Found in review, when marks carried the writer's clock and were aged by
 // the reader's: "drone booked 2 times for one request", 3 of 3 runs.
 func TestWorkerClocksDoNotAgeAMark(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	store := NewRedisSteps(cl, time.Minute)
-	defer store.Close()
-	ledger := NewLedger()
-	b := SimulatedNonIdempotent(SimConfig{}, ledger, nil)
+	store, ledger, b, call := droneStep(t)
 	lookup := func(ctx context.Context, p *Progress) (string, bool, error) {
 		return b.Drones.Booking(ctx, p.Request.ID)
-	}
-	call := func(ctx context.Context, p *Progress) error {
-		id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
-		if err == nil {
-			p.DroneID = id
-		}
-		return err
 	}
 	const staleAfter = 400 * time.Millisecond
 	bTried := make(chan struct{}) // B ran while A's call was in flight

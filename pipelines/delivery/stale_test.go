@@ -60,19 +60,7 @@ func (s *cutOffStore) Begin(ctx context.Context, id string, step Step, mark stri
 // Before the fix A called on its old mark and both booked (drone booked 2
 // times, 3 of 3 runs).
 func TestOwnStaleMarkIsRenewedBeforeTheCall(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	store := NewRedisSteps(cl, time.Minute)
-	defer store.Close()
-	ledger := NewLedger()
-	b := SimulatedNonIdempotent(SimConfig{}, ledger, nil)
-	call := func(ctx context.Context, p *Progress) error {
-		id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
-		if err == nil {
-			p.DroneID = id
-		}
-		return err
-	}
+	store, ledger, b, call := droneStep(t)
 	const staleAfter = 200 * time.Millisecond
 	aStore := &cutOffStore{StepStore: store, healed: make(chan struct{}), returned: make(chan struct{})}
 	tookOver := make(chan struct{})
@@ -207,5 +195,25 @@ func TestUnreadableAnswerLeavesTheOutcomeUnknown(t *testing.T) {
 	}
 	if st, err := store.Begin(context.Background(), "u1", StepDrone, "another copy"); err != nil || st.StartedBy == "" {
 		t.Fatalf("the step record after it: %+v %v, want the first copy's mark kept", st, err)
+	}
+}
+
+// droneStep is a step store in a real redis-server and a simulated drone
+// service that books on every call, with the call a recorded drone step
+// makes.
+func droneStep(t *testing.T) (*RedisSteps, *Ledger, Backends, stepFunc) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	t.Cleanup(func() { cl.Close() })
+	store := NewRedisSteps(cl, time.Minute)
+	t.Cleanup(store.Close)
+	ledger := NewLedger()
+	b := SimulatedNonIdempotent(SimConfig{}, ledger, nil)
+	return store, ledger, b, func(ctx context.Context, p *Progress) error {
+		id, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
+		if err == nil {
+			p.DroneID = id
+		}
+		return err
 	}
 }
