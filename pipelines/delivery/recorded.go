@@ -49,6 +49,20 @@ type recordedStep struct {
 	clock      func() time.Time // this worker's clock (nil: time.Now); a mark's age is the store's
 }
 
+// waitStale is err, an unknown outcome, made transient with the wait until
+// the mark is stale as its Retry-After: the retries within the budget give
+// up at once, and the parking replays the request just after the mark
+// turned stale, when the service can be asked, instead of at the parking's
+// own pace (2, 4, 8, 16... s, which could pass that moment by half a
+// minute).
+func (r *recordedStep) waitStale(err error, left time.Duration) error {
+	return stream.Throttled(err, max(left, 0)+staleMargin)
+}
+
+// staleMargin is how long after a mark turns stale its replay is due: the
+// store's clock has millisecond steps, and the replay a little slack.
+const staleMargin = 200 * time.Millisecond
+
 // age is how old a started mark is, on the store's clock (on this
 // worker's, for a store that does not tell its time).
 func (r *recordedStep) age(rec StepState) time.Duration {
@@ -157,7 +171,8 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		return r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Record(ctx, id, step, value) })
 	case outcomeUnknown(callErr):
 		p.unknown = step
-		return stream.Transient(fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr))
+		return r.waitStale(fmt.Errorf("%s of %s: %w (the call ended with: %v)", step, id, ErrOutcomeUnknown, callErr),
+			r.staleAfter-r.now().Sub(markedAt))
 	default:
 		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Abandon(ctx, id, step, p.mark) }); err != nil {
 			return err
@@ -178,8 +193,8 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 		age = r.staleAfter + 1 // a record that does not say when is old
 	}
 	if age <= r.staleAfter {
-		return false, stream.Transient(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
-			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown))
+		return false, r.waitStale(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
+			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown), r.staleAfter-age)
 	}
 	if r.lookup == nil {
 		return false, fmt.Errorf("%s of %s, started %v ago and never answered: %w", step, id, age.Round(time.Second), ErrOutcomeUnknown)

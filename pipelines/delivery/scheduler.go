@@ -70,11 +70,12 @@ type SchedulerConfig struct {
 	Steps         StepStore
 	NonIdempotent []Step
 	// StaleAfter is how long a non-idempotent call may be in flight at its
-	// service (default 30 s, well beyond any attempt's timeout): a step
-	// started longer ago by a copy that never recorded its outcome (killed
-	// mid-call, or its call went unanswered) is resolved by asking the
-	// service (the drone service's Booking): done, it is recorded; not
-	// done, this copy calls it. Until then the request waits (parked).
+	// service (default 10 s, well beyond any attempt's timeout: a copy
+	// cuts its own call at StaleAfter/2): a step started longer ago by a
+	// copy that never recorded its outcome (killed mid-call, or its call
+	// went unanswered) is resolved by asking the service (the drone
+	// service's Booking): done, it is recorded; not done, this copy calls
+	// it. Until then the request waits, parked until the mark is stale.
 	StaleAfter time.Duration
 	// MaxStoreOutage is how long a recorded step waits for an unreachable
 	// step store (Redis) before the scheduler stops with an error naming
@@ -170,7 +171,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		cfg.MaxStoreOutage = 2 * time.Minute
 	}
 	if cfg.StaleAfter == 0 {
-		cfg.StaleAfter = 30 * time.Second
+		cfg.StaleAfter = 10 * time.Second
 	}
 	if cfg.ParkTopic != "" && (cfg.Replay == nil || cfg.ReplayCommitter == nil) {
 		return nil, fmt.Errorf("delivery scheduler: ParkTopic %q needs Replay and ReplayCommitter, to read it back", cfg.ParkTopic)

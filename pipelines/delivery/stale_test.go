@@ -217,3 +217,27 @@ func droneStep(t *testing.T) (*RedisSteps, *Ledger, Backends, stepFunc) {
 		return err
 	}
 }
+
+// A request that finds a mark not yet stale is parked until the moment it
+// is: its error asks for that wait (Retry-After), which the parking
+// honours. Before, the parking's own delays (2, 4, 8, 16, 32 s) could pass
+// a 30 s staleness by half a minute: a run verified with a one-minute
+// wait found a request with no outcome yet.
+func TestUnstaleMarkAsksToWaitUntilStale(t *testing.T) {
+	store, _, b, call := droneStep(t)
+	const staleAfter = 10 * time.Second
+	r := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: call,
+		staleAfter: staleAfter, lookup: func(ctx context.Context, p *Progress) (string, bool, error) {
+			return b.Drones.Booking(ctx, p.Request.ID)
+		}}
+	ctx := context.Background()
+	if _, err := store.Begin(ctx, "w1", StepDrone, "a copy that crashed"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	err := r.run(ctx, &Progress{Request: Request{ID: "w1"}})
+	c := stream.Classify(err)
+	if !errors.Is(err, ErrOutcomeUnknown) || !c.Transient || c.RetryAfter < 8*time.Second || c.RetryAfter > staleAfter {
+		t.Fatalf("a mark 1 s old, stale after 10 s: %v, retry after %v; want an unknown outcome asking to wait about 9 s", err, c.RetryAfter)
+	}
+}

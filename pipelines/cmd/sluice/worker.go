@@ -107,7 +107,7 @@ func runWorker(ctx context.Context, args []string) error {
 		return err
 	}
 	parallelism := fs.Int("parallelism", parDef, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it ($SLUICE_PARALLELISM)")
-	staleDef, err := envDuration("SLUICE_STALE_AFTER", 30*time.Second)
+	staleDef, err := envDuration("SLUICE_STALE_AFTER", 10*time.Second)
 	if err != nil {
 		return err
 	}
