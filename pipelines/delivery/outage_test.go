@@ -67,7 +67,7 @@ func TestRedisErrorReplyIsWaitedOut(t *testing.T) {
 }
 
 // Two workers whose clocks disagree by more than StaleAfter/2 (here
-// StaleAfter 400 ms, B's clock 250 ms ahead of A's): a mark's age is read
+// StaleAfter 2 s, B's clock 1.6 s ahead of A's): a mark's age is read
 // on the store's clock, so B does not find A's mark stale while A's call,
 // inside its StaleAfter/2 bound, is in flight, and does not book too.
 // Found in review, when marks carried the writer's clock and were aged by
@@ -77,7 +77,7 @@ func TestWorkerClocksDoNotAgeAMark(t *testing.T) {
 	lookup := func(ctx context.Context, p *Progress) (string, bool, error) {
 		return b.Drones.Booking(ctx, p.Request.ID)
 	}
-	const staleAfter = 400 * time.Millisecond
+	const staleAfter = 2 * time.Second
 	bTried := make(chan struct{}) // B ran while A's call was in flight
 	aCall := func(ctx context.Context, p *Progress) error {
 		select {
@@ -90,12 +90,12 @@ func TestWorkerClocksDoNotAgeAMark(t *testing.T) {
 	a := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: aCall,
 		staleAfter: staleAfter, lookup: lookup}
 	bs := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: call,
-		staleAfter: staleAfter, lookup: lookup, clock: func() time.Time { return time.Now().Add(250 * time.Millisecond) }}
+		staleAfter: staleAfter, lookup: lookup, clock: func() time.Time { return time.Now().Add(1600 * time.Millisecond) }}
 	req := Request{ID: "skew", Pickup: Location{Lat: 1, Lon: 1}}
 	ctx := context.Background()
 	aErr := make(chan error, 1)
 	go func() { aErr <- a.run(ctx, &Progress{Request: req}) }()
-	time.Sleep(170 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // A's call is in flight, within its 1 s bound
 	bErr := bs.run(ctx, &Progress{Request: req})
 	close(bTried)
 	if err := <-aErr; err != nil {

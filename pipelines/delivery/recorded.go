@@ -63,14 +63,13 @@ func (r *recordedStep) waitStale(err error, left time.Duration) error {
 // store's clock has millisecond steps, and the replay a little slack.
 const staleMargin = 200 * time.Millisecond
 
-// age is how old a started mark is, on the store's clock (on this
-// worker's, for a store that does not tell its time).
+// age is how old a started mark is, on the store's clock; a record that
+// does not say is old.
 func (r *recordedStep) age(rec StepState) time.Duration {
-	now := rec.Now
-	if now.IsZero() {
-		now = r.now()
+	if rec.Age < 0 {
+		return r.staleAfter + time.Millisecond
 	}
-	return now.Sub(rec.StartedAt)
+	return rec.Age
 }
 
 func (r *recordedStep) now() time.Time {
@@ -95,7 +94,7 @@ func (r *recordedStep) now() time.Time {
 func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 	id, step := p.Request.ID, r.step
 	if p.mark == "" {
-		p.mark = strconv.FormatUint(rand.Uint64(), 36)
+		p.mark = newMark()
 	}
 	var rec StepState
 	// markedAt is, on this worker's clock, no later than the moment this
@@ -142,11 +141,13 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 			return stream.Transient(fmt.Errorf("%s of %s not called: the step store took %v to mark it started",
 				step, id, r.now().Sub(markedAt).Round(time.Millisecond)))
 		}
-		renewedAt := r.now()
+		// Renewed under a new mark: a copy that read the old one and tries
+		// to take it over concurrently must find it changed.
+		renewedAt, mark := r.now(), newMark()
 		var took bool
 		if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
 			renewedAt = r.now()
-			took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
+			took, err = r.store.TakeOver(ctx, id, step, rec, mark)
 			return err
 		}); err != nil {
 			return err
@@ -154,12 +155,16 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		if !took {
 			return stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
 		}
+		p.mark = mark
 		deadline = renewedAt.Add(r.staleAfter / 2)
 	}
 	if err := ctx.Err(); err != nil {
 		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
 	}
-	callCtx, cancel := context.WithTimeout(ctx, deadline.Sub(r.now()))
+	if r.clock != nil {
+		deadline = time.Now().Add(deadline.Sub(r.now())) // a test's clock: the context's is the real one
+	}
+	callCtx, cancel := context.WithDeadline(ctx, deadline)
 	callErr := r.call(callCtx, p)
 	cancel()
 	switch {
@@ -189,9 +194,6 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, markedAt *time.Time) (done bool, err error) {
 	id, step := p.Request.ID, r.step
 	age := r.age(rec)
-	if rec.StartedAt.IsZero() {
-		age = r.staleAfter + 1 // a record that does not say when is old
-	}
 	if age <= r.staleAfter {
 		return false, r.waitStale(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
 			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown), r.staleAfter-age)
@@ -332,3 +334,6 @@ func storeBusy(err error) bool {
 	return redis.IsReadOnlyError(err) || redis.IsLoadingError(err) || redis.IsMasterDownError(err) ||
 		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err)
 }
+
+// newMark names a copy of a request in the step records.
+func newMark() string { return strconv.FormatUint(rand.Uint64(), 36) }

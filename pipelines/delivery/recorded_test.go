@@ -57,10 +57,10 @@ func TestRecordedStep(t *testing.T) {
 	d := &fakeDrone{acted: true, booked: map[string]bool{}}
 	fresh := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: d.call,
 		lookup: d.lookup, staleAfter: time.Hour}
-	// stale finds any mark older than 20 ms stale (the tests wait twice
-	// that before using it); its calls must end within 10 ms of their mark.
+	// stale finds any mark older than 200 ms stale (the tests wait twice
+	// that before using it); its calls must end within 100 ms of their mark.
 	stale := *fresh
-	stale.staleAfter = 20 * time.Millisecond
+	stale.staleAfter = 200 * time.Millisecond
 	progress := func(id string) *Progress { return &Progress{Request: Request{ID: id}} }
 
 	// Done once; a replay skips the call and gets the recorded value.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,9 +20,8 @@ type StepStore interface {
 	// Begin marks a request's step started by mark (which names the
 	// caller's copy of the request) unless the step has a record already,
 	// and returns the record as it was — atomically, in one round trip —
-	// with the store's clock (StepState.Now), by which the mark's time is
-	// written too: the age of a mark must not depend on whose clock reads
-	// it.
+	// with the mark's age by the store's clock (StepState.Age): the age of
+	// a mark must not depend on whose clock reads it.
 	Begin(ctx context.Context, id string, step Step, mark string) (StepState, error)
 	// Record notes that a request completed a step, with the value it
 	// returned (the drone id of schedule_drone).
@@ -44,12 +42,12 @@ type StepStore interface {
 // StepState is the record of one step of one request.
 type StepState struct {
 	Done      bool
-	Value     string    // recorded with Done
-	StartedBy string    // the mark of the copy that started it, if not done
-	StartedAt time.Time // when it started, by the store's clock (zero for a record that does not say)
-	// Now is the store's clock when it read the record: a mark's age is
-	// Now - StartedAt, on one clock, whatever the workers' clocks say.
-	Now time.Time
+	Value     string // recorded with Done
+	StartedBy string // the mark of the copy that started it, if not done
+	// Age is how long ago the mark was written, by the store's clock (not
+	// the reader's: the workers' clocks may disagree); negative if the
+	// record does not say.
+	Age time.Duration
 
 	raw string // the record as stored, for TakeOver
 }
@@ -73,7 +71,8 @@ type stepOp struct {
 	kind  opKind
 	key   string
 	value string
-	old   *redis.Cmd // Begin: the record before and the store's clock
+	old   *redis.StatusCmd   // Begin: the record before
+	ttl   *redis.DurationCmd // Begin: the TTL the record has left
 	cmd   redis.Cmder
 	err   chan error
 }
@@ -116,66 +115,46 @@ func CheckRedis(ctx context.Context, cl redis.UniversalClient) error {
 
 func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + string(step) }
 
-// A started record is "s:<mark>@<unix ms>", the time by the store's own
-// clock (Redis TIME): the workers' clocks may disagree by more than a
-// mark's staleness, the store's is one clock for all of them.
-
-// begin sets KEYS[1] to the started mark ARGV[1] stamped with the store's
-// time, with a TTL of ARGV[2] ms (0: none), unless it holds a record; it
-// returns the record as it was (false: none) and the store's time in ms.
-var begin = redis.NewScript(`local t = redis.call("TIME")
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local old = redis.call("GET", KEYS[1])
-if not old then
-	if ARGV[2] == "0" then
-		redis.call("SET", KEYS[1], "s:" .. ARGV[1] .. "@" .. now)
-	else
-		redis.call("SET", KEYS[1], "s:" .. ARGV[1] .. "@" .. now, "PX", ARGV[2])
-	end
-end
-return {old, now}`)
+// A started record is "s:<mark>", written with the records' TTL; its age
+// is the TTL it was written with less the TTL it has left, both on the
+// store's clock: the workers' clocks may disagree by more than a mark's
+// staleness, the store's is one clock for all of them. (Records written
+// by earlier versions, "s:<mark>@<unix ms>", are read alike.)
 
 // Begin marks the step started unless it has a record, and returns the
 // record as it was.
 func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
-	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: mark}
+	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: "s:" + mark}
 	if err := s.do(ctx, op); err != nil {
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	res, err := op.old.Slice()
-	if err == nil && len(res) != 2 {
-		err = fmt.Errorf("the store answered %v", res)
-	}
-	if err != nil {
+	old, err := op.old.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return StepState{}, nil
+	case err != nil:
 		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
-	nowMs, _ := res[1].(int64)
-	now := time.UnixMilli(nowMs)
-	old, _ := res[0].(string)
-	switch {
-	case res[0] == nil:
-		return StepState{Now: now}, nil
-	case strings.HasPrefix(old, "d:"):
-		return StepState{Done: true, Value: old[2:], raw: old, Now: now}, nil
+	if v, ok := strings.CutPrefix(old, "d:"); ok {
+		return StepState{Done: true, Value: v, raw: old}, nil
 	}
 	if m, ok := strings.CutPrefix(old, "s:"); ok {
-		st := StepState{StartedBy: m, raw: old, Now: now}
+		st := StepState{StartedBy: m, Age: -1, raw: old}
 		if i := strings.LastIndexByte(m, '@'); i >= 0 {
-			if ms, err := strconv.ParseInt(m[i+1:], 10, 64); err == nil {
-				st.StartedBy, st.StartedAt = m[:i], time.UnixMilli(ms)
-			}
+			st.StartedBy = m[:i]
+		}
+		if left, err := op.ttl.Result(); err == nil && left > 0 && left <= s.ttl {
+			st.Age = s.ttl - left
 		}
 		return st, nil
 	}
 	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
 }
 
-// takeOver sets KEYS[1] to the started mark ARGV[2], stamped with the
-// store's time, if it holds ARGV[1], keeping its TTL.
+// takeOver sets KEYS[1] to ARGV[2], with a fresh TTL of ARGV[3] ms (its
+// age starts again), if it holds ARGV[1].
 var takeOver = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then
-	local t = redis.call("TIME")
-	local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-	redis.call("SET", KEYS[1], "s:" .. ARGV[2] .. "@" .. now, "KEEPTTL")
+	redis.call("SET", KEYS[1], ARGV[2], "PX", ARGV[3])
 	return 1
 end
 return 0`)
@@ -186,7 +165,7 @@ func (s *RedisSteps) TakeOver(ctx context.Context, id string, step Step, from St
 	if from.raw == "" || from.Done {
 		return false, fmt.Errorf("taking over the %s record of %s: %+v is no started record read by Begin", step, id, from)
 	}
-	n, err := takeOver.Run(ctx, s.cl, []string{stepKey(id, step)}, from.raw, mark).Int()
+	n, err := takeOver.Run(ctx, s.cl, []string{stepKey(id, step)}, from.raw, "s:"+mark, s.ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("taking over the %s record of %s: %w", step, id, err)
 	}
@@ -198,10 +177,10 @@ func (s *RedisSteps) Record(ctx context.Context, id string, step Step, value str
 	return s.write(ctx, &stepOp{kind: opRecord, key: stepKey(id, step), value: "d:" + value})
 }
 
-// abandon deletes KEYS[1] if it is the started mark ARGV[1] (its prefix
-// "s:<mark>@").
+// abandon deletes KEYS[1] if it is the started mark ARGV[1] ("s:<mark>",
+// or an earlier version's "s:<mark>@<ms>").
 var abandon = redis.NewScript(`local v = redis.call("GET", KEYS[1])
-if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then
+if v and (v == ARGV[1] or string.sub(v, 1, #ARGV[1] + 1) == ARGV[1] .. "@") then
 	redis.call("DEL", KEYS[1])
 	return 1
 end
@@ -209,7 +188,7 @@ return 0`)
 
 // Abandon removes the started mark of mark, if the record still holds it.
 func (s *RedisSteps) Abandon(ctx context.Context, id string, step Step, mark string) error {
-	return s.write(ctx, &stepOp{kind: opAbandon, key: stepKey(id, step), value: "s:" + mark + "@"})
+	return s.write(ctx, &stepOp{kind: opAbandon, key: stepKey(id, step), value: "s:" + mark})
 }
 
 func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
@@ -263,7 +242,8 @@ func (s *RedisSteps) run() {
 			for _, op := range batch {
 				switch op.kind {
 				case opBegin:
-					op.old = begin.Eval(ctx, p, []string{op.key}, op.value, s.ttl.Milliseconds())
+					op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+					op.ttl = p.PTTL(ctx, op.key)
 					op.cmd = op.old
 				case opRecord:
 					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
