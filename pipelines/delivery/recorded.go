@@ -213,10 +213,14 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 		p.unknown = ""
 		return true, nil
 	}
+	// Taken over under a new mark, even from this copy's own: the record
+	// must change, so that another copy that read it cannot take it over
+	// too.
 	var took bool
+	mark := newMark()
 	if err := r.wait.wait(ctx, false, func(ctx context.Context) (err error) {
 		*markedAt = r.now()
-		took, err = r.store.TakeOver(ctx, id, step, rec, p.mark)
+		took, err = r.store.TakeOver(ctx, id, step, rec, mark)
 		return err
 	}); err != nil {
 		return false, err
@@ -224,7 +228,7 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 	if !took {
 		return false, stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
 	}
-	p.unknown = ""
+	p.mark, p.unknown = mark, ""
 	return false, nil
 }
 
