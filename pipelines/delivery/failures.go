@@ -2,9 +2,7 @@ package delivery
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/sink"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
@@ -112,23 +111,15 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	// the park topic counts them), which MapAsync's function does not see.
 	prepared := stream.Via(g.Failures(), stream.FlowFunc[stream.Failure, judged](func(ctx context.Context,
 		in *stream.Inlet[stream.Failure], out *stream.Outlet[judged]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
+		return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 			for _, m := range b.Items {
 				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic)}
 				if err := out.Send(ctx, stream.WithValue(m, v)); err != nil {
-					b.Release()
-					return err
+					return false, err
 				}
 			}
-			b.Release()
-		}
+			return false, nil
+		})
 	}), stream.Name("failures"))
 	// On the failure path a stage has nowhere to fail to: decide returns
 	// no error (a panic in it, a bug, stops the pipeline with the failure

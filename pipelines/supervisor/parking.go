@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/sluice-streams/sluice/internal/stage"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -42,24 +43,16 @@ type triage struct {
 func (t *triage) Name() string { return "triage" }
 
 func (t *triage) Run(ctx context.Context, in *stream.Inlet[stream.Failure], out *stream.Outlet[stream.Failure]) error {
-	for {
-		b, err := in.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 		for i := range b.Items {
 			m := b.Items[i]
 			t.ready(ctx, &m)
 			if err := out.Send(ctx, m); err != nil {
-				b.Release()
-				return err
+				return false, err
 			}
 		}
-		b.Release()
-	}
+		return false, nil
+	})
 }
 
 func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
