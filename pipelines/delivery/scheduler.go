@@ -45,8 +45,8 @@ type SchedulerConfig struct {
 	// ReplayAfter is the first replay delay (default 2 s), doubled with
 	// each parking up to MaxReplayDelay (default 1 min); a longer wait the
 	// service asked for (Retry-After) is honoured. MaxParkings bounds the
-	// parkings of a request (default 5: about a minute and a half of
-	// waiting in all).
+	// parkings of a request (default 5: about a minute of waiting in all,
+	// 2+4+8+16+32 s).
 	ReplayAfter, MaxReplayDelay time.Duration
 	MaxParkings                 int
 	// Parallelism caps the calls of each step in flight (default
