@@ -32,7 +32,7 @@ var ErrCommitsFailing = errors.New("kafka source: offset commits failing")
 // last answer.
 type health struct {
 	contact      atomic.Int64 // unix ns of the last request a broker answered
-	failed       atomic.Int64 // unix ns of the last request or dial that failed
+	lostSince    atomic.Int64 // unix ns of the first request or dial that failed since then; 0: none
 	commitOK     atomic.Int64 // unix ns of the last commit that succeeded (or had nothing to do)
 	failingSince atomic.Int64 // unix ns of the first failed commit since the last success; 0: none
 
@@ -55,6 +55,7 @@ func (h *health) OnBrokerE2E(_ kgo.BrokerMetadata, _ int16, e2e kgo.BrokerE2E) {
 		return
 	}
 	h.contact.Store(time.Now().UnixNano())
+	h.lostSince.Store(0)
 }
 
 // OnBrokerConnect implements kgo.HookBrokerConnect, for the reason of an
@@ -69,7 +70,7 @@ func (h *health) brokerErr(err error) {
 	h.mu.Lock()
 	h.lastBrokerErr = err
 	h.mu.Unlock()
-	h.failed.Store(time.Now().UnixNano())
+	h.lostSince.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 func (h *health) committed(err error) {
@@ -87,16 +88,17 @@ func (h *health) committed(err error) {
 
 func since(ns int64, now time.Time) time.Duration { return now.Sub(time.Unix(0, ns)) }
 
-// lostFor returns how long the cluster has been failing - no answer since
-// a request or dial failed - and the last error; 0 while it is not.
+// lostFor returns how long the cluster has been failing - since the first
+// request or dial that failed after the last answer - and the last error;
+// 0 while it is not.
 func (h *health) lostFor(now time.Time) (time.Duration, error) {
-	c := h.contact.Load()
-	if h.failed.Load() <= c {
+	first := h.lostSince.Load()
+	if first == 0 {
 		return 0, nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return since(c, now), h.lastBrokerErr
+	return since(first, now), h.lastBrokerErr
 }
 
 // quietFor returns how long no broker has answered a request.
@@ -118,7 +120,7 @@ func (h *health) commitsFailingFor(now time.Time) (time.Duration, error) {
 func (h *health) check(cfg *Config, now time.Time) error {
 	if cfg.MaxBrokerLoss > 0 {
 		if d, err := h.lostFor(now); d > cfg.MaxBrokerLoss {
-			return fmt.Errorf("%w: no broker of %v answered for %v, requests failing (MaxBrokerLoss %v)%w",
+			return fmt.Errorf("%w: requests to %v failing for %v with no answer (MaxBrokerLoss %v)%w",
 				ErrBrokerLost, cfg.Brokers, d.Round(time.Millisecond), cfg.MaxBrokerLoss, lastError(err))
 		}
 	}

@@ -419,7 +419,7 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 // of its own.
 func (s *Source) Ready(context.Context) error {
 	if d, err := s.health.lostFor(time.Now()); d > s.cfg.readyLoss() {
-		return fmt.Errorf("kafka source: no broker answered for %v: %v", d.Round(time.Millisecond), err)
+		return fmt.Errorf("kafka source: requests failing for %v with no answer: %v", d.Round(time.Millisecond), err)
 	}
 	if _, gen := s.cl.GroupMetadata(); gen < 0 {
 		return errors.New("kafka source: not in the consumer group yet")
