@@ -9,13 +9,21 @@ BENCHTIME ?= 1s
 run:
 	$(GO) run ./pipelines/cmd/sluice demo -duration 30s
 
-# vet, formatting, and every test with the race detector.
-test: vet fmt-check
+# vet, formatting, and every test with the race detector. First, before
+# anything is compiled, the programs that tests run (redis-server, kcat,
+# chromium) are installed if they are missing (internal/testenv/setup.sh:
+# apt-get as root or through sudo -n; otherwise it stops with the command
+# to run; SLUICE_SETUP=skip installs nothing).
+test:
+	@bash internal/testenv/setup.sh test
+	@$(MAKE) --no-print-directory vet fmt-check
 	$(GO) test -race -count=1 ./...
 
 # The integration suite against a real Apache Kafka 4.1 broker (KRaft, one
-# node, loopback), started from its Maven Central jars; needs java and mvn.
+# node, loopback), started from its Maven Central jars. Installs what it
+# needs first, as test does: java 17+ and mvn, redis-server and kcat.
 test-kafka:
+	@bash internal/testenv/setup.sh kafka
 	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
 		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./sink/kafka/ ./pipelines/scheduler/ ./pipelines/cmd/sluice/
 

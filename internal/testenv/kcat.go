@@ -15,7 +15,7 @@ func Kcat(t testing.TB, stdin []byte, args ...string) []byte {
 	t.Helper()
 	path, err := exec.LookPath("kcat")
 	if err != nil {
-		t.Fatalf("kcat is not installed: apt-get install -y kcat (.ci/run does)")
+		t.Fatal("kcat is not installed: make test installs it (or: sudo apt-get install -y kcat)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

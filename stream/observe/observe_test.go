@@ -227,7 +227,7 @@ func TestHandlerEndpoints(t *testing.T) {
 func TestStatusPageInHeadlessChromium(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
-		t.Fatal("chromium is not installed: apt-get install -y chromium (.ci/run does)")
+		t.Fatal("chromium is not installed: make test installs it (or: sudo apt-get install -y chromium)")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
