@@ -5,7 +5,10 @@ package logx
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -61,4 +64,43 @@ func (g *Limited) Log(ctx context.Context, level slog.Level, key, msg string, at
 		attrs = append(attrs, slog.Int64("suppressed", suppressed))
 	}
 	g.l.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// New returns a logger writing to w in format "text" or "json" from level
+// ("debug", "info", "warn" or "error") up, or an error naming the bad one.
+func New(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// Printf adapts a library that logs through Printf(ctx, format, args)
+// (go-redis's redis.SetLogger) to a rate-limited slog logger: each line
+// at Warn, with the library named, and a format that repeats (a dial
+// failing twice a second during an outage) limited like any other key.
+type Printf struct {
+	g         *Limited
+	component string
+}
+
+// NewPrintf returns the adapter for library component over l.
+func NewPrintf(l *slog.Logger, component string) *Printf {
+	return &Printf{g: NewLimited(l, 10*time.Second, 3), component: component}
+}
+
+// Printf logs one line.
+func (p *Printf) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p.g.Log(ctx, slog.LevelWarn, format, strings.TrimSpace(fmt.Sprintf(format, v...)), slog.String("component", p.component))
 }

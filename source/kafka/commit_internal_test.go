@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,5 +98,22 @@ func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
 	defer mu.Unlock()
 	if err != nil || len(commits) > 0 {
 		t.Fatalf("the waiting commit committed the revoked partition at %v (err %v)", commits, err)
+	}
+}
+
+// franz-go reports a loss of nothing (a member without partitions whose
+// session ends); a worker logged it as "partitions lost ... map[]" each
+// time, which an operator reads as an incident.
+func TestLosingNothingIsNotLogged(t *testing.T) {
+	var buf strings.Builder
+	s := &Source{log: slog.New(slog.NewTextHandler(&buf, nil)), parts: map[tpKey]*partition{}}
+	s.lost(context.Background(), nil, map[string][]int32{})
+	s.lost(context.Background(), nil, nil)
+	if buf.Len() != 0 || s.lostN.Load() != 0 {
+		t.Fatalf("losing nothing logged %q and counted %d", buf.String(), s.lostN.Load())
+	}
+	s.lost(context.Background(), nil, map[string][]int32{"in": {3}})
+	if !strings.Contains(buf.String(), "partitions lost") || s.lostN.Load() != 1 {
+		t.Fatalf("losing a partition logged %q and counted %d", buf.String(), s.lostN.Load())
 	}
 }

@@ -94,6 +94,14 @@ func TestRealKafkaBadInput(t *testing.T) {
 		t.Fatalf("right SASL password: %v", err)
 	}
 	src.Close(ctx)
+	// SASL against the plaintext listener: the broker answers
+	// ILLEGAL_SASL_STATE, and the error says what that means.
+	cfg.Brokers = []string{testenv.Broker().Addr}
+	_, err = kafka.NewSource(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "ILLEGAL_SASL_STATE") || !strings.Contains(err.Error(), "does not speak SASL") {
+		t.Fatalf("SASL against the plaintext listener: %v, want ILLEGAL_SASL_STATE with a hint", err)
+	}
+	t.Log(err)
 }
 
 // Members joining, leaving and crashing under a slow pipeline, against a

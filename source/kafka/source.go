@@ -86,6 +86,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
 		kgo.WithHooks(s.health),
+		kgo.WithLogger(NewLogger(cfg.Logger)),
 	)
 	if cfg.Regex {
 		opts = append(opts, kgo.ConsumeRegex())
@@ -126,11 +127,11 @@ func (s *Source) check(ctx context.Context) error {
 		var kerrErr *kerr.Error
 		if errors.As(err, &kerrErr) {
 			// The broker answered with an error (authentication, ACLs).
-			return fmt.Errorf("kafka source: brokers %v: %w", s.cfg.Brokers, err)
+			return fmt.Errorf("kafka source: brokers %v: %w%s", s.cfg.Brokers, err, saslHint(err))
 		}
 		hint := ""
 		if s.cfg.SASL != nil && errors.Is(err, io.EOF) {
-			hint = " (SASL is configured: a broker that closes the connection right after connecting usually rejected the credentials)"
+			hint = " (SASL is configured: a broker that closes the connection right after connecting usually rejected the credentials, or its listener does not speak SASL)"
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: brokers %v did not answer within %v: %w%s", ErrBrokerUnreachable, s.cfg.Brokers, s.cfg.ConnectTimeout, err, hint)
@@ -141,6 +142,16 @@ func (s *Source) check(ctx context.Context) error {
 		return nil
 	}
 	return unknownTopics(resp, s.cfg.Brokers)
+}
+
+// saslHint explains the error a listener without SASL gives a client
+// that starts a SASL handshake.
+func saslHint(err error) string {
+	if errors.Is(err, kerr.IllegalSaslState) {
+		return " (SASL is configured, and this listener probably does not speak SASL: check the port and its " +
+			"security protocol, or connect without -sasl-mechanism)"
+	}
+	return ""
 }
 
 // unknownTopics returns the errors of a metadata response's topics: an
@@ -177,7 +188,7 @@ func CheckTopics(ctx context.Context, cl *kgo.Client, topics ...string) error {
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("kafka: checking topics %v: %w", topics, err)
+		return fmt.Errorf("kafka: checking topics %v: %w%s", topics, err, saslHint(err))
 	}
 	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
 	return unknownTopics(resp, seeds)
@@ -222,6 +233,11 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 // lost forgets the partitions without committing: another member may own
 // them already.
 func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if len(lost) == 0 {
+		// franz-go calls this with nothing to lose too (a member that
+		// owns no partitions leaves or its session ends): not an event.
+		return
+	}
 	s.lostN.Add(1)
 	s.forget(lost)
 	s.log.Warn("partitions lost: nothing committed for them", "partitions", lost)

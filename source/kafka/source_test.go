@@ -259,3 +259,35 @@ func TestRecordsProducedByKcat(t *testing.T) {
 		}
 	}
 }
+
+func TestSASLAgainstAListenerWithoutSASL(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "in")
+	_, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,
+		SASL: &kafka.SASL{Mechanism: "PLAIN", User: "u", Password: "p"}}, Group: "g", Topics: []string{"in"}, Logger: quiet})
+	// kfake closes the connection; a real broker answers ILLEGAL_SASL_STATE
+	// (see the integration suite). Either way the error says what to check.
+	if err == nil || !strings.Contains(err.Error(), "does not speak SASL") {
+		t.Fatalf("SASL against a plaintext listener: %v, want a hint that the listener may not speak SASL", err)
+	}
+}
+
+func TestClientLinesReachTheHandler(t *testing.T) {
+	var buf bytes.Buffer
+	l := kafka.NewLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	if l.Level() != kgo.LogLevelWarn {
+		t.Fatalf("at info the client logs from %v, want warn (its info lines are for debugging)", l.Level())
+	}
+	l.Log(kgo.LogLevelWarn, "unable to open connection to broker", "addr", "127.0.0.1:1", "err", errors.New("connection refused"))
+	l.Log(kgo.LogLevelDebug, "wrote Fetch")
+	for range 20 {
+		l.Log(kgo.LogLevelError, "heartbeat errored", "group", "g")
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], `level=WARN msg="unable to open connection to broker" component=franz-go addr=127.0.0.1:1 err="connection refused"`) ||
+		!strings.Contains(lines[1], "level=ERROR") {
+		t.Fatalf("%d lines (want the warning and 3 of the 20 errors):\n%s", len(lines), buf.String())
+	}
+	if d := kafka.NewLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))); d.Level() != kgo.LogLevelInfo {
+		t.Fatalf("at debug the client logs from %v, want info", d.Level())
+	}
+}
