@@ -42,8 +42,10 @@ type Config struct {
 	Partitions int
 	// Services are the flags of `sluice services` (faults, latency).
 	Services []string
-	// Worker are flags added to both workers' `sluice run`.
-	Worker []string
+	// Worker are flags added to both workers' `sluice run`; Delivery to
+	// the scheduler's only (-stale-after, -parallelism: the supervisor
+	// takes neither).
+	Worker, Delivery []string
 }
 
 // The scheduler's consumer group and input topic (the worker's defaults).
@@ -193,6 +195,7 @@ func (s *System) StartWorker(which string) *Worker {
 		"-instance-id", which + "-0"}
 	if which == "delivery" {
 		args = append(args, "-redis", s.Redis.Addr)
+		args = append(args, s.cfg.Delivery...)
 	}
 	args = append(args, s.cfg.Worker...)
 	w := &Worker{Which: which, Listen: listen, p: s.spawn(fmt.Sprintf("%s-%d", which, n), args...)}

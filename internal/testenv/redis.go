@@ -2,9 +2,11 @@ package testenv
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,8 +30,13 @@ type RedisServer struct {
 	path string
 	port int
 	dir  string // durable: its append-only file, kept across Stop and Start
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	auth RedisAuth
+	// CAFile is the PEM file of the CA that signed a TLS server's
+	// certificate (RedisAuth.TLS), for the client to trust.
+	CAFile  string
+	certDir string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
 }
 
 // StartRedis is Redis, with the server's handle.
@@ -41,19 +48,49 @@ func StartRedis(t testing.TB) *RedisServer { t.Helper(); return startRedis(t, fa
 // a loss.
 func StartDurableRedis(t testing.TB) *RedisServer { t.Helper(); return startRedis(t, true) }
 
+// RedisAuth is how a server started by StartRedisWith lets clients in.
+type RedisAuth struct {
+	// Password, if set, is required: of the default user, or of User.
+	Password string
+	// User, if set, is an ACL user with every right, and the default user
+	// is turned off.
+	User string
+	// TLS: the server speaks only TLS, with a certificate for 127.0.0.1
+	// signed by a CA of its own (CAFile).
+	TLS bool
+}
+
+// StartRedisWith is StartRedis with authentication and TLS.
+func StartRedisWith(t testing.TB, auth RedisAuth) *RedisServer {
+	t.Helper()
+	return startRedisWith(t, false, auth)
+}
+
 func startRedis(t testing.TB, durable bool) *RedisServer {
+	t.Helper()
+	return startRedisWith(t, durable, RedisAuth{})
+}
+
+func startRedisWith(t testing.TB, durable bool, auth RedisAuth) *RedisServer {
 	t.Helper()
 	path, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Fatal("redis-server is not installed: apt-get install -y redis-server (.ci/run does)")
+		t.Fatal("redis-server is not installed: make test installs it (or: sudo apt-get install -y redis-server)")
 	}
 	ports, err := FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), t: t, path: path, port: ports[0]}
+	r := &RedisServer{Addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), t: t, path: path, port: ports[0], auth: auth}
 	if durable {
 		r.dir = t.TempDir()
+	}
+	if auth.TLS {
+		r.certDir = t.TempDir()
+		if err := writeCerts(r.certDir); err != nil {
+			t.Fatal(err)
+		}
+		r.CAFile = filepath.Join(r.certDir, "ca.pem")
 	}
 	t.Cleanup(r.Stop)
 	r.Start()
@@ -70,6 +107,17 @@ func (r *RedisServer) Start() {
 		return
 	}
 	args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(r.port), "--save", "", "--protected-mode", "yes"}
+	switch a := r.auth; {
+	case a.User != "":
+		args = append(args, "--user", "default", "off", "--user", a.User, "on", ">"+a.Password, "~*", "&*", "+@all")
+	case a.Password != "":
+		args = append(args, "--requirepass", a.Password)
+	}
+	if r.auth.TLS {
+		args = append(args, "--port", "0", "--tls-port", fmt.Sprint(r.port), "--tls-auth-clients", "no",
+			"--tls-cert-file", filepath.Join(r.certDir, "server.pem"), "--tls-key-file", filepath.Join(r.certDir, "server-key.pem"),
+			"--tls-ca-cert-file", r.CAFile)
+	}
 	if r.dir != "" {
 		args = append(args, "--dir", r.dir, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -83,10 +131,15 @@ func (r *RedisServer) Start() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if c, err := net.DialTimeout("tcp", r.Addr, 200*time.Millisecond); err == nil {
+			if r.auth.TLS {
+				c = tls.Client(c, &tls.Config{InsecureSkipVerify: true}) // only to see it answer
+			}
+			_ = c.SetDeadline(time.Now().Add(time.Second))
 			fmt.Fprintf(c, "PING\r\n")
 			line, _ := bufio.NewReader(c).ReadString('\n')
 			c.Close()
-			if strings.HasPrefix(line, "+PONG") {
+			// A server wanting a password answers -NOAUTH: it is up.
+			if strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH") {
 				return
 			}
 		}

@@ -69,9 +69,12 @@ func killWorkers(t *testing.T, brokers []string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { log.Close() })
-		cmd := exec.Command(bin, "run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
-			"-redis", redisAddr, "-listen", "127.0.0.1:0", "-session-timeout", "1s", "-parallelism", "128",
-			"-replay-after", "200ms", "-max-replay-delay", "2s", "-stale-after", "2s")
+		args := []string{"run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
+			"-listen", "127.0.0.1:0", "-session-timeout", "1s", "-replay-after", "200ms", "-max-replay-delay", "2s"}
+		if which == "delivery" {
+			args = append(args, "-redis", redisAddr, "-parallelism", "128", "-stale-after", "2s")
+		}
+		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

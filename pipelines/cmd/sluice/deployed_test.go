@@ -32,7 +32,8 @@ func TestDeployedSystemLevelsLoad(t *testing.T) {
 		Partitions: 8,
 		Services: []string{"-min-latency", "1ms", "-max-latency", "5ms", "-transient", "0.05", "-throttle", "0.01",
 			"-retry-after", "20ms", "-permanent", "0"},
-		Worker: []string{"-replay-after", "200ms", "-max-replay-delay", "2s", "-stale-after", "3s"},
+		Worker:   []string{"-replay-after", "200ms", "-max-replay-delay", "2s"},
+		Delivery: []string{"-stale-after", "3s"},
 	})
 	ctx := context.Background()
 	events := make(chan string, 8)

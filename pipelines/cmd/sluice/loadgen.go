@@ -25,15 +25,15 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
-	topic := fs.String("topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic to produce to")
+	topic := fs.String("topic", "delivery-requests", "topic to produce to")
 	rate := fs.Float64("rate", 10_000, "requests per second")
 	burst := fs.Float64("burst", 50_000, "request rate during bursts (0: none); seed 002's peaks are 50,000/s")
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
-	recordTo := fs.String("record", env("SLUICE_LOADGEN_RECORD", ""),
-		"when done, write what was sent (each request's id and kind, the number of duplicates) to this file, for sluice verify ($SLUICE_LOADGEN_RECORD)")
-	if err := fs.Parse(args); err != nil {
+	recordTo := fs.String("record", "",
+		"when done, write what was sent (each request's id and kind, the number of duplicates) to this file, for sluice verify")
+	if err := parseFlags("loadgen", fs, args); err != nil {
 		return nil, err
 	}
 	var rec *recordFile

@@ -15,6 +15,7 @@
 //	                 generator's record, the services' ledger and the
 //	                 dead-letter topics, as the demo checks its own
 //	sluice broker    a standalone in-process Kafka-compatible dev broker
+//	sluice version   the version and those of the dependencies compiled in
 //
 // With broker, services, the two workers, loadgen and verify, the whole
 // system runs as separate processes, on one machine or several.
@@ -22,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -36,7 +38,9 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:]); errors.Is(err, flag.ErrHelp) {
+		return // -h: the flags were printed
+	} else if err != nil {
 		msg := err.Error()
 		if !strings.HasPrefix(msg, "sluice:") { // the engine's errors say it already
 			msg = "sluice: " + msg
@@ -51,9 +55,10 @@ func usage() error {
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
               [-listen 127.0.0.1:9464]
-  sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-redis host:port] [-instance-id ID]
+  sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-instance-id ID] [-log-format text|json] [-log-level info]
               [-retry-topic T] [-replay-after D] [-max-replay-delay D] [-max-parkings N] [-tls] [-sasl-mechanism M] ...
-  sluice run delivery [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
+  sluice run delivery [-redis redis://[user:pass@]host:port[/db]|rediss://...] [-parallelism 1024] [-stale-after 10s]
+              [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
   sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
               [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 0 (no bound)] ...
   sluice services [-listen 127.0.0.1:8080] [-drones non-idempotent|idempotent]
@@ -61,7 +66,9 @@ func usage() error {
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
   sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
-Many flags of run, services, loadgen and verify default to a $SLUICE_* variable (-h names it).`)
+  sluice version
+Every flag defaults to a variable: $SLUICE_<FLAG> for run and the connection flags (-brokers, -tls, -sasl-*),
+$SLUICE_<COMMAND>_<FLAG> for the other commands; "sluice <command> -h" names each beside its flag.`)
 }
 
 func run(args []string) error {
@@ -82,7 +89,7 @@ func run(args []string) error {
 		var sim simFlags
 		sim.register(fs, def.Sim)
 		redisAddr := fs.String("redis", scheduler.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlags("demo", fs, args[1:]); err != nil {
 			return err
 		}
 		cfg := def
@@ -117,6 +124,12 @@ func run(args []string) error {
 		return nil
 	case "run":
 		return runWorker(ctx, args[1:])
+	case "version":
+		bi, ok := readBuildInfo()
+		return printVersion(os.Stdout, bi, ok)
+	case "help", "-h", "-help", "--help":
+		fmt.Println(strings.TrimPrefix(usage().Error(), "usage:\n"))
+		return nil
 	case "loadgen":
 		return runLoadgen(ctx, args[1:])
 	case "services":
@@ -128,7 +141,7 @@ func run(args []string) error {
 		port := fs.Int("port", 9092, "port on 127.0.0.1")
 		parts := fs.Int("partitions", 16, "partitions of each topic")
 		topics := fs.String("topics", defaultTopics, "topics to create")
-		if err := fs.Parse(args[1:]); err != nil {
+		if err := parseFlags("broker", fs, args[1:]); err != nil {
 			return err
 		}
 		ts := splitComma(*topics)

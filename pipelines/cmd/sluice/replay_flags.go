@@ -4,8 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -38,36 +36,17 @@ var replayDefaults = map[string]struct {
 			"and it is dead-lettered (0: no bound, retried for as long as it takes)"},
 }
 
-func (r *replayFlags) register(fs *flag.FlagSet, which string) error {
+func (r *replayFlags) register(fs *flag.FlagSet, which string) {
 	d := replayDefaults[which]
-	// Not SLUICE_RETRY_TOPIC: SLUICE_RETRY_ starts the retry policies'
-	// variables.
-	fs.StringVar(&r.retryTopic, "retry-topic", env("SLUICE_PARK_TOPIC", d.topic),
-		"topic where what fails for now is parked, and replayed from ($SLUICE_PARK_TOPIC)")
-	fs.StringVar(&r.replayGroup, "replay-group", env("SLUICE_REPLAY_GROUP", ""),
-		`consumer group that replays the retry topic ($SLUICE_REPLAY_GROUP; default: -group plus "-replay")`)
-	after, err := envDuration("SLUICE_REPLAY_AFTER", d.after)
-	if err != nil {
-		return err
-	}
-	most, err := envDuration("SLUICE_MAX_REPLAY_DELAY", d.most)
-	if err != nil {
-		return err
-	}
-	fs.DurationVar(&r.replayAfter, "replay-after", after,
-		"wait before a parked message is replayed; it doubles with each parking ($SLUICE_REPLAY_AFTER)")
-	fs.DurationVar(&r.maxReplayDelay, "max-replay-delay", most, "the longest that wait grows to ($SLUICE_MAX_REPLAY_DELAY)")
-	parkings, err := envInt("SLUICE_MAX_PARKINGS", d.parkings)
-	if err != nil {
-		return err
-	}
-	fs.IntVar(&r.maxParkings, "max-parkings", parkings, d.parkingsHelp+" ($SLUICE_MAX_PARKINGS)")
+	fs.StringVar(&r.retryTopic, "retry-topic", d.topic, "topic where what fails for now is parked, and replayed from")
+	fs.StringVar(&r.replayGroup, "replay-group", "", `consumer group that replays the retry topic (default: -group plus "-replay")`)
+	fs.DurationVar(&r.replayAfter, "replay-after", d.after, "wait before a parked message is replayed; it doubles with each parking")
+	fs.DurationVar(&r.maxReplayDelay, "max-replay-delay", d.most, "the longest that wait grows to")
+	fs.IntVar(&r.maxParkings, "max-parkings", d.parkings, d.parkingsHelp)
 	if which == "supervisor" {
-		fs.StringVar(&r.deadLetterTopic, "supervisor-dead-letter-topic",
-			env("SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC", "delivery-compensation-dead-letters"),
-			"topic of compensations that cannot be done, for an operator ($SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC)")
+		fs.StringVar(&r.deadLetterTopic, "supervisor-dead-letter-topic", "delivery-compensation-dead-letters",
+			"topic of compensations that cannot be done, for an operator")
 	}
-	return nil
 }
 
 // validate names the first bad flag; it runs before the worker connects.
@@ -87,19 +66,6 @@ func (r *replayFlags) validate(which string) error {
 		return fmt.Errorf("-max-parkings %d: must be at least %d", r.maxParkings, map[string]int{"delivery": 1, "supervisor": 0}[which])
 	}
 	return nil
-}
-
-// envInt reads an integer from the environment, or def if unset.
-func envInt(name string, def int) (int, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("$%s=%q is not a whole number: %w", name, v, err)
-	}
-	return n, nil
 }
 
 // parkedFor is how long a request waits in all over its parkings: the

@@ -22,13 +22,12 @@ import (
 // workers, and the ledger that `sluice verify` checks a run against.
 func runServices(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	listen := fs.String("listen", env("SLUICE_SERVICES_LISTEN", "127.0.0.1:8080"),
-		"address to serve the services and their ledger on ($SLUICE_SERVICES_LISTEN)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the services and their ledger on")
 	drones := fs.String("drones", "non-idempotent",
 		`"non-idempotent": every call books another drone (mode b: run the scheduler with -redis); "idempotent": bookings are by delivery id (mode a)`)
 	var sim simFlags
 	sim.register(fs, scheduler.Defaults(0).Sim)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags("services", fs, args); err != nil {
 		return err
 	}
 	cfg, err := sim.config()

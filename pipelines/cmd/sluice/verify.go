@@ -26,13 +26,13 @@ func runVerify(ctx context.Context, args []string) error {
 // promise (lost, applied twice, left after compensation).
 func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	recordPath := fs.String("record", env("SLUICE_LOADGEN_RECORD", ""), "the load generator's record of the run (sluice loadgen -record) ($SLUICE_LOADGEN_RECORD)")
-	services := fs.String("services", env("SLUICE_SERVICES", "http://127.0.0.1:8080"), "base URL of sluice services, whose ledger is checked ($SLUICE_SERVICES)")
-	brokersFlag := fs.String("brokers", env("SLUICE_BROKERS", "127.0.0.1:9092"),
-		"Kafka brokers holding delivery-dead-letters and delivery-compensation-dead-letters, comma separated; plaintext only ($SLUICE_BROKERS)")
+	recordPath := fs.String("record", "", "the load generator's record of the run (sluice loadgen -record)")
+	services := fs.String("services", "http://127.0.0.1:8080", "base URL of sluice services, whose ledger is checked")
+	brokersFlag := fs.String("brokers", "127.0.0.1:9092",
+		"Kafka brokers holding delivery-dead-letters and delivery-compensation-dead-letters, comma separated; plaintext only")
 	wait := fs.Duration("wait", time.Minute,
 		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags("verify", fs, args); err != nil {
 		return scheduler.Summary{}, err
 	}
 	if *recordPath == "" {

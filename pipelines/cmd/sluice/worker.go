@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -32,19 +31,12 @@ type connFlags struct {
 	tls                                   bool
 }
 
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.brokers, "brokers", env("SLUICE_BROKERS", "127.0.0.1:9092"), "Kafka brokers, comma separated ($SLUICE_BROKERS)")
-	fs.BoolVar(&c.tls, "tls", env("SLUICE_TLS", "") == "true", "connect with TLS ($SLUICE_TLS=true)")
-	fs.StringVar(&c.saslMech, "sasl-mechanism", env("SLUICE_SASL_MECHANISM", ""), "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 ($SLUICE_SASL_MECHANISM)")
-	fs.StringVar(&c.saslUser, "sasl-user", env("SLUICE_SASL_USER", ""), "SASL user ($SLUICE_SASL_USER)")
-	fs.StringVar(&c.saslPass, "sasl-password", env("SLUICE_SASL_PASSWORD", ""), "SASL password ($SLUICE_SASL_PASSWORD; prefer the variable to the flag)")
+	fs.StringVar(&c.brokers, "brokers", "127.0.0.1:9092", "Kafka brokers, comma separated")
+	fs.BoolVar(&c.tls, "tls", false, "connect with TLS")
+	fs.StringVar(&c.saslMech, "sasl-mechanism", "", "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	fs.StringVar(&c.saslUser, "sasl-user", "", "SASL user")
+	fs.StringVar(&c.saslPass, "sasl-password", "", "SASL password (prefer the variable to the flag: a command line is visible to every user of the machine)")
 }
 
 func (c *connFlags) conn() kafka.Conn {
@@ -62,19 +54,6 @@ func (c *connFlags) conn() kafka.Conn {
 // endpoints.
 var onListen func(which, addr string)
 
-// envDuration reads a duration from the environment, or def if unset.
-func envDuration(name string, def time.Duration) (time.Duration, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return def, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("$%s=%q is not a duration (like 10s): %w", name, v, err)
-	}
-	return d, nil
-}
-
 // runWorker runs `sluice run delivery|supervisor` against a real cluster
 // until SIGINT/SIGTERM, then drains and commits.
 //
@@ -90,65 +69,76 @@ func runWorker(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run "+which, flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
-	requests := fs.String("requests-topic", env("SLUICE_REQUESTS_TOPIC", "delivery-requests"), "topic of delivery requests ($SLUICE_REQUESTS_TOPIC)")
-	failures := fs.String("failures-topic", env("SLUICE_FAILURES_TOPIC", "delivery-failures"), "topic of compensation events ($SLUICE_FAILURES_TOPIC)")
-	dead := fs.String("dead-letter-topic", env("SLUICE_DEAD_LETTER_TOPIC", "delivery-dead-letters"),
-		"topic of the scheduler's dead letters: malformed and invalid requests ($SLUICE_DEAD_LETTER_TOPIC)")
-	group := fs.String("group", env("SLUICE_GROUP", "sluice-"+which), "consumer group ($SLUICE_GROUP)")
-	instance := fs.String("instance-id", env("SLUICE_INSTANCE_ID", ""),
-		"static group membership ($SLUICE_INSTANCE_ID, e.g. the pod's name): a restarted worker with the same id takes its partitions back at once, with no rebalance")
-	backendsURL := fs.String("backends", env("SLUICE_BACKENDS", "sim"), `"sim" (in-process simulated services) or the base URL of the HTTP services ($SLUICE_BACKENDS)`)
-	redisAddr := fs.String("redis", env("SLUICE_REDIS", ""), "Redis host:port for step records of the drone step (mode b); empty: rely on idempotent backends ($SLUICE_REDIS)")
-	listen := fs.String("listen", env("SLUICE_LISTEN", "127.0.0.1:9464"), "metrics, health and /status address ($SLUICE_LISTEN)")
-	pprofOn := fs.Bool("pprof", env("SLUICE_PPROF", "") == "1",
-		"serve Go's profiles under /debug/pprof/ on the -listen address ($SLUICE_PPROF=1); they show the code, so keep the address private")
-	parDef, err := envInt("SLUICE_PARALLELISM", delivery.DefaultParallelism)
-	if err != nil {
-		return err
+	// Each pipeline takes only the flags it uses.
+	requests, dead, redisURL, redisCA := "delivery-requests", "delivery-dead-letters", "", ""
+	parallelism, staleAfter := delivery.DefaultParallelism, 10*time.Second
+	if which == "delivery" {
+		fs.StringVar(&requests, "requests-topic", requests, "topic of delivery requests")
+		fs.StringVar(&dead, "dead-letter-topic", dead, "topic of the scheduler's dead letters: malformed and invalid requests")
+		fs.StringVar(&redisURL, "redis", "", "Redis for the step records of the drone step (mode b): redis://[user:password@]host:port[/db], "+
+			"rediss:// for TLS, or host:port; the password may come from $SLUICE_REDIS_PASSWORD instead. Empty: rely on idempotent backends")
+		fs.StringVar(&redisCA, "redis-ca", "", "PEM file of the CA that a rediss:// server's certificate chains to (default: the system's)")
+		fs.IntVar(&parallelism, "parallelism", parallelism, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it")
+		fs.DurationVar(&staleAfter, "stale-after", staleAfter,
+			"how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
 	}
-	parallelism := fs.Int("parallelism", parDef, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it ($SLUICE_PARALLELISM)")
-	staleDef, err := envDuration("SLUICE_STALE_AFTER", 10*time.Second)
-	if err != nil {
-		return err
-	}
-	staleAfter := fs.Duration("stale-after", staleDef,
-		"how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there ($SLUICE_STALE_AFTER)")
-	sessionDef, err := envDuration("SLUICE_SESSION_TIMEOUT", 10*time.Second)
-	if err != nil {
-		return err
-	}
-	session := fs.Duration("session-timeout", sessionDef,
-		"how long the group waits for a silent worker before its partitions move to the others ($SLUICE_SESSION_TIMEOUT)")
-	policiesFile := fs.String("retry-policies", env("SLUICE_RETRY_POLICIES", ""),
-		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields ($SLUICE_RETRY_POLICIES)")
-	policyName := fs.String("retry-policy", env("SLUICE_RETRY_POLICY", ""),
-		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor) ($SLUICE_RETRY_POLICY)`)
+	failures := fs.String("failures-topic", "delivery-failures", "topic of compensation events")
+	group := fs.String("group", "sluice-"+which, "consumer group")
+	instance := fs.String("instance-id", "",
+		"static group membership (e.g. the pod's name): a restarted worker with the same id takes its partitions back at once, with no rebalance")
+	backendsURL := fs.String("backends", "sim", `"sim" (in-process simulated services) or the base URL of the HTTP services`)
+	listen := fs.String("listen", "127.0.0.1:9464", "metrics, health and /status address")
+	pprofOn := fs.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on the -listen address; they show the code, so keep the address private")
+	session := fs.Duration("session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions move to the others")
+	policiesFile := fs.String("retry-policies", "",
+		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
+	policyName := fs.String("retry-policy", "",
+		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor)`)
+	var lf logFlags
+	lf.register(fs)
 	var rf replayFlags
-	if err := rf.register(fs, which); err != nil {
-		return err
-	}
-	if err := fs.Parse(args[1:]); err != nil {
+	rf.register(fs, which)
+	if err := parseFlags("run", fs, args[1:]); err != nil {
 		return err
 	}
 	if err := rf.validate(which); err != nil {
 		return err
 	}
-	if *parallelism < 1 {
-		return fmt.Errorf("-parallelism %d: must be at least 1", *parallelism)
+	logger, err := lf.logger(os.Stderr)
+	if err != nil {
+		return err
 	}
-	if *staleAfter < time.Second {
+	if parallelism < 1 {
+		return fmt.Errorf("-parallelism %d: must be at least 1", parallelism)
+	}
+	if staleAfter < time.Second {
 		// A drone call must end within half of it, its attempts and the
 		// step store's round trips included.
-		return fmt.Errorf("-stale-after %v: must be at least 1s", *staleAfter)
+		return fmt.Errorf("-stale-after %v: must be at least 1s", staleAfter)
 	}
-	if parked := rf.parkedFor(); which == "delivery" && *redisAddr != "" && *staleAfter >= parked {
+	if parked := rf.parkedFor(); which == "delivery" && redisURL != "" && staleAfter >= parked {
 		// A request whose drone booking has an unknown outcome waits,
 		// parked, until the booking is stale enough to ask the service.
 		return fmt.Errorf("-stale-after %v: a request with an unknown booking would be compensated before it could be "+
 			"looked up: its parkings (-max-parkings %d, -replay-after %v, -max-replay-delay %v) wait %v in all; "+
-			"lower -stale-after or allow more parkings", *staleAfter, rf.maxParkings, rf.replayAfter, rf.maxReplayDelay, parked)
+			"lower -stale-after or allow more parkings", staleAfter, rf.maxParkings, rf.replayAfter, rf.maxReplayDelay, parked)
 	}
-	policies, err := flow.LoadRetryPolicies(*policiesFile, os.Environ())
+	var ropts *redis.Options
+	if redisURL != "" {
+		if ropts, err = redisOptions(redisURL, redisCA); err != nil {
+			return err
+		}
+	}
+	// SLUICE_RETRY_POLICY and SLUICE_RETRY_POLICIES are flags', not
+	// fields of a policy named "policy".
+	ours := flagEnvNames("run", fs)
+	var environ []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !ours[k] {
+			environ = append(environ, kv)
+		}
+	}
+	policies, err := flow.LoadRetryPolicies(*policiesFile, environ)
 	if err != nil {
 		return err
 	}
@@ -160,25 +150,24 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		retry = &p
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var backends delivery.Backends
 	if *backendsURL == "sim" {
 		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond},
 			delivery.NewLedger(), loadgen.SuspendedOwner)
 	} else {
-		calls := delivery.MaxCalls(*parallelism)
+		calls := delivery.MaxCalls(parallelism)
 		if which == "supervisor" {
 			calls = supervisor.MaxCalls
 		}
 		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(calls))
 	}
-	input, outputs := *requests, []string{*failures, *dead}
+	input, outputs := requests, []string{*failures, dead}
 	if which == "supervisor" {
 		input, outputs = *failures, []string{rf.deadLetterTopic}
 	}
 
 	// Before joining: the cluster and every topic, Redis, the address.
-	producer, err := kgo.NewClient(cf.conn().ClientOpts()...)
+	producer, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.WithLogger(kafka.NewLogger(logger)))...)
 	if err != nil {
 		return err
 	}
@@ -190,11 +179,11 @@ func runWorker(ctx context.Context, args []string) error {
 		return fmt.Errorf("the %s worker's topics: %w", which, err)
 	}
 	var rc *redis.Client
-	if which == "delivery" && *redisAddr != "" {
-		rc = redis.NewClient(&redis.Options{Addr: *redisAddr})
+	if ropts != nil {
+		rc = redis.NewClient(ropts)
 		defer rc.Close()
-		if err := delivery.CheckRedis(ctx, rc); err != nil {
-			return fmt.Errorf("redis at %s: %w", *redisAddr, err)
+		if err := checkRedis(ctx, rc, ropts); err != nil {
+			return err
 		}
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -244,9 +233,9 @@ func runWorker(ctx context.Context, args []string) error {
 	switch which {
 	case "delivery":
 		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
-			FailuresTopic: *failures, DeadLetterTopic: *dead, Parallelism: *parallelism, Retry: retry, Metrics: m, Logger: logger,
+			FailuresTopic: *failures, DeadLetterTopic: dead, Parallelism: parallelism, Retry: retry, Metrics: m, Logger: logger,
 			ParkTopic: rf.retryTopic, Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter,
-			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: *staleAfter}
+			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: staleAfter}
 		if rc != nil {
 			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
 			defer steps.Close()
@@ -275,7 +264,7 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 		if rc != nil {
 			if err := rc.Ping(ctx).Err(); err != nil {
-				return fmt.Errorf("redis at %s: %w", *redisAddr, err)
+				return fmt.Errorf("%s: %w", describeRedis(ropts), err)
 			}
 		}
 		return nil

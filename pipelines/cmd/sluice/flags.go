@@ -1,0 +1,98 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Every flag of every command has an environment variable that sets its
+// default; -h shows it beside the flag. The name is SLUICE_ and the flag's
+// name in capitals with '_' for '-' — for `sluice run` and the connection
+// flags (-brokers, -tls, -sasl-*) that every command shares — and
+// SLUICE_<COMMAND>_<FLAG> for the other commands, so that one shell can
+// hold a worker's and a load generator's settings without either taking the
+// other's. A few flags keep a name of their own (envNames).
+
+// connFlagNames are the flags shared by the commands that talk to Kafka:
+// one variable each, whatever the command.
+var connFlagNames = map[string]bool{"brokers": true, "tls": true, "sasl-mechanism": true, "sasl-user": true, "sasl-password": true}
+
+// envNames are the exceptions to the rule, by command and flag.
+var envNames = map[string]map[string]string{
+	// SLUICE_RETRY_ starts the retry policies' field variables.
+	"run": {"retry-topic": "SLUICE_PARK_TOPIC"},
+	// The topic the workers read, the record verify reads.
+	"loadgen": {"topic": "SLUICE_REQUESTS_TOPIC"},
+	"verify":  {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES"},
+}
+
+// flagEnv is the variable of command cmd's flag name.
+func flagEnv(cmd, name string) string {
+	if v, ok := envNames[cmd][name]; ok {
+		return v
+	}
+	up := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	if cmd == "run" || connFlagNames[name] {
+		return "SLUICE_" + up
+	}
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(cmd, " ", "_")) + "_" + up
+}
+
+// onFlags, if set (by tests), sees each command's flags once the
+// environment has set their defaults and before the arguments are parsed.
+var onFlags func(cmd string, fs *flag.FlagSet)
+
+// parseFlags sets each of fs's flags from its variable when that is set,
+// names the variable in the flag's help, and then parses args (which win
+// over the variables). cmd is the command's name ("run", "loadgen",
+// "deadletters replay"). A variable that does not parse is an error naming
+// it; -h returns flag.ErrHelp, which main treats as success.
+func parseFlags(cmd string, fs *flag.FlagSet, args []string) error {
+	var errs []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := flagEnv(cmd, f.Name)
+		f.Usage += " ($" + name + ")"
+		if v, ok := os.LookupEnv(name); ok && v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Sprintf("$%s=%q (-%s): want %s", name, v, f.Name, kindOf(f)))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return fmt.Errorf("%s: %s", cmd, strings.Join(errs, "; "))
+	}
+	if onFlags != nil {
+		onFlags(cmd, fs)
+	}
+	return fs.Parse(args)
+}
+
+// kindOf says what a flag's value must look like.
+func kindOf(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return "a valid value"
+	}
+	switch g.Get().(type) {
+	case bool:
+		return "true or false"
+	case int, int64, uint, uint64:
+		return "a whole number"
+	case float64:
+		return "a number"
+	case time.Duration:
+		return "a duration like 10s or 1m30s"
+	}
+	return "a valid value"
+}
+
+// flagEnvNames are the variables of fs's flags, which the retry policies'
+// loader must not read as its own (SLUICE_RETRY_POLICY is -retry-policy's).
+func flagEnvNames(cmd string, fs *flag.FlagSet) map[string]bool {
+	names := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { names[flagEnv(cmd, f.Name)] = true })
+	return names
+}
