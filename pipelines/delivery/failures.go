@@ -3,13 +3,12 @@ package delivery
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
-	json "github.com/goccy/go-json"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/sink"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
@@ -40,6 +39,7 @@ type judged struct {
 	stream.Failure
 	parked  int
 	verdict verdict
+	key     string // the record's, for the log (at most 256 bytes of it)
 }
 
 // judge decides the verdict of each failure. For a request that failed for
@@ -113,7 +113,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 		in *stream.Inlet[stream.Failure], out *stream.Outlet[judged]) error {
 		return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 			for _, m := range b.Items {
-				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic)}
+				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)])}
 				if err := out.Send(ctx, stream.WithValue(m, v)); err != nil {
 					return false, err
 				}
@@ -124,8 +124,10 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	// On the failure path a stage has nowhere to fail to: decide returns
 	// no error (a panic in it, a bug, stops the pipeline with the failure
 	// unsettled).
+	logged := logx.NewLimited(cfg.Logger, time.Second, 10)
 	decided := stream.Via(prepared, stream.Flow[judged, judged](flow.MapAsync(judgeCalls, func(ctx context.Context, v judged) (judged, error) {
 		v.verdict = j.decide(ctx, v)
+		logVerdict(ctx, logged, v)
 		return v, nil
 	})), stream.Name("judge-failures"))
 	outs, _ := stream.Route(decided, len(verdictStage), func(v judged) (int, error) { return int(v.verdict), nil },
@@ -152,22 +154,6 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, kafkasink.Backoff(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay)), raw)
 }
 
-// compensationRecord encodes a request that failed for good as the event
-// the supervisor acts on. The reason is capped: an error's text (a
-// service's answer) can be as large as the service likes, and an event too
-// large to write would stop the scheduler.
-func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
-	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
-		p := m.Value.Value.(*Progress)
-		ev := Compensation{Progress: *p, Stage: m.Value.Stage, Reason: capReason(fmt.Sprint(m.Value.Err))}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return nil, err
-		}
-		return &kgo.Record{Topic: topic, Key: []byte(p.Request.ID), Value: b}, nil
-	}
-}
-
 // maxReason bounds the reason a compensation event carries.
 const maxReason = 4 << 10
 
@@ -176,4 +162,30 @@ func capReason(r string) string {
 		return r
 	}
 	return fmt.Sprintf("%s... (%d bytes, truncated)", strings.ToValidUTF8(r[:maxReason], ""), len(r))
+}
+
+// logVerdict tells an operator about each dead letter (Error: it needs
+// them) and each compensation (Warn), with the request and the reason, a
+// few lines a second per stage at most (the rest counted); parkings at
+// Info.
+func logVerdict(ctx context.Context, l *logx.Limited, v judged) {
+	var level slog.Level
+	var msg string
+	switch v.verdict {
+	case deadLetter:
+		level, msg = slog.LevelError, "request dead-lettered: it cannot be processed as it is"
+	case compensate:
+		level, msg = slog.LevelWarn, "request failed for good: compensating it"
+	case park:
+		level, msg = slog.LevelInfo, "request failed for now: parking it for a later replay"
+	default:
+		return
+	}
+	attrs := make([]slog.Attr, 0, 5)
+	if p, ok := v.Value.(*Progress); ok {
+		attrs = append(attrs, slog.String("request", p.Request.ID))
+	}
+	attrs = append(attrs, slog.String("key", v.key), slog.String("stage", v.Stage), slog.String("reason", capReason(fmt.Sprint(v.Err))),
+		slog.Int("parked_before", v.parked))
+	l.Log(ctx, level, verdictStage[v.verdict]+"/"+v.Stage, msg, attrs...)
 }

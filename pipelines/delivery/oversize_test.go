@@ -36,7 +36,6 @@ func (d failingDrones) Schedule(ctx context.Context, id string, at delivery.Loca
 // a request with an id no service could take is invalid, dead-lettered.
 func TestOversizedFailuresDoNotStopTheScheduler(t *testing.T) {
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(1, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"))
-	quiet := slog.New(slog.DiscardHandler)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(2<<20))
 	if err != nil {
 		t.Fatal(err)
@@ -51,62 +50,22 @@ func TestOversizedFailuresDoNotStopTheScheduler(t *testing.T) {
 	ledger := delivery.NewLedger()
 	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
 	backends.Drones = failingDrones{backends.Drones, "huge-reason"}
-	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "oversize",
-		Topics: []string{"requests"}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	committed := int64(0)
-	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
-		FailuresTopic: "failures", DeadLetterTopic: "dead", Parallelism: 8, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- sch.Graph.Run(ctx) }()
-	for deadline := time.Now().Add(30 * time.Second); committed < 3; time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			t.Fatalf("the scheduler stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			for _, st := range sch.Graph.Stats() {
-				t.Logf("%+v", st)
-			}
-			t.Fatalf("requests not all settled: committed %d of 3", committed)
-		}
-		for _, p := range src.Stats().Partitions {
-			committed = p.Committed
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	runUntilSettled(t, brokers, producer, backends, 3, slog.New(slog.DiscardHandler))
 
-	read := func(topic string) []*kgo.Record {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-			kgo.FetchMaxBytes(4<<20))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer rcancel()
-		return cl.PollRecords(rctx, 10).Records()
-	}
+	read := func(topic string) []*kgo.Record { return readTopic(t, brokers, topic, 1) }
 	events := read("failures")
 	if len(events) != 1 {
 		t.Fatalf("%d compensation events, want 1", len(events))
 	}
-	var ev delivery.Compensation
-	if err := json.Unmarshal(events[0].Value, &ev); err != nil || ev.Progress.Request.ID != "huge-reason" ||
+	ev, err := delivery.DecodeCompensation(events[0].Value, func(k string) []byte {
+		for _, h := range events[0].Headers {
+			if h.Key == k {
+				return h.Value
+			}
+		}
+		return nil
+	})
+	if err != nil || ev.Progress.Request.ID != "huge-reason" ||
 		len(ev.Reason) > 8<<10 || !strings.HasPrefix(ev.Reason, "schedule_drone") && !strings.Contains(ev.Reason, "no drone") {
 		t.Fatalf("compensation event %.200s (%d bytes of reason; err %v)", events[0].Value, len(ev.Reason), err)
 	}
@@ -130,4 +89,71 @@ func requestRecord(topic, key, id string) *kgo.Record {
 	b, _ := json.Marshal(delivery.Request{ID: id, Owner: "o-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
 		Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: b}
+}
+
+// runUntilSettled runs a scheduler reading "requests" (failures to
+// "failures", dead letters to "dead") until n records are committed, and
+// stops it.
+func runUntilSettled(t *testing.T, brokers []string, producer *kgo.Client, backends delivery.Backends, n int64, logger *slog.Logger) {
+	t.Helper()
+	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "settle",
+		Topics: []string{"requests"}, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := int64(0)
+	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
+		FailuresTopic: "failures", DeadLetterTopic: "dead", Parallelism: 8, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sch.Graph.Run(ctx) }()
+	for deadline := time.Now().Add(30 * time.Second); committed < n; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the scheduler stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			for _, st := range sch.Graph.Stats() {
+				t.Logf("%+v", st)
+			}
+			t.Fatalf("requests not all settled: committed %d of %d", committed, n)
+		}
+		for _, p := range src.Stats().Partitions {
+			committed = p.Committed
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readTopic returns the records of a one-partition topic: once it has n
+// (or 10 s have passed), and whatever more comes within 300 ms, so that a
+// test sees a record too many.
+func readTopic(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxBytes(4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	var out []*kgo.Record
+	for len(out) < n && rctx.Err() == nil {
+		out = append(out, cl.PollRecords(rctx, 0).Records()...)
+	}
+	more, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	return append(out, cl.PollRecords(more, 0).Records()...)
 }

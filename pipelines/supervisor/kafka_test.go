@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // The topics of the end-to-end tests.
@@ -30,22 +32,40 @@ type position struct {
 
 // produceEvents writes a compensation event for each id to the failures
 // topic, keyed by the id, with a header of its own (trace-id: trace-<id>),
-// and returns what was written where.
+// and returns what was written where. Every other event is in the form an
+// earlier scheduler wrote (a JSON Compensation); the others as today's
+// does (the request's record, its steps in delivery.HeaderProgress, the
+// failure and the request's position in headers).
 func produceEvents(t *testing.T, brokers []string, ids []string) (values map[string][]byte, at map[string]position) {
 	t.Helper()
 	cl := kafkaClient(t, brokers)
 	values, at = map[string][]byte{}, map[string]position{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, id := range ids {
+	for i, id := range ids {
 		v := compensationEvent(t, id)
 		rec := &kgo.Record{Topic: topicFailures, Key: []byte(id), Value: v,
 			Headers: []kgo.RecordHeader{{Key: "trace-id", Value: []byte("trace-" + id)}}}
+		if i%2 == 1 {
+			var ev delivery.Compensation
+			if err := json.Unmarshal(v, &ev); err != nil {
+				t.Fatal(err)
+			}
+			req, _ := json.Marshal(ev.Progress.Request)
+			done, _ := json.Marshal(map[string]any{"done": ev.Progress.Done})
+			rec.Value = req
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: delivery.HeaderProgress, Value: done},
+				kgo.RecordHeader{Key: kafkasink.HeaderStage, Value: []byte(ev.Stage)},
+				kgo.RecordHeader{Key: kafkasink.HeaderReason, Value: []byte(ev.Reason)},
+				kgo.RecordHeader{Key: kafkasink.HeaderTopic, Value: []byte("delivery-requests")},
+				kgo.RecordHeader{Key: kafkasink.HeaderPartition, Value: []byte("3")},
+				kgo.RecordHeader{Key: kafkasink.HeaderOffset, Value: []byte("42")})
+		}
 		r, err := cl.ProduceSync(ctx, rec).First()
 		if err != nil {
 			t.Fatal(err)
 		}
-		values[id], at[id] = v, position{r.Partition, r.Offset}
+		values[id], at[id] = rec.Value, position{r.Partition, r.Offset}
 	}
 	return values, at
 }

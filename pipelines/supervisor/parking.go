@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/sluice-streams/sluice/internal/stage"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
@@ -62,6 +63,15 @@ func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
 		id, f.Value = ev.Progress.Request.ID, ev.raw
 	}
 	parked := kafkasink.Parkings(&m.Envelope, t.retryTopic)
+	if m.Topic != t.retryTopic {
+		// A failure event carries the request's position (the requests
+		// topic); the supervisor's record names the event's own, so that
+		// sending a dead letter back to its topic runs the compensation
+		// again, not the request.
+		m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool {
+			return h.Key == kafkasink.HeaderTopic || h.Key == kafkasink.HeaderPartition || h.Key == kafkasink.HeaderOffset
+		})
+	}
 	if f.Transient && t.maxParkings > 0 && parked >= t.maxParkings {
 		f.Transient = false
 		f.Err = fmt.Errorf("%w: parked %d times, failed again: %w", ErrOutOfParkings, parked, f.Err)

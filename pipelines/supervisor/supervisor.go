@@ -27,9 +27,8 @@ import (
 	"fmt"
 	"time"
 
-	json "github.com/goccy/go-json"
-
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
@@ -37,23 +36,51 @@ import (
 )
 
 // event is a compensation event on its way: what it says, and the bytes
-// it came as, which a parking or dead letter writes unchanged.
+// it came as (its value: the request's record), which a parking or dead
+// letter writes unchanged, with the record's headers.
 type event struct {
 	delivery.Compensation
 	raw []byte
 }
 
-// parse decodes a compensation event; one that is not JSON, or names no
-// request, is malformed.
-func parse(b []byte) (event, error) {
-	ev := event{raw: b}
-	if err := json.Unmarshal(b, &ev.Compensation); err != nil {
-		return ev, fmt.Errorf("malformed compensation event: %w", err)
+// parse decodes a compensation event (delivery.DecodeCompensation); one
+// that does not decode, or names no request, is malformed.
+func parse(b []byte, header func(string) []byte) (ev event, err error) {
+	ev = event{raw: b}
+	defer func() {
+		if r := recover(); r != nil { // a decoder's bug is this event's failure, not the supervisor's end
+			err = fmt.Errorf("malformed compensation event: %w", stream.NewPanicError(r))
+		}
+	}()
+	if ev.Compensation, err = delivery.DecodeCompensation(b, header); err != nil {
+		return ev, err
 	}
 	if ev.Progress.Request.ID == "" {
 		return ev, fmt.Errorf("malformed compensation event: no request id")
 	}
 	return ev, nil
+}
+
+// parseStage is parse over messages, which reads their headers too; a
+// malformed event fails its message.
+func parseStage() stream.Flow[[]byte, event] {
+	return stream.FlowFunc[[]byte, event](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[event]) error {
+		return stage.Loop(ctx, in, func(b *stream.Batch[[]byte]) (bool, error) {
+			for _, m := range b.Items {
+				ev, err := parse(m.Value, m.Header)
+				if err != nil {
+					if err := in.Fail(ctx, m, err); err != nil {
+						return false, err
+					}
+					continue
+				}
+				if err := out.Send(ctx, stream.WithValue(m, ev)); err != nil {
+					return false, err
+				}
+			}
+			return false, nil
+		})
+	})
 }
 
 // New builds the supervisor pipeline:
@@ -106,7 +133,7 @@ func New(cfg Config) (*stream.Graph, error) {
 // stages named with prefix, committing through c.
 func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c stream.Committer) {
 	b, n := cfg.Backends, cfg.Notifier
-	parsed := stream.Via(events, flow.Map(parse), stream.Name(prefix+"parse"))
+	parsed := stream.Via(events, parseStage(), stream.Name(prefix+"parse"))
 	undo := flow.MapAsync(undoCalls, func(ctx context.Context, ev event) (event, error) {
 		return ev, Undo(ctx, b, ev.Progress)
 	}, append(callOptions(cfg, prefix+"undo"), flow.TimeoutFromSend())...)

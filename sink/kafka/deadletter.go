@@ -152,6 +152,30 @@ func ReplayAt(e *stream.Envelope) time.Time {
 	return t
 }
 
+// FailureRecord is the record a dead letter writes for m, with value as
+// its value and reason as its reason: the failed message's key and
+// headers, and the headers of the failure (stage, reason, attempt, failure
+// times, original position). A pipeline whose failure event must carry the
+// input as it came, and state of its own beside it (in a header it adds),
+// builds its records with it.
+func FailureRecord(topic string, m *stream.Message[stream.Failure], value []byte, reason string) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Key: m.Key, Value: value}
+	r.Headers = failureHeaders(keptHeaders(m, false), m, reason, topic, nil)
+	return r
+}
+
+// keptHeaders are the failed message's headers that its failure record
+// keeps (see replacedHeader); a parking counts its parkings anew.
+func keptHeaders(m *stream.Message[stream.Failure], parking bool) []kgo.RecordHeader {
+	hs := make([]kgo.RecordHeader, 0, len(m.Headers)+10)
+	for _, h := range m.Headers {
+		if !replacedHeader(h.Key) && !(parking && h.Key == HeaderParkings) {
+			hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+	}
+	return hs
+}
+
 func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] {
 	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
 		r := &kgo.Record{Topic: topic, Key: m.Key}
@@ -168,14 +192,7 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 			}
 			r.Value = b
 		}
-		r.Headers = make([]kgo.RecordHeader, 0, len(m.Headers)+10)
-		parking := replayAfter != nil
-		for _, h := range m.Headers {
-			if !replacedHeader(h.Key) && !(parking && h.Key == HeaderParkings) {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-			}
-		}
-		r.Headers = failureHeaders(r.Headers, m, reason(m.Value.Err), topic, replayAfter)
+		r.Headers = failureHeaders(keptHeaders(m, replayAfter != nil), m, reason(m.Value.Err), topic, replayAfter)
 		return r, nil
 	}
 }

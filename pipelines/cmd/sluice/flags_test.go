@@ -13,7 +13,8 @@ import (
 )
 
 // commands are every command that takes flags, as run() is called.
-var commands = [][]string{{"demo"}, {"run", "delivery"}, {"run", "supervisor"}, {"services"}, {"loadgen"}, {"verify"}, {"broker"}}
+var commands = [][]string{{"demo"}, {"run", "delivery"}, {"run", "supervisor"}, {"services"}, {"loadgen"}, {"verify"}, {"broker"},
+	{"deadletters"}, {"deadletters", "replay"}}
 
 // parsedFlags runs args with -h and returns the command's flags as parsed
 // and what -h printed.

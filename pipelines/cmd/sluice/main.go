@@ -14,6 +14,9 @@
 //	sluice verify    check a run of separate processes against the load
 //	                 generator's record, the services' ledger and the
 //	                 dead-letter topics, as the demo checks its own
+//	sluice deadletters  list a dead-letter topic (counts by stage and reason,
+//	                 the records); "replay" sends selected ones back to their
+//	                 original topic, once per request id
 //	sluice broker    a standalone in-process Kafka-compatible dev broker
 //	sluice version   the version and those of the dependencies compiled in
 //
@@ -65,6 +68,8 @@ func usage() error {
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
+  sluice deadletters [-topic delivery-dead-letters] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-limit 20] [-json]
+  sluice deadletters replay [-topic T] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-to TOPIC] [-rate 100] [-dry-run] [-again]
   sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
   sluice version
 Every flag defaults to a variable: $SLUICE_<FLAG> for run and the connection flags (-brokers, -tls, -sasl-*),
@@ -136,6 +141,8 @@ func run(args []string) error {
 		return runServices(ctx, args[1:])
 	case "verify":
 		return runVerify(ctx, args[1:])
+	case "deadletters":
+		return runDeadLetters(ctx, args[1:])
 	case "broker":
 		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 		port := fs.Int("port", 9092, "port on 127.0.0.1")
