@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // readTimeout bounds reading a dead-letter topic to its end.
@@ -17,59 +18,24 @@ const readTimeout = 30 * time.Second
 
 // reasons reads a dead-letter topic: record key (the request id) ->
 // reason. It reads every partition up to the end the broker reported when
-// the read began, not until the broker has been silent for a while: a slow
-// first fetch (a loaded machine, a remote cluster) must not read as an
-// empty topic, which would report every dead-lettered request lost. Not
-// reaching the end within readTimeout is an error.
+// the read began (kafka.ReadToEnd), not until the broker has been silent
+// for a while: a slow first fetch (a loaded machine, a remote cluster)
+// must not read as an empty topic, which would report every dead-lettered
+// request lost. Not reaching the end within readTimeout is an error. The
+// marks of `sluice deadletters replay` are not dead letters.
 func reasons(brokers []string, topic string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return nil, err
-	}
-	bounds, err := offsetBounds(ctx, admin, topic)
-	admin.Close()
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]string{}
-	toRead := map[int32]kgo.Offset{}
-	for p, b := range bounds {
-		if b.end > b.start {
-			toRead[p] = kgo.NewOffset().At(b.start)
+	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{}, func(r *kgo.Record) bool {
+		d := kafkasink.ReadDeadLetter(r)
+		if d.ReplayOf == "" {
+			out[string(r.Key)] = d.Reason
 		}
-	}
-	if len(toRead) == 0 {
-		return out, nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: toRead}))
+		return true
+	})
 	if err != nil {
 		return nil, err
-	}
-	defer cl.Close()
-	for len(toRead) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("reading %s: %d partitions not read to their end within %v", topic, len(toRead), readTimeout)
-		}
-		var ferr error
-		fs.EachError(func(_ string, p int32, err error) { ferr = fmt.Errorf("reading %s partition %d: %w", topic, p, err) })
-		if ferr != nil {
-			return nil, ferr
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			reason := ""
-			for _, h := range r.Headers {
-				if h.Key == kafkasink.HeaderReason {
-					reason = string(h.Value)
-				}
-			}
-			out[string(r.Key)] = reason
-			if r.Offset+1 >= bounds[r.Partition].end {
-				delete(toRead, r.Partition)
-			}
-		})
 	}
 	return out, nil
 }

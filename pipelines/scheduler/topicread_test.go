@@ -61,4 +61,14 @@ func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
 	if written, err := DeadLettersWritten(ctx, brokers); err != nil || written != n {
 		t.Fatalf("DeadLettersWritten = %d, %v; want %d", written, err, n)
 	}
+	// The mark `sluice deadletters replay` leaves, keyed like the dead
+	// letter it marks, is not a dead letter and does not hide its reason.
+	got, _ = reasons(brokers, topicDead)
+	d := kafkasink.ReadDeadLetter(&kgo.Record{Topic: topicDead, Key: []byte("d-7"), Partition: 0, Offset: 3})
+	if err := cl.ProduceSync(ctx, d.ReplayMarker("delivery-requests")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := reasons(brokers, topicDead); err != nil || len(after) != len(got) || after["d-7"] != "reason 7" {
+		t.Fatalf("after a replay mark: d-7 %q, %d dead letters (%v), want %d", after["d-7"], len(after), err, len(got))
+	}
 }
