@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	json "github.com/goccy/go-json"
@@ -17,23 +16,6 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // refusingDrones refuses, for good, to book a drone for one request.
 type refusingDrones struct {
@@ -85,7 +67,7 @@ func TestFailuresCarryTheRecordAsItCame(t *testing.T) {
 	}
 	backends := delivery.Simulated(delivery.SimConfig{}, delivery.NewLedger(), nil)
 	backends.Drones = refusingDrones{backends.Drones, "refused"}
-	var logs lockedBuffer
+	var logs testenv.Buffer
 	runUntilSettled(t, brokers, producer, backends, 3, slog.New(slog.NewTextHandler(&logs, nil)))
 	for _, want := range []string{
 		`level=WARN msg="request failed for good: compensating it" request=refused key=key-of-refused stage=schedule_drone reason="no drone for this route"`,

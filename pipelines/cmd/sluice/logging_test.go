@@ -1,36 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/logx"
+	"github.com/sluice-streams/sluice/internal/testenv"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // One worker writes one log stream: its own lines, the lines of libraries
 // that log through slog's default, and go-redis's (which printed "redis:
@@ -39,7 +21,7 @@ func (l *lockedBuffer) String() string {
 func TestOneLogStream(t *testing.T) {
 	prev := slog.Default()
 	defer func() { slog.SetDefault(prev); redis.SetLogger(logx.NewPrintf(prev, "go-redis")) }()
-	var out lockedBuffer
+	var out testenv.Buffer
 	lf := logFlags{format: "json", level: "info"}
 	lg, err := lf.logger(&out)
 	if err != nil {
