@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"fmt"
+	"strconv"
 
 	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,11 +22,29 @@ import (
 // {"done":["check_account",...],"third_party":true,"drone_id":"..."}.
 const HeaderProgress = "sluice-progress"
 
-// stepsDone is Progress without the request (the event's value).
+// HeaderReencoded is on a failure event whose request was too large to
+// travel as it came (MaxEventInput): its value is then a JSON Compensation
+// (the request re-encoded from its known fields, which are bounded), and
+// the header holds the size of the record it stands for.
+const HeaderReencoded = "sluice-reencoded"
+
+// MaxEventInput bounds the request record (value, key and headers) that a
+// failure event carries as it came: a delivery request is a few hundred
+// bytes, and an event near the broker's limit would stop the scheduler
+// (its failure sink cannot fail) or, grown by the supervisor's parking
+// headers, be cut short there and lose its compensation.
+const MaxEventInput = 64 << 10
+
+// stepsDone is Progress without the request (the event's value), with the
+// stage and reason of the failure: the supervisor's parkings replace the
+// failure headers with their own, and the owner's notification must still
+// say why the request failed.
 type stepsDone struct {
 	Done       []Step `json:"done"`
 	ThirdParty bool   `json:"third_party,omitempty"`
 	DroneID    string `json:"drone_id,omitempty"`
+	Stage      string `json:"stage,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 // compensationRecord encodes a request that failed for good as the event
@@ -35,17 +54,39 @@ type stepsDone struct {
 func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 	return func(m *stream.Message[stream.Failure]) (*kgo.Record, error) {
 		p := m.Value.Value.(*Progress)
-		state, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, DroneID: p.DroneID})
+		reason := capReason(fmt.Sprint(m.Value.Err))
+		if size := inputSize(m, p); size > MaxEventInput {
+			b, err := json.Marshal(Compensation{Progress: *p, Stage: m.Value.Stage, Reason: reason})
+			if err != nil {
+				return nil, err
+			}
+			bare := *m
+			bare.Headers = nil
+			r := kafkasink.FailureRecord(topic, &bare, b, reason)
+			r.Key = []byte(p.Request.ID)
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReencoded, Value: strconv.AppendInt(nil, int64(size), 10)})
+			return r, nil
+		}
+		state, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, DroneID: p.DroneID, Stage: m.Value.Stage, Reason: reason})
 		if err != nil {
 			return nil, err
 		}
-		r := kafkasink.FailureRecord(topic, m, p.Raw, capReason(fmt.Sprint(m.Value.Err)))
+		r := kafkasink.FailureRecord(topic, m, p.Raw, reason)
 		if len(r.Key) == 0 {
 			r.Key = []byte(p.Request.ID) // the supervisor's partitions, and its logs, go by request
 		}
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderProgress, Value: state})
 		return r, nil
 	}
+}
+
+// inputSize is what the request's record adds to its failure event.
+func inputSize(m *stream.Message[stream.Failure], p *Progress) int {
+	n := len(p.Raw) + len(m.Key)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // DecodeCompensation reads a failure event from its value and headers
@@ -62,15 +103,24 @@ func DecodeCompensation(value []byte, header func(key string) []byte) (Compensat
 		}
 		return c, nil
 	}
-	var done stepsDone
-	if err := json.Unmarshal(state, &done); err != nil {
-		return Compensation{}, fmt.Errorf("malformed compensation event: header %s: %w", HeaderProgress, err)
-	}
 	r, err := Parse(value)
 	if err != nil {
 		return Compensation{}, fmt.Errorf("malformed compensation event: its request: %w", err)
 	}
-	c.Progress = Progress{Request: r, Done: done.Done, ThirdParty: done.ThirdParty, DroneID: done.DroneID, Raw: value}
+	c.Progress = Progress{Request: r, Raw: value}
 	c.Stage, c.Reason = string(header(kafkasink.HeaderStage)), string(header(kafkasink.HeaderReason))
+	// The steps done only inform: the supervisor undoes every step of
+	// the request whatever they say (another copy may have done more).
+	// A header that does not decode costs the notification its detail,
+	// never the compensation.
+	var done stepsDone
+	if err := json.Unmarshal(state, &done); err != nil {
+		c.Reason = fmt.Sprintf("%s (header %s does not decode: %v)", c.Reason, HeaderProgress, err)
+		return c, nil
+	}
+	c.Progress.Done, c.Progress.ThirdParty, c.Progress.DroneID = done.Done, done.ThirdParty, done.DroneID
+	if done.Stage != "" {
+		c.Stage, c.Reason = done.Stage, done.Reason
+	}
 	return c, nil
 }

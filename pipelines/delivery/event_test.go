@@ -132,12 +132,19 @@ func TestDecodeCompensationOfEarlierEvents(t *testing.T) {
 	if err != nil || c.Progress.Request.ID != "r-1" || c.Stage != "create_package" || len(c.Progress.Done) != 1 {
 		t.Fatalf("earlier event: %+v, %v", c, err)
 	}
-	if _, err := delivery.DecodeCompensation([]byte("{}"), func(k string) []byte {
-		if k == delivery.HeaderProgress {
+	// A progress header that does not decode costs the detail, not the
+	// compensation: the supervisor undoes every step whatever it says.
+	req := requestRecord("failures", "r-2", "r-2").Value
+	c, err = delivery.DecodeCompensation(req, func(k string) []byte {
+		switch k {
+		case delivery.HeaderProgress:
 			return []byte("[")
+		case kafkasink.HeaderReason:
+			return []byte("refused")
 		}
 		return nil
-	}); err == nil || !strings.Contains(err.Error(), delivery.HeaderProgress) {
-		t.Fatalf("a bad progress header: %v, want an error naming it", err)
+	})
+	if err != nil || c.Progress.Request.ID != "r-2" || !strings.Contains(c.Reason, "refused") || !strings.Contains(c.Reason, delivery.HeaderProgress) {
+		t.Fatalf("a bad progress header: %+v, %v; want the request, with the reason saying the header is bad", c, err)
 	}
 }

@@ -52,7 +52,7 @@ func produceEvents(t *testing.T, brokers []string, ids []string) (values map[str
 				t.Fatal(err)
 			}
 			req, _ := json.Marshal(ev.Progress.Request)
-			done, _ := json.Marshal(map[string]any{"done": ev.Progress.Done})
+			done, _ := json.Marshal(map[string]any{"done": ev.Progress.Done, "stage": ev.Stage, "reason": ev.Reason})
 			rec.Value = req
 			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: delivery.HeaderProgress, Value: done},
 				kgo.RecordHeader{Key: kafkasink.HeaderStage, Value: []byte(ev.Stage)},

@@ -7,8 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+
+	json "github.com/goccy/go-json"
 
 	"github.com/sluice-streams/sluice/internal/stage"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -61,15 +65,27 @@ func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
 	id := string(m.Key)
 	if ev, ok := f.Value.(event); ok {
 		id, f.Value = ev.Progress.Request.ID, ev.raw
+		if len(ev.raw) > delivery.MaxEventInput {
+			// Parked or dead-lettered with headers of its own, a record
+			// near the broker's limit would be cut short there, and its
+			// replay could not decode it: it travels in the bounded form
+			// (a JSON Compensation), as the scheduler writes such events.
+			if b, err := json.Marshal(ev.Compensation); err == nil {
+				f.Value = b
+				m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool { return h.Key == delivery.HeaderProgress })
+				m.Headers = append(m.Headers, stream.Header{Key: delivery.HeaderReencoded, Value: strconv.AppendInt(nil, int64(len(ev.raw)), 10)})
+			}
+		}
 	}
 	parked := kafkasink.Parkings(&m.Envelope, t.retryTopic)
 	if m.Topic != t.retryTopic {
 		// A failure event carries the request's position (the requests
-		// topic); the supervisor's record names the event's own, so that
-		// sending a dead letter back to its topic runs the compensation
-		// again, not the request.
+		// topic) and parkings; the supervisor's record names the event's
+		// own position, so that sending a dead letter back to its topic
+		// runs the compensation again, not the request.
 		m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool {
-			return h.Key == kafkasink.HeaderTopic || h.Key == kafkasink.HeaderPartition || h.Key == kafkasink.HeaderOffset
+			return h.Key == kafkasink.HeaderTopic || h.Key == kafkasink.HeaderPartition || h.Key == kafkasink.HeaderOffset ||
+				h.Key == kafkasink.HeaderParkings // the scheduler's parkings of the request, not of this compensation
 		})
 	}
 	if f.Transient && t.maxParkings > 0 && parked >= t.maxParkings {

@@ -2,11 +2,15 @@ package kafka
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // Headers of a replay (see DeadLetterRecord.Replay): the record sent back
@@ -100,11 +104,16 @@ func (d DeadLetterRecord) Position() string {
 }
 
 // ReasonClass is the reason up to its first ": " — "malformed delivery
-// request", "invalid delivery request" — to count dead letters by.
+// request", "invalid delivery request" — with every word that holds a
+// digit (an id: "undoing create_delivery of d-00000002") as "*", to count
+// dead letters by.
 func (d DeadLetterRecord) ReasonClass() string {
 	c, _, _ := strings.Cut(d.Reason, ": ")
-	return c
+	c, _, _ = strings.Cut(c, "\n")
+	return idWord.ReplaceAllString(c, "*")
 }
+
+var idWord = regexp.MustCompile(`[^\s]*[0-9][^\s]*`)
 
 // Replay returns the record that sends the message back: to topic, or to
 // its SourceTopic when topic is "", with its key, value and headers as it
@@ -133,8 +142,26 @@ func (d DeadLetterRecord) Replay(topic string) (*kgo.Record, error) {
 }
 
 // ReplayMarker returns the record that marks d replayed to topic, for its
-// own dead-letter topic: the same key, no value.
+// own dead-letter topic: the same key, a short value (not a tombstone on
+// a compacted topic).
 func (d DeadLetterRecord) ReplayMarker(topic string) *kgo.Record {
-	return &kgo.Record{Topic: d.Record.Topic, Key: d.Record.Key, Headers: []kgo.RecordHeader{
+	return &kgo.Record{Topic: d.Record.Topic, Key: d.Record.Key, Value: []byte("replayed"), Headers: []kgo.RecordHeader{
 		{Key: HeaderReplayed, Value: []byte(d.Position())}, {Key: HeaderReplayedTo, Value: []byte(topic)}}}
+}
+
+// WithoutFailureHeaders returns hs without the headers a dead letter or
+// parking writes (position, failure times, parkings, shrinking) and the
+// names in also. A pipeline calls it on messages read from anywhere but
+// its own park topic: there such headers are not its own — a producer
+// wrote them, or a failure event was sent back — and the sinks would keep
+// them as the message's original position and history (a dead letter
+// naming another topic would be replayed there).
+func WithoutFailureHeaders(hs []stream.Header, also ...string) []stream.Header {
+	drop := func(h stream.Header) bool {
+		return (failureHeaderKeys[h.Key] && h.Key != HeaderReplayedFrom) || slices.Contains(also, h.Key)
+	}
+	if !slices.ContainsFunc(hs, drop) {
+		return hs
+	}
+	return slices.DeleteFunc(slices.Clone(hs), drop)
 }

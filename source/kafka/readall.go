@@ -57,8 +57,11 @@ func ReadToEnd(ctx context.Context, opts []kgo.Opt, topic string, since time.Tim
 	if len(toRead) == 0 {
 		return nil
 	}
+	// Control records (a transaction's commit marker) take offsets too: a
+	// partition that ends with one is read to its end only if they are
+	// seen; they are not passed to each.
 	cl, err := kgo.NewClient(append(opts, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: toRead}),
-		kgo.FetchMaxWait(200*time.Millisecond))...)
+		kgo.FetchMaxWait(200*time.Millisecond), kgo.KeepControlRecords())...)
 	if err != nil {
 		return err
 	}
@@ -82,7 +85,7 @@ func ReadToEnd(ctx context.Context, opts []kgo.Opt, topic string, since time.Tim
 			if stop || r.Offset >= end[r.Partition] {
 				return
 			}
-			if !each(r) {
+			if !r.Attrs.IsControl() && !each(r) {
 				stop = true
 			}
 			if r.Offset+1 >= end[r.Partition] {

@@ -58,19 +58,19 @@ func (f *dlFilter) match(d kafkasink.DeadLetterRecord) bool {
 // read, and which were replayed (by position and by key).
 type dlTopic struct {
 	letters           []kafkasink.DeadLetterRecord
-	replayedAt        map[string]string // position -> topic it went to
-	replayedKey       map[string]bool
+	replayedAt        map[string]string    // position -> topic it went to
+	replayedKey       map[string]time.Time // key -> when it was last replayed
 	total, incomplete int
 }
 
 func readDeadLetters(ctx context.Context, opts []kgo.Opt, topic string, f *dlFilter) (*dlTopic, error) {
-	t := &dlTopic{replayedAt: map[string]string{}, replayedKey: map[string]bool{}}
+	t := &dlTopic{replayedAt: map[string]string{}, replayedKey: map[string]time.Time{}}
 	err := kafka.ReadToEnd(ctx, opts, topic, f.sinceT, func(r *kgo.Record) bool {
 		d := kafkasink.ReadDeadLetter(r)
 		if d.ReplayOf != "" {
 			t.replayedAt[d.ReplayOf] = string(headerOf(r, kafkasink.HeaderReplayedTo))
-			if len(r.Key) > 0 {
-				t.replayedKey[string(r.Key)] = true
+			if k := string(r.Key); k != "" && r.Timestamp.After(t.replayedKey[k]) {
+				t.replayedKey[k] = r.Timestamp
 			}
 			return true
 		}
@@ -188,7 +188,7 @@ func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
 			note += "  [incomplete: " + d.Incomplete + "]"
 		}
 		fmt.Fprintf(w, "  %s  %s  %s  %s  key=%q  value=%s%s\n", d.Position(), d.FailedAt.UTC().Format(time.RFC3339), d.Stage,
-			clip(d.Reason, 160), clip(string(d.Record.Key), 80), clip(fmt.Sprintf("%q", d.Record.Value), 120), note)
+			clip(strings.ReplaceAll(d.Reason, "\n", " | "), 160), clip(string(d.Record.Key), 80), clip(fmt.Sprintf("%q", d.Record.Value), 120), note)
 	}
 	return nil
 }
@@ -275,7 +275,11 @@ func runReplay(ctx context.Context, args []string, w io.Writer) error {
 	var refused []string
 	for _, d := range t.letters {
 		k := string(d.Record.Key)
-		if _, done := t.replayedAt[d.Position()]; !*again && (done || k != "" && t.replayedKey[k]) {
+		// Skipped: a dead letter replayed, and the older dead letters of a
+		// request id replayed since; one that failed after the replay (the
+		// replay failed again) is new.
+		last, keyDone := t.replayedKey[k]
+		if _, done := t.replayedAt[d.Position()]; !*again && (done || k != "" && keyDone && d.FailedAt.Before(last)) {
 			skippedReplayed++
 			continue
 		}

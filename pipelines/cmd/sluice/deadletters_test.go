@@ -142,4 +142,20 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 	if !strings.Contains(out.String(), "4 dead letters, 2 replayed") || !strings.Contains(out.String(), "[replayed to delivery-requests]") {
 		t.Fatalf("list after the replay:\n%s", out.String())
 	}
+	// The replayed request fails again: its new dead letter is not one
+	// replayed before, and a replay sends it.
+	again := &kgo.Record{Topic: "delivery-dead-letters", Key: []byte("r-null"), Value: []byte("null"), Headers: []kgo.RecordHeader{
+		{Key: kafkasink.HeaderStage, Value: []byte("parse")}, {Key: kafkasink.HeaderReason, Value: []byte("invalid delivery request: id is missing")},
+		{Key: kafkasink.HeaderFailedAt, Value: []byte(time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano))},
+		{Key: kafkasink.HeaderTopic, Value: []byte("delivery-requests")}}}
+	if err := cl.ProduceSync(context.Background(), again).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := runReplay(context.Background(), []string{"-brokers", brokers, "-key", "r-null"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "replayed 1 of the 2 dead letters") || !strings.Contains(out.String(), "skipped: 1 replayed before") {
+		t.Fatalf("replay of a request dead-lettered again after its replay:\n%s", out.String())
+	}
 }

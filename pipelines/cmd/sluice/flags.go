@@ -29,8 +29,13 @@ var envNames = map[string]map[string]string{
 	"verify":  {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES"},
 }
 
-// flagEnv is the variable of command cmd's flag name.
+// flagEnv is the variable of command cmd's flag name. `deadletters
+// replay` shares the list's variables: the same filters select the same
+// records.
 func flagEnv(cmd, name string) string {
+	if cmd == "deadletters replay" {
+		cmd = "deadletters"
+	}
 	if v, ok := envNames[cmd][name]; ok {
 		return v
 	}

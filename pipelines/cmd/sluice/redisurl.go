@@ -27,10 +27,20 @@ func redisOptions(s, caFile string) (*redis.Options, error) {
 	if strings.Contains(s, "://") {
 		var err error
 		if opts, err = redis.ParseURL(s); err != nil {
-			if ue := (*url.Error)(nil); errors.As(err, &ue) {
-				err = ue.Err // its message repeats the URL, password and all
+			// The URL parser's message quotes the URL, or the part it
+			// stumbled on, which may be the password.
+			msg := "not a URL"
+			ue := (*url.Error)(nil)
+			if !errors.As(err, &ue) {
+				msg = err.Error()
 			}
-			return nil, fmt.Errorf("-redis %s: %w (want redis://[user:password@]host:port[/db] or rediss://... for TLS)", redact(s), err)
+			if _, pw := credentials(s); pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "xxxxx")
+				if errors.As(err, &ue) {
+					msg += " (a password with @ / # ? or % in it must be percent-encoded, or given in $SLUICE_REDIS_PASSWORD)"
+				}
+			}
+			return nil, fmt.Errorf("-redis %s: %s (want redis://[user:password@]host:port[/db] or rediss://... for TLS)", redact(s), msg)
 		}
 	} else {
 		if _, _, err := net.SplitHostPort(s); err != nil {
@@ -61,20 +71,35 @@ func redisOptions(s, caFile string) (*redis.Options, error) {
 	return opts, nil
 }
 
-// redact drops the password of a URL, for messages and logs.
+// credentials returns the user and password of a URL as written: what
+// stands between "://" and the last "@" (a password may hold an unescaped
+// "@", "/" or "#", which a URL parser reads otherwise).
+func credentials(s string) (user, password string) {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return "", ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return "", ""
+	}
+	user, password, _ = strings.Cut(rest[:at], ":")
+	return user, password
+}
+
+// redact drops the password of a URL, for messages and logs: everything
+// up to the last "@" but the user.
 func redact(s string) string {
 	scheme, rest, ok := strings.Cut(s, "://")
-	if !ok {
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
 		return s
 	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return s
+	user, _ := credentials(s)
+	if strings.ContainsAny(user, "/#?") { // the password's cut is not where a reader would think
+		user = "..."
 	}
-	if user, _, hasPass := strings.Cut(userinfo, ":"); hasPass {
-		return scheme + "://" + user + ":xxxxx@" + host
-	}
-	return s
+	return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
 }
 
 // describeRedis names where opts point, without the secret.
