@@ -35,6 +35,10 @@ const HeaderReencoded = "sluice-reencoded"
 // headers, be cut short there and lose its compensation.
 const MaxEventInput = 64 << 10
 
+// headerOverhead bounds what a header adds to a record beyond its key and
+// value (two varint lengths).
+const headerOverhead = 10
+
 // stepsDone is Progress without the request (the event's value), with the
 // stage and reason of the failure: the supervisor's parkings replace the
 // failure headers with their own, and the owner's notification must still
@@ -82,9 +86,12 @@ func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 
 // inputSize is what the request's record adds to its failure event.
 func inputSize(m *stream.Message[stream.Failure], p *Progress) int {
+	// A header costs its key and value and, in a record batch, a few
+	// bytes of lengths besides: a record of half a million empty headers
+	// is megabytes, not nothing.
 	n := len(p.Raw) + len(m.Key)
 	for _, h := range m.Headers {
-		n += len(h.Key) + len(h.Value)
+		n += len(h.Key) + len(h.Value) + headerOverhead
 	}
 	return n
 }

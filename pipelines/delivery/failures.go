@@ -114,7 +114,8 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 		return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 			for _, m := range b.Items {
 				if m.Topic != j.parkTopic || j.parkTopic == "" {
-					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded)
+					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded,
+						kafkasink.HeaderReplayed, kafkasink.HeaderReplayedTo)
 				}
 				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)])}
 				if err := out.Send(ctx, stream.WithValue(m, v)); err != nil {

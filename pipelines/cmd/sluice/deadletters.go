@@ -276,10 +276,13 @@ func runReplay(ctx context.Context, args []string, w io.Writer) error {
 	for _, d := range t.letters {
 		k := string(d.Record.Key)
 		// Skipped: a dead letter replayed, and the older dead letters of a
-		// request id replayed since; one that failed after the replay (the
-		// replay failed again) is new.
+		// request id replayed since. A dead letter of a replay (it failed
+		// again: it carries sluice-replayed-from) is new whatever the
+		// clocks say; for the others, the worker's failure time and the
+		// replay tool's mark time are compared.
 		last, keyDone := t.replayedKey[k]
-		if _, done := t.replayedAt[d.Position()]; !*again && (done || k != "" && keyDone && d.FailedAt.Before(last)) {
+		fromReplay := headerOf(d.Record, kafkasink.HeaderReplayedFrom) != nil
+		if _, done := t.replayedAt[d.Position()]; !*again && (done || k != "" && keyDone && !fromReplay && d.FailedAt.Before(last)) {
 			skippedReplayed++
 			continue
 		}
