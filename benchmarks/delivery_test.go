@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 // BenchmarkDeliveryPipeline runs the whole drone delivery system in one
@@ -22,7 +22,7 @@ import (
 func BenchmarkDeliveryPipeline(b *testing.B) {
 	for _, rate := range []float64{10_000, 20_000, 30_000, 40_000, 50_000} {
 		b.Run(fmt.Sprintf("sustained_%dk", int(rate/1000)), func(b *testing.B) {
-			var sum scheduler.Summary
+			var sum demo.Summary
 			for b.Loop() {
 				sum = deliveryRun(b, rate, "", 10*time.Second)
 			}
@@ -34,7 +34,7 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	for _, rate := range []float64{10_000, 20_000, 30_000, 40_000} {
 		b.Run(fmt.Sprintf("redis_steps_%dk", int(rate/1000)), func(b *testing.B) {
 			addr := testenv.Redis(b)
-			var sum scheduler.Summary
+			var sum demo.Summary
 			for b.Loop() {
 				sum = deliveryRun(b, rate, addr, 10*time.Second)
 			}
@@ -44,7 +44,7 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	// A 10 s burst at twice the highest rate sustained above: the backlog
 	// builds in Kafka (lag) and must drain within 30 s, with nothing lost.
 	b.Run("burst_80k_10s", func(b *testing.B) {
-		var sum scheduler.Summary
+		var sum demo.Summary
 		for b.Loop() {
 			sum = deliveryRun(b, 80_000, "", 10*time.Second)
 		}
@@ -52,13 +52,13 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	})
 }
 
-func deliveryRun(b *testing.B, rate float64, redis string, d time.Duration) scheduler.Summary {
-	cfg := scheduler.Defaults(d)
+func deliveryRun(b *testing.B, rate float64, redis string, d time.Duration) demo.Summary {
+	cfg := demo.Defaults(d)
 	cfg.Redis = redis
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor = rate, 0, 0, 0
 	cfg.Every, cfg.Drain = -1, 60*time.Second
 	cpu0 := cpuTime()
-	sum, err := scheduler.Run(context.Background(), cfg, io.Discard)
+	sum, err := demo.Run(context.Background(), cfg, io.Discard)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func reportDelivery(b *testing.B, s scheduler.Summary) {
+func reportDelivery(b *testing.B, s demo.Summary) {
 	b.ReportMetric(float64(s.Completed)/s.Elapsed.Seconds(), "completed/s")
 	b.ReportMetric(float64(s.P50.Microseconds())/1000, "p50_ms")
 	b.ReportMetric(float64(s.P99.Microseconds())/1000, "p99_ms")

@@ -32,8 +32,8 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
 // Config shapes a system.
@@ -325,15 +325,15 @@ func (s *System) Progress(ctx context.Context) (int, error) {
 // Settle waits up to limit for every request of sent to have its outcome
 // and the run to verify, and returns the verification then (or when the
 // limit is reached) and how long it waited.
-func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Duration) (scheduler.Summary, time.Duration, error) {
+func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Duration) (demo.Summary, time.Duration, error) {
 	start := time.Now()
 	cl := &http.Client{}
 	for {
 		final := time.Since(start) >= limit
-		sum, accounted, err := scheduler.VerifyRemote(ctx, cl, s.Services, sent, []string{s.Brokers}, final)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Services, sent, []string{s.Brokers}, final)
 		if final || err == nil && accounted && sum.OK() {
 			if err != nil {
-				return scheduler.Summary{}, time.Since(start), err
+				return demo.Summary{}, time.Since(start), err
 			}
 			if !accounted {
 				return *sum, time.Since(start), fmt.Errorf("after %v not every request has an outcome: %s", limit, sum)
@@ -342,7 +342,7 @@ func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Dura
 		}
 		select {
 		case <-ctx.Done():
-			return scheduler.Summary{}, time.Since(start), ctx.Err()
+			return demo.Summary{}, time.Since(start), ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -17,8 +17,8 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
 // TestWorkerProcessesSurviveSIGKILL runs the scheduler and the supervisor
@@ -131,13 +131,13 @@ func killWorkers(t *testing.T, brokers []string) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for !scheduler.Accounted(sent, ledger, -1, brokers) {
+	for !demo.Accounted(sent, ledger, -1, brokers) {
 		if time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	sum, err := scheduler.Verify(sent, ledger, brokers)
+	sum, err := demo.Verify(sent, ledger, brokers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 func main() {
@@ -84,7 +84,7 @@ func run(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "demo":
-		def := scheduler.Defaults(30 * time.Second)
+		def := demo.Defaults(30 * time.Second)
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		rate := fs.Float64("rate", def.Rate, "delivery requests per second")
 		burst := fs.Float64("burst", def.BurstRate, "request rate during bursts (3 s every 10 s)")
@@ -93,7 +93,7 @@ func run(args []string) error {
 		backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
 		var sim simFlags
 		sim.register(fs, def.Sim)
-		redisAddr := fs.String("redis", scheduler.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
+		redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
 		if err := parseFlags("demo", fs, args[1:]); err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func run(args []string) error {
 		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")
 		fmt.Println("  failures after some steps -> supervisor (undo every side effect; parks and replays what fails for now,")
 		fmt.Println("  dead-letters what never can); bad input -> dead letters")
-		sum, err := scheduler.Run(ctx, cfg, os.Stdout)
+		sum, err := demo.Run(ctx, cfg, os.Stdout)
 		fmt.Println(sum)
 		if err != nil {
 			return err

@@ -12,8 +12,8 @@ import (
 	json "github.com/goccy/go-json"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
 // runServices serves the simulated backends and their side-effect ledger
@@ -26,7 +26,7 @@ func runServices(ctx context.Context, args []string) error {
 	drones := fs.String("drones", "non-idempotent",
 		`"non-idempotent": every call books another drone (mode b: run the scheduler with -redis); "idempotent": bookings are by delivery id (mode a)`)
 	var sim simFlags
-	sim.register(fs, scheduler.Defaults(0).Sim)
+	sim.register(fs, demo.Defaults(0).Sim)
 	if err := parseFlags("services", fs, args); err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 // The services' flags default to the demo's SimConfig, set every field,
@@ -16,14 +16,14 @@ func TestSimFlags(t *testing.T) {
 	parse := func(args ...string) (delivery.SimConfig, error) {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		var f simFlags
-		f.register(fs, scheduler.Defaults(0).Sim)
+		f.register(fs, demo.Defaults(0).Sim)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
 		return f.config()
 	}
-	if got, err := parse(); err != nil || got != scheduler.Defaults(0).Sim {
-		t.Fatalf("defaults: %+v %v, want the demo's %+v", got, err, scheduler.Defaults(0).Sim)
+	if got, err := parse(); err != nil || got != demo.Defaults(0).Sim {
+		t.Fatalf("defaults: %+v %v, want the demo's %+v", got, err, demo.Defaults(0).Sim)
 	}
 	want := delivery.SimConfig{MinLatency: time.Millisecond, MaxLatency: 3 * time.Millisecond, TransientRate: 0.1,
 		ThrottleRate: 0.2, PermanentRate: 0.3, RetryAfter: 2 * time.Second}

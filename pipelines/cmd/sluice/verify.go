@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
 )
 
 // runVerify checks a run of separate processes (`sluice verify`).
@@ -24,7 +24,7 @@ func runVerify(ctx context.Context, args []string) error {
 // the ledger of `sluice services` and the dead-letter topics, as the demo
 // checks its own run, prints the summary, and fails when the run broke a
 // promise (lost, applied twice, left after compensation).
-func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
+func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	recordPath := fs.String("record", "", "the load generator's record of the run (sluice loadgen -record)")
 	services := fs.String("services", "http://127.0.0.1:8080", "base URL of sluice services, whose ledger is checked")
@@ -33,24 +33,24 @@ func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
 	wait := fs.Duration("wait", time.Minute,
 		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
 	if err := parseFlags("verify", fs, args); err != nil {
-		return scheduler.Summary{}, err
+		return demo.Summary{}, err
 	}
 	if *recordPath == "" {
-		return scheduler.Summary{}, errors.New("-record: the load generator's record of the run is needed (sluice loadgen -record FILE)")
+		return demo.Summary{}, errors.New("-record: the load generator's record of the run is needed (sluice loadgen -record FILE)")
 	}
 	base := strings.TrimRight(*services, "/")
 	if !strings.HasPrefix(base, "http://") && !strings.HasPrefix(base, "https://") {
-		return scheduler.Summary{}, fmt.Errorf("-services %q: want the base URL of sluice services, like http://127.0.0.1:8080", *services)
+		return demo.Summary{}, fmt.Errorf("-services %q: want the base URL of sluice services, like http://127.0.0.1:8080", *services)
 	}
 	brokers := splitComma(*brokersFlag)
 	f, err := os.Open(*recordPath)
 	if err != nil {
-		return scheduler.Summary{}, fmt.Errorf("-record: %w", err)
+		return demo.Summary{}, fmt.Errorf("-record: %w", err)
 	}
 	sent, err := loadgen.ReadRecord(f)
 	f.Close()
 	if err != nil {
-		return scheduler.Summary{}, fmt.Errorf("-record %s: %w", *recordPath, err)
+		return demo.Summary{}, fmt.Errorf("-record %s: %w", *recordPath, err)
 	}
 	cl := &http.Client{} // no overall timeout: a large ledger takes seconds to download; ctx bounds it
 	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters on %s",
@@ -66,17 +66,17 @@ func verifyCmd(ctx context.Context, args []string) (scheduler.Summary, error) {
 	start := time.Now()
 	for {
 		final := time.Since(start) >= *wait
-		sum, accounted, err := scheduler.VerifyRemote(ctx, cl, base, sent, brokers, final)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, base, sent, brokers, final)
 		if !final && (err != nil || !accounted || !sum.OK()) {
 			select {
 			case <-ctx.Done():
-				return scheduler.Summary{}, ctx.Err()
+				return demo.Summary{}, ctx.Err()
 			case <-time.After(time.Second):
 			}
 			continue
 		}
 		if err != nil {
-			return scheduler.Summary{}, err
+			return demo.Summary{}, err
 		}
 		switch {
 		case !accounted && *wait > 0:

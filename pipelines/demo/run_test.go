@@ -1,4 +1,4 @@
-package scheduler_test
+package demo_test
 
 import (
 	"context"
@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 // runDemo runs the system with cfg and returns its summary and what it
 // printed, which the test log keeps; an error of the run fails the test.
-func runDemo(t *testing.T, cfg scheduler.Config) (scheduler.Summary, string) {
+func runDemo(t *testing.T, cfg demo.Config) (demo.Summary, string) {
 	t.Helper()
 	var out strings.Builder
-	sum, err := scheduler.Run(context.Background(), cfg, &out)
+	sum, err := demo.Run(context.Background(), cfg, &out)
 	t.Logf("%s\n%s", out.String(), sum)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +30,7 @@ func runDemo(t *testing.T, cfg scheduler.Config) (scheduler.Summary, string) {
 // checks the verification: nothing lost, nothing applied twice, every
 // compensation complete, every bad input dead-lettered.
 func TestDemoEndToEnd(t *testing.T) {
-	cfg := scheduler.Defaults(3 * time.Second)
+	cfg := demo.Defaults(3 * time.Second)
 	cfg.Rate, cfg.BurstRate = 1000, 2000
 	cfg.BurstEvery, cfg.BurstFor = 2*time.Second, 500*time.Millisecond
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate, cfg.Sim.PermanentRate = 0.05, 0.01, 0.005
@@ -46,7 +46,7 @@ func TestDemoEndToEnd(t *testing.T) {
 // TestDemoEndToEndHTTP is the same with the services behind real HTTP
 // servers on loopback.
 func TestDemoEndToEndHTTP(t *testing.T) {
-	cfg := scheduler.Defaults(2 * time.Second)
+	cfg := demo.Defaults(2 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 500, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.HTTP, cfg.Drain = time.Second, true, 20*time.Second
@@ -61,7 +61,7 @@ func TestDemoEndToEndHTTP(t *testing.T) {
 // and compensations half done — and starts new ones in the same consumer
 // groups: the redone work must create nothing twice and lose nothing.
 func TestDemoSurvivesCrashes(t *testing.T) {
-	cfg := scheduler.Defaults(4 * time.Second)
+	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 3, 30*time.Second
@@ -75,7 +75,7 @@ func TestDemoSurvivesCrashes(t *testing.T) {
 // call books a drone) and keeps step records in a real redis-server; with
 // the scheduler crashed three times, no drone is booked twice.
 func TestModeBStepRecordsInRedis(t *testing.T) {
-	cfg := scheduler.Defaults(4 * time.Second)
+	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
 	cfg.Every, cfg.Restarts, cfg.Drain = time.Second, 3, 30*time.Second

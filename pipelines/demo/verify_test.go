@@ -1,4 +1,4 @@
-package scheduler_test
+package demo_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
@@ -82,8 +82,8 @@ func TestVerifyTheSameOverEveryLedgerView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	views := map[string]scheduler.LedgerView{"snapshot": l.Snapshot(), "download": downloaded}
-	want, err := scheduler.Verify(sent, l, brokers)
+	views := map[string]demo.LedgerView{"snapshot": l.Snapshot(), "download": downloaded}
+	want, err := demo.Verify(sent, l, brokers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,19 +103,19 @@ func TestVerifyTheSameOverEveryLedgerView(t *testing.T) {
 		sent *loadgen.Sent
 		dead int
 	}{{sent, -1}, {sent, 3}, {whole, -1}, {whole, 3}} {
-		want := scheduler.Accounted(c.sent, l, c.dead, brokers)
+		want := demo.Accounted(c.sent, l, c.dead, brokers)
 		if want && c.sent == sent {
 			t.Fatalf("accounted over the ledger with %d dead letters, although d-00000003 left no trace", c.dead)
 		}
 		for name, view := range views {
-			if got := scheduler.Accounted(c.sent, view, c.dead, brokers); got != want {
+			if got := demo.Accounted(c.sent, view, c.dead, brokers); got != want {
 				t.Errorf("accounted over the %s (%d requests, %d dead letters): %v, over the ledger %v",
 					name, c.sent.Distinct(), c.dead, got, want)
 			}
 		}
 	}
 	for name, view := range views {
-		got, err := scheduler.Verify(sent, view, brokers)
+		got, err := demo.Verify(sent, view, brokers)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package scheduler
+package demo
 
 import "github.com/sluice-streams/sluice/pipelines/delivery"
 

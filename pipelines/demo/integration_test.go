@@ -1,6 +1,6 @@
 //go:build kafka
 
-package scheduler_test
+package demo_test
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/pipelines/scheduler"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 // TestMain starts a real broker for the suite (testenv.RunTests).
@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunTests(m, (*testing.M).Run)) }
 // not idempotent), with faults at every service, duplicates, malformed and
 // invalid requests, and the scheduler and supervisor crashed twice mid-run.
 func TestRealKafkaDeliveryEndToEnd(t *testing.T) {
-	cfg := scheduler.Defaults(4 * time.Second)
+	cfg := demo.Defaults(4 * time.Second)
 	cfg.Brokers = []string{testenv.Broker().Addr}
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01

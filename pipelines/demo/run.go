@@ -1,9 +1,9 @@
-// Package scheduler runs the whole drone delivery system in one process on
+// Package demo runs the whole drone delivery system in one process on
 // embedded defaults — an in-process Kafka-compatible broker (kfake),
 // simulated backends, the load generator, the scheduler and the supervisor
 // — with a live status line and a verification summary. It is what
 // `sluice demo` (and `make run`) shows.
-package scheduler
+package demo
 
 import (
 	"context"
