@@ -386,7 +386,7 @@ func connect[T any](s Stream[T], n *node, capacity int) *Inlet[T] {
 	return in
 }
 
-// Input connects s to a stage being built with Stage and returns the
+// Input connects s to a stage being built with NewStage and returns the
 // stage's inlet. It is for writing graph helpers and custom multi-port
 // stages; ordinary pipelines use Via and To.
 func Input[T any](st *StageBuilder, s Stream[T], opts ...StageOption) *Inlet[T] {
@@ -400,7 +400,7 @@ func Input[T any](st *StageBuilder, s Stream[T], opts ...StageOption) *Inlet[T] 
 	return connect(s, st.n, c.capacity)
 }
 
-// Output adds an output to a stage being built with Stage.
+// Output adds an output to a stage being built with NewStage.
 func Output[T any](st *StageBuilder) (*Outlet[T], Stream[T]) { return newOutput[T](st.g, st.n) }
 
 // StageBuilder adds a stage with any number of inputs and outputs.
