@@ -241,10 +241,11 @@ func BenchmarkMapAsync(b *testing.B) {
 			for i := range lastSeen {
 				lastSeen[i] = -1
 			}
-			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
-				clk.sleep(asyncLatency)
-				return x, nil
-			}, flow.KeyBy(func(m *stream.Message[int]) string { return fmt.Sprint(keyOf[m.Value]) }))
+			a := flow.MapAsyncByKey(asyncParallelism, func(m *stream.Message[int]) string { return fmt.Sprint(keyOf[m.Value]) },
+				func(_ context.Context, x int) (int, error) {
+					clk.sleep(asyncLatency)
+					return x, nil
+				})
 			el += asyncRun(b, n, a, nil, func(m stream.Message[int]) error {
 				k := keyOf[m.Value]
 				if lastSeen[k] > m.Value {

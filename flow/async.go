@@ -66,8 +66,8 @@ type AsyncStats struct {
 // MapAsync returns a flow that calls fn for each message on up to
 // parallelism goroutines at once and emits each result with the message's
 // envelope. By default results are emitted as calls finish (unordered, so
-// one slow call holds back nothing); InOrder and KeyBy give input order
-// overall or per key.
+// one slow call holds back nothing); InOrder gives input order overall,
+// MapAsyncByKey (or ByMessageKey) per key.
 //
 // fn gets a context that is cancelled when the pipeline stops (and after
 // CallTimeout, counted from the call's start or, with TimeoutFromSend,
@@ -75,7 +75,7 @@ type AsyncStats struct {
 // return when it is. An error fails the message to the failure stream, a
 // panic too; stream.Fatal(err) ends the pipeline. A call cut short by the
 // pipeline's own shutdown leaves its message unsettled, to be replayed. A panic in a function the options give for a
-// message (the KeyBy key, Classifier, OnCall, OnRetry, OnDone, the
+// message (the MapAsyncByKey key, Classifier, OnCall, OnRetry, OnDone, the
 // WithLimiter limiter's Observe, the Breaker's OnStateChange) also fails
 // just that message, with a *stream.PanicError, wherever it ran.
 func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, error), opts ...AsyncOption) *Async[In, Out] {
@@ -86,19 +86,34 @@ func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, e
 	if a.o.window == 0 {
 		a.o.window = 2 * max(parallelism, 1)
 	}
-	switch k := a.o.keyFn.(type) {
-	case nil:
-	case func(*stream.Message[In]) string:
-		a.key = k
-	case func(*stream.Envelope) string:
+	if k := a.o.keyFn; k != nil {
 		a.key = func(m *stream.Message[In]) string { return k(&m.Envelope) }
-	default:
-		a.err = &stream.ConfigError{Stage: "mapasync", Argument: "KeyBy",
-			Reason: fmt.Sprintf("key function %T does not take *stream.Message of the stage's input", k)}
 	}
 	if a.o.perPartition > 0 && a.key == nil {
 		a.key = func(m *stream.Message[In]) string { return fmt.Sprint(m.Topic, "/", m.Partition) }
 	}
+	return a
+}
+
+// MapAsyncByKey is MapAsync that runs the calls of messages with the same
+// key one at a time, in input order, and calls of different keys in
+// parallel (parallel-consumer's KEY mode, Akka's mapAsyncPartitioned).
+// Results of one key are emitted in input order; different keys
+// interleave. A panic in key fails the message before it joins a key
+// group. key is typed by the stage's input, so a key function of another
+// type does not compile.
+func MapAsyncByKey[In, Out any](parallelism int, key func(m *stream.Message[In]) string, fn func(context.Context, In) (Out, error),
+	opts ...AsyncOption) *Async[In, Out] {
+	a := MapAsync(parallelism, fn, opts...)
+	if a.o.perPartition > 0 {
+		a.key = nil // MaxPerPartition's own key; Validate refuses the pair
+	}
+	a.o.mode = perKey
+	if key == nil {
+		a.err = &stream.ConfigError{Stage: "mapasync", Argument: "key", Reason: "must not be nil"}
+		return a
+	}
+	a.key = key
 	return a
 }
 
@@ -124,7 +139,7 @@ func (a *Async[In, Out]) Validate() error {
 	case a.o.perPartition < 0:
 		return bad("MaxPerPartition", fmt.Sprintf("must not be negative, got %d", a.o.perPartition))
 	case a.o.perPartition > 0 && a.o.mode == perKey:
-		return bad("MaxPerPartition", "cannot be combined with KeyBy")
+		return bad("MaxPerPartition", "cannot be combined with a key (MapAsyncByKey, ByMessageKey)")
 	}
 	if a.o.retry != nil {
 		if err := a.o.retry.Validate(); err != nil {

@@ -28,7 +28,7 @@ type asyncOptions struct {
 	onDone       func(DoneInfo)
 	logger       *slog.Logger
 	mode         asyncMode
-	keyFn        any // func(*stream.Message[In]) string, checked by MapAsync
+	keyFn        func(*stream.Envelope) string // ByMessageKey
 	perPartition int
 	timeout      time.Duration
 	fromSend     bool
@@ -44,16 +44,8 @@ type asyncOptions struct {
 // matters.
 func InOrder() AsyncOption { return func(o *asyncOptions) { o.mode = inOrder } }
 
-// KeyBy runs the calls of messages with the same key one at a time, in
-// input order, and calls of different keys in parallel (parallel-consumer's
-// KEY mode, Akka's mapAsyncPartitioned). Results of one key are emitted in
-// input order; different keys interleave. A panic in key fails the message
-// before it joins a key group.
-func KeyBy[In any](key func(m *stream.Message[In]) string) AsyncOption {
-	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, key }
-}
-
-// ByMessageKey is KeyBy on the message's Key (its Kafka record key).
+// ByMessageKey is MapAsyncByKey on the message's Key (its Kafka record
+// key), as an option.
 func ByMessageKey() AsyncOption {
 	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, messageKey }
 }
@@ -63,7 +55,7 @@ func messageKey(e *stream.Envelope) string { return string(e.Key) }
 // MaxPerPartition lets no source partition have more than n calls in flight
 // in this stage; messages of a partition at its cap wait (inside the
 // window) while other partitions' messages go ahead. Not combined with
-// KeyBy, which already allows one call per key.
+// a key (MapAsyncByKey, ByMessageKey), which already allows one call per key.
 func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPartition = n } }
 
 // CallTimeout cancels each call's context after d; the message fails with

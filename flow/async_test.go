@@ -45,16 +45,15 @@ func TestMapAsyncModesUnderRandomLatency(t *testing.T) {
 				const n = 500
 				for _, mode := range []string{"unordered", "ordered", "keyed"} {
 					tr := stream.NewTracker(0)
-					var opts []flow.AsyncOption
+					a := flow.MapAsync(16, randomSleep(seed))
 					switch mode {
 					case "ordered":
-						opts = append(opts, flow.InOrder())
+						a = flow.MapAsync(16, randomSleep(seed), flow.InOrder())
 					case "keyed":
-						opts = append(opts, flow.KeyBy(func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 7) }))
+						a = flow.MapAsyncByKey(16, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 7) }, randomSleep(seed))
 					}
 					g := stream.New()
-					s := stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))),
-						stream.Flow[int, int](flow.MapAsync(16, randomSleep(seed), opts...)))
+					s := stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))), stream.Flow[int, int](a))
 					out := sink.Collect[int]()
 					stream.To(s, out)
 					run(t, g)
@@ -117,7 +116,7 @@ func TestMapAsyncKeyedRunsOneCallPerKey(t *testing.T) {
 		}
 		g := stream.New()
 		s := stream.Via(stream.From(g, source.Slice(ints(200))),
-			stream.Flow[int, int](flow.MapAsync(64, fn, flow.KeyBy(func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 5) }))))
+			stream.Flow[int, int](flow.MapAsyncByKey(64, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 5) }, fn)))
 		stream.To(s, sink.Discard[int]())
 		run(t, g)
 		if maxSeen != 1 {
@@ -265,7 +264,8 @@ func TestMapAsyncConfigErrors(t *testing.T) {
 		"fn":          flow.MapAsync[int, int](4, nil),
 		"Window":      flow.MapAsync(8, fn, flow.Window(4)),
 		"CallTimeout": flow.MapAsync(8, fn, flow.CallTimeout(-time.Second)),
-		"KeyBy":       flow.MapAsync(8, fn, flow.KeyBy(func(*stream.Message[string]) string { return "" })),
+		"key":         flow.MapAsyncByKey[int, int](8, nil, fn),
+		"keyed":       flow.MapAsyncByKey(8, func(*stream.Message[int]) string { return "" }, fn, flow.MaxPerPartition(2)),
 		"WithLimiter": flow.MapAsync(8, fn, flow.WithLimiter(backpressure.Fixed(0))),
 		"combined":    flow.MapAsync(8, fn, flow.ByMessageKey(), flow.MaxPerPartition(2)),
 	} {

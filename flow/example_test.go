@@ -96,7 +96,7 @@ func ExampleMapAsync() {
 	// Output: [account-1 account-2 account-3 account-4] 4
 }
 
-// InOrder keeps input order; KeyBy keeps it per key.
+// InOrder keeps input order; MapAsyncByKey keeps it per key.
 func ExampleInOrder() {
 	g := stream.New()
 	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), stream.Flow[int, int](flow.MapAsync(4,
@@ -131,4 +131,27 @@ func ExampleRetry() {
 		flow.MapAsync(1, checkAccount, flow.Retry(policy), flow.Budget(budget), flow.Breaker(breaker))))
 	fmt.Println(collect(g, s).Messages()[0].Attempt, calls)
 	// Output: 2 2
+}
+
+// MapAsyncByKey runs one call at a time per key, in input order, and
+// different keys at once: here the events of one account never overlap.
+func ExampleMapAsyncByKey() {
+	type event struct {
+		account string
+		n       int
+	}
+	events := []event{{"a", 1}, {"b", 1}, {"a", 2}, {"b", 2}, {"a", 3}}
+	g := stream.New()
+	byAccount := func(m *stream.Message[event]) string { return m.Value.account }
+	s := stream.Via(stream.From(g, source.Slice(events)), stream.Flow[event, event](flow.MapAsyncByKey(8, byAccount,
+		func(ctx context.Context, e event) (event, error) {
+			time.Sleep(time.Duration(4-e.n) * time.Millisecond) // later events are faster: order still holds per account
+			return e, nil
+		})))
+	perAccount := map[string][]int{}
+	for _, e := range collect(g, s).Values() {
+		perAccount[e.account] = append(perAccount[e.account], e.n)
+	}
+	fmt.Println(perAccount["a"], perAccount["b"])
+	// Output: [1 2 3] [1 2]
 }

@@ -84,8 +84,8 @@ func TestDelayDuePanicFailsOnlyThatMessage(t *testing.T) {
 	onlyPanicked(t, 20, out, l, 7)
 }
 
-func TestMapAsyncKeyByPanicFailsOnlyThatMessage(t *testing.T) {
-	for _, mode := range []string{"KeyBy", "MaxPerPartition"} {
+func TestMapAsyncByKeyPanicFailsOnlyThatMessage(t *testing.T) {
+	for _, mode := range []string{"ByKey", "MaxPerPartition"} {
 		t.Run(mode, func(t *testing.T) {
 			key := func(m *stream.Message[int]) string {
 				if m.Value == 7 {
@@ -93,12 +93,13 @@ func TestMapAsyncKeyByPanicFailsOnlyThatMessage(t *testing.T) {
 				}
 				return fmt.Sprint(m.Value % 3)
 			}
-			opt := flow.KeyBy(key)
+			call := func(_ context.Context, x int) (int, error) { return x, nil }
+			a := flow.MapAsyncByKey(4, key, call)
 			if mode == "MaxPerPartition" {
 				// Its key is the stage's own and cannot panic: the control.
-				opt = flow.MaxPerPartition(2)
+				a = flow.MapAsync(4, call, flow.MaxPerPartition(2))
 			}
-			out, l := runInts(t, 50, flow.MapAsync(4, func(_ context.Context, x int) (int, error) { return x, nil }, opt))
+			out, l := runInts(t, 50, a)
 			if mode == "MaxPerPartition" {
 				if vs, others := l.panics(); len(vs)+others != 0 || len(out) != 50 {
 					t.Fatalf("%d out, failures %v %d", len(out), vs, others)

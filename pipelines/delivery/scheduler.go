@@ -277,22 +277,25 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		// not time out; and the limit follows the service's latency.
 		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(), flow.LogRetries(cfg.Logger),
 			flow.Breaker(br), flow.WithLimiter(lim)}
-		if keyed {
-			// One call at a time per delivery: two copies of a request (a
-			// duplicate) must not both find the step unrecorded and both
-			// run it.
-			aopts = append(aopts, flow.KeyBy(func(m *stream.Message[*Progress]) string { return m.Value.Request.ID }))
-		}
 		if cfg.Metrics != nil {
 			aopts = append(aopts, cfg.Metrics.AsyncOptions(string(step))...)
 		}
-		a := flow.MapAsync(cfg.Parallelism, func(ctx context.Context, p *Progress) (*Progress, error) {
+		call := func(ctx context.Context, p *Progress) (*Progress, error) {
 			if err := fn(ctx, p); err != nil {
 				return p, err
 			}
 			p.Done = append(p.Done, step)
 			return p, nil
-		}, aopts...)
+		}
+		var a *flow.Async[*Progress, *Progress]
+		if keyed {
+			// One call at a time per delivery: two copies of a request (a
+			// duplicate) must not both find the step unrecorded and both
+			// run it.
+			a = flow.MapAsyncByKey(cfg.Parallelism, func(m *stream.Message[*Progress]) string { return m.Value.Request.ID }, call, aopts...)
+		} else {
+			a = flow.MapAsync(cfg.Parallelism, call, aopts...)
+		}
 		sch.Steps[step] = a
 		s = stream.Via(s, stream.Flow[*Progress, *Progress](a), stream.Name(string(step)))
 		if cfg.Metrics != nil {
