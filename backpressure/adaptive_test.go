@@ -1,10 +1,13 @@
 package backpressure_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 func feed(a *backpressure.Adaptive, n int, lat time.Duration, inFlight int, dropped bool) {
@@ -66,14 +69,16 @@ func TestAdaptiveDefaultTargetIsTwiceTheBaseline(t *testing.T) {
 }
 
 func TestAdaptiveConfigErrors(t *testing.T) {
-	for _, c := range []backpressure.AdaptiveConfig{
-		{Target: -1}, {Min: 5, Max: 2}, {Initial: 2000}, {Window: -1}, {Backoff: 1.5},
+	for arg, c := range map[string]backpressure.AdaptiveConfig{
+		"Target": {Target: -1}, "Min": {Min: 5, Max: 2}, "Initial": {Initial: 2000}, "Window": {Window: -1}, "Backoff": {Backoff: 1.5},
 	} {
-		if _, err := backpressure.NewAdaptive(c); err == nil {
-			t.Fatalf("%+v accepted", c)
+		_, err := backpressure.NewAdaptive(c)
+		var ce *stream.ConfigError
+		if !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "adaptive" {
+			t.Fatalf("%+v: %v, want a *stream.ConfigError of adaptive naming %s", c, err, arg)
 		}
 	}
-	if err := backpressure.Fixed(0).Validate(); err == nil {
-		t.Fatal("Fixed(0) accepted")
+	if err := backpressure.Fixed(0).Validate(); !errors.Is(err, stream.ErrInvalid) || !strings.Contains(err.Error(), "argument limit") {
+		t.Fatalf("Fixed(0): %v, want a configuration error naming the limit", err)
 	}
 }

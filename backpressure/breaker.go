@@ -114,11 +114,17 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Probes == 0 {
 		cfg.Probes = 1
 	}
+	component := "breaker"
+	if cfg.Name != "" {
+		component += " " + cfg.Name
+	}
 	switch {
-	case cfg.Window < 0 || cfg.OpenFor < 0 || cfg.MaxOpenFor < cfg.OpenFor:
-		return nil, fmt.Errorf("backpressure: breaker %q: need positive Window and 0 < OpenFor <= MaxOpenFor", cfg.Name)
+	case cfg.Window < 0:
+		return nil, configError(component, "Window", "must not be negative, got %v", cfg.Window)
+	case cfg.OpenFor < 0 || cfg.MaxOpenFor < cfg.OpenFor:
+		return nil, configError(component, "OpenFor", "need 0 < OpenFor <= MaxOpenFor, got OpenFor %v MaxOpenFor %v", cfg.OpenFor, cfg.MaxOpenFor)
 	case cfg.FailureRatio <= 0 || cfg.FailureRatio > 1:
-		return nil, fmt.Errorf("backpressure: breaker %q: FailureRatio must be in (0, 1], got %v", cfg.Name, cfg.FailureRatio)
+		return nil, configError(component, "FailureRatio", "must be in (0, 1], got %v", cfg.FailureRatio)
 	}
 	b := &Breaker{cfg: cfg}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{

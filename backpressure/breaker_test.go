@@ -92,7 +92,27 @@ func TestRetryBudget(t *testing.T) {
 	if b.Allowed() != 3 || b.Exhausted() != 2 {
 		t.Fatalf("allowed %d exhausted %d", b.Allowed(), b.Exhausted())
 	}
-	if _, err := backpressure.NewRetryBudget(2, 1); err == nil {
-		t.Fatal("ratio 2 accepted")
+	for arg, f := range map[string]func() error{
+		"ratio": func() error { _, err := backpressure.NewRetryBudget(2, 1); return err },
+		"burst": func() error { _, err := backpressure.NewRetryBudget(0.1, 0); return err },
+	} {
+		var ce *stream.ConfigError
+		if err := f(); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "retry-budget" {
+			t.Fatalf("bad %s: %v, want a *stream.ConfigError of retry-budget naming it", arg, err)
+		}
+	}
+}
+
+func TestBreakerConfigErrorsNameTheArgument(t *testing.T) {
+	for arg, c := range map[string]backpressure.BreakerConfig{
+		"Window":       {Name: "drones", Window: -time.Second},
+		"OpenFor":      {Name: "drones", OpenFor: 2 * time.Minute, MaxOpenFor: time.Minute},
+		"FailureRatio": {Name: "drones", FailureRatio: 1.5},
+	} {
+		_, err := backpressure.NewBreaker(c)
+		var ce *stream.ConfigError
+		if !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "breaker drones" {
+			t.Fatalf("%+v: %v, want a *stream.ConfigError of breaker drones naming %s", c, err, arg)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package backpressure
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -27,10 +26,10 @@ type RetryBudget struct {
 // with a reserve of burst retries.
 func NewRetryBudget(ratio float64, burst int) (*RetryBudget, error) {
 	if ratio <= 0 || ratio > 1 {
-		return nil, fmt.Errorf("backpressure: retry budget ratio must be in (0, 1], got %v", ratio)
+		return nil, configError("retry-budget", "ratio", "must be in (0, 1], got %v", ratio)
 	}
 	if burst < 1 {
-		return nil, fmt.Errorf("backpressure: retry budget burst must be at least 1, got %d", burst)
+		return nil, configError("retry-budget", "burst", "must be at least 1, got %d", burst)
 	}
 	r := int64(ratio*1000 + 0.5)
 	return &RetryBudget{ratio: max(1, r), burst: int64(burst) * 1000, tokens: int64(burst) * 1000}, nil

@@ -12,9 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/sluice-streams/sluice/stream"
 )
 
-// ErrConfig is wrapped by every configuration error of this package.
+// ErrConfig is wrapped by every configuration error of this package; each
+// bad field is a *stream.ConfigError (stage "kafka-source", the field as
+// its argument), which matches stream.ErrInvalid too.
 var ErrConfig = errors.New("kafka source: invalid configuration")
 
 // ErrBrokerUnreachable is wrapped when no broker answered within
@@ -143,7 +147,7 @@ func (c *Config) defaults() {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, a...)))
+		errs = append(errs, configError(field, format, a...))
 	}
 	if len(c.Brokers) == 0 {
 		bad("Brokers", "at least one broker is required")
@@ -211,4 +215,9 @@ func (c Conn) ClientOpts() []kgo.Opt {
 		}
 	}
 	return opts
+}
+
+// configError is a *stream.ConfigError of the source naming field.
+func configError(field, format string, a ...any) error {
+	return &stream.ConfigError{Stage: "kafka-source", Argument: field, Reason: fmt.Sprintf(format, a...)}
 }

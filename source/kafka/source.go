@@ -94,13 +94,13 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	opts = append(opts, cfg.Opts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("Opts", "%v", err))
 	}
 	s.cl = cl
 	if hb, ok := cl.OptValue(kgo.HeartbeatInterval).(time.Duration); ok && cfg.MaxBrokerLoss > 0 && cfg.MaxBrokerLoss < 3*hb {
 		cl.Close()
-		return nil, fmt.Errorf("%w: MaxBrokerLoss %v must be at least 3 x the heartbeat interval (%v): an idle member talks to the cluster only that often",
-			ErrConfig, cfg.MaxBrokerLoss, hb)
+		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("MaxBrokerLoss",
+			"%v must be at least 3 x the heartbeat interval (%v): an idle member talks to the cluster only that often", cfg.MaxBrokerLoss, hb))
 	}
 	if err := s.check(ctx); err != nil {
 		cl.Close()

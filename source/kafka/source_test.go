@@ -192,9 +192,22 @@ func TestRecordShapes(t *testing.T) {
 
 func TestBadConfigAndUnreachableBrokers(t *testing.T) {
 	_, err := kafka.NewSource(context.Background(), kafka.Config{Topics: []string{"x"}, Conn: kafka.Conn{SASL: &kafka.SASL{Mechanism: "MD5"}}})
-	if !errors.Is(err, kafka.ErrConfig) || !strings.Contains(err.Error(), "Brokers") || !strings.Contains(err.Error(), "Group") ||
-		!strings.Contains(err.Error(), "MD5") {
-		t.Fatalf("config error %v should name Brokers, Group and the bad mechanism", err)
+	if !errors.Is(err, kafka.ErrConfig) || !errors.Is(err, stream.ErrInvalid) || !strings.Contains(err.Error(), "MD5") {
+		t.Fatalf("config error %v should match ErrConfig and stream.ErrInvalid and name the bad mechanism", err)
+	}
+	named := map[string]bool{}
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, f := range j.Unwrap() {
+				var ce *stream.ConfigError
+				if errors.As(f, &ce) && ce.Stage == "kafka-source" {
+					named[ce.Argument] = true
+				}
+			}
+		}
+	}
+	if !named["Brokers"] || !named["Group"] || !named["SASL.Mechanism"] {
+		t.Fatalf("config error %v: *stream.ConfigError arguments %v, want Brokers, Group and SASL.Mechanism", err, named)
 	}
 	t.Log(err)
 
