@@ -1,0 +1,141 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// call makes one attempt of j's call, starting at now (read by the
+// caller, once for a chunk of calls run back to back), and returns when it
+// ended: one clock read per call serves the retry budget's start, the
+// attempt's deadline, the limiter's latency and the workers' average.
+// timed says whether to measure its latency on its own: from now, or from
+// its send if it said it was sent (TimeoutFromSend).
+func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
+	a := r.a
+	j.attempts++
+	if j.attempts == 1 {
+		j.first = now
+		if a.o.budget != nil {
+			a.o.budget.Request()
+		}
+	}
+	j.err = nil
+	var done func(bool)
+	if a.o.breaker != nil {
+		var err error
+		if done, err = a.o.breaker.Allow(); err != nil {
+			// Refused: no call is made, the message fails fast, and its
+			// retry waits for the breaker.
+			counts.failed++
+			j.err, j.class = err, r.classify(err)
+			return now
+		}
+		j.breakerDone = done // for callPanicked, should the classifier panic
+	}
+	ctx := r.callsCtx
+	var finish func() time.Time // ends the call's context; returns its send time
+	if r.clock != nil {
+		ctx, finish = r.clock.start(now)
+	}
+	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
+	timedOut := false
+	// Cause rather than Err: a call timed from its send on the fallback
+	// contexts is cancelled with the cause DeadlineExceeded (stdSent).
+	if j.err != nil && r.clock != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
+		timedOut = true
+		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeout, j.err)
+	}
+	var sent time.Time // when the call said it was sent, if it did (TimeoutFromSend)
+	if finish != nil {
+		sent = finish()
+	}
+	counts.calls++
+	if j.err != nil {
+		counts.failed++
+	}
+	if timedOut {
+		counts.timeouts++
+	}
+	// From here on, user callbacks run: a panic in one is caught by
+	// callFrom and fails the message (callPanicked).
+	if j.err != nil {
+		j.class = r.classify(j.err)
+	}
+	if done != nil {
+		j.breakerDone = nil
+		done(j.err == nil || !j.class.Transient)
+	}
+	end = time.Now()
+	if !timed {
+		return end
+	}
+	lat, wait := end.Sub(now), time.Duration(0)
+	if !sent.IsZero() {
+		lat, wait = end.Sub(sent), max(0, sent.Sub(now))
+	}
+	if a.o.limiter != nil {
+		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
+	}
+	if a.o.onCall != nil {
+		a.o.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
+	}
+	return end
+}
+
+func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
+	if r.a.o.classify != nil {
+		return r.a.o.classify(err)
+	}
+	return stream.Classify(err)
+}
+
+// runInline runs up to n ready calls on the stage goroutine, one after the
+// other: when calls take less than handing them to a worker would, this is
+// the fastest way to run them. Their results are handled as if a worker had
+// run them, and their durations keep the average current, so that once
+// calls slow down the stage goes back to its workers.
+func (r *asyncRun[In, Out]) runInline(n int) {
+	timed := r.a.o.limiter != nil || r.a.o.onCall != nil
+	batch := r.inline[:0]
+	for range min(n, 256) {
+		j := r.ready.pop()
+		r.inFlight++
+		j.inFlight = r.inFlight
+		batch = append(batch, j)
+	}
+	t0 := time.Now()
+	t := r.callChunk(batch, timed, &r.inlineCounts, t0)
+	el := float64(t.Sub(t0))
+	r.inlineCounts.flush(r.a)
+	r.pool.mu.Lock()
+	r.pool.observe(el, len(batch))
+	r.pool.mu.Unlock()
+	r.finished(batch)
+	r.inline = batch[:0]
+}
+
+// finished hands jobs whose calls returned back to the stage goroutine.
+func (r *asyncRun[In, Out]) finished(js []*asyncJob[In, Out]) {
+	r.mu.Lock()
+	r.doneQ = append(r.doneQ, js...)
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func safeCall[In, Out any](ctx context.Context, fn func(context.Context, In) (Out, error), v In) (out Out, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = stream.NewPanicError(p)
+		}
+	}()
+	return fn(ctx, v)
+}

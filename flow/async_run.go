@@ -1,0 +1,185 @@
+package flow
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/logx"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+type asyncJob[In, Out any] struct {
+	seq      int64
+	msg      stream.Message[In]
+	key      string
+	out      Out
+	err      error
+	done     bool
+	inFlight int // calls in flight when it was handed to the workers
+
+	attempts  int           // calls made
+	first     time.Time     // when the first call started
+	lastDelay time.Duration // the previous retry wait (decorrelated jitter)
+	due       time.Time     // when a delayed job may run again
+	class     stream.Classification
+
+	breakerDone func(bool) // the breaker's, while a call's outcome is being reported
+}
+
+type keyGroup[In, Out any] struct {
+	running int
+	waiting fifo[*asyncJob[In, Out]]
+}
+
+// asyncRun is the state of one Run: only the stage goroutine touches it,
+// except completions, which call goroutines append to under mu.
+type asyncRun[In, Out any] struct {
+	a             *Async[In, Out]
+	in            *stream.Inlet[In]
+	out           *stream.Outlet[Out]
+	ctx, callsCtx context.Context
+	pool          *workers[In, Out]
+
+	held     int // jobs accepted and not yet emitted
+	inFlight int
+	nextSeq  int64
+	ready    fifo[*asyncJob[In, Out]]
+	groups   map[string]*keyGroup[In, Out]
+	groupCap int
+	ring     []*asyncJob[In, Out] // InOrder reorder buffer, by seq % window
+	head     int64                // InOrder: next seq to emit
+
+	mu     sync.Mutex
+	doneQ  []*asyncJob[In, Out]
+	spare  []*asyncJob[In, Out]
+	notify chan struct{}
+	free   []*asyncJob[In, Out]  // recycled jobs (stage goroutine only)
+	slots  []stream.Message[Out] // free output slots being filled by emit
+	filled int                   // how many of them are filled
+
+	inline       []*asyncJob[In, Out] // scratch of runInline
+	inlineCounts callCounts
+	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
+	log          *logx.Limited
+	clock        *attemptClock      // per-attempt timeouts, and send times (TimeoutFromSend), if any
+	emitting     *asyncJob[In, Out] // the job whose OnDone runs
+	timer        *time.Timer
+	timerAt      time.Time
+}
+
+func (r *asyncRun[In, Out]) loop() error {
+	var (
+		cur       *stream.Batch[In]
+		idx       int
+		inputDone bool
+	)
+	defer func() {
+		if cur != nil {
+			cur.Release()
+		}
+	}()
+	for {
+		if err := r.acceptFrom(&cur, &idx); err != nil {
+			return err
+		}
+		r.wakeDue()
+		r.start()
+		if n, err := r.complete(); err != nil {
+			return err
+		} else if n > 0 {
+			continue
+		}
+		r.a.waiting.Store(int64(r.held - r.inFlight))
+		if inputDone && r.held == 0 {
+			return nil
+		}
+		if err := r.in.FlushOutputs(r.ctx); err != nil {
+			return err
+		}
+		var inC <-chan *stream.Batch[In]
+		if cur == nil && !inputDone && r.held < r.a.o.window {
+			inC = r.in.C()
+		}
+		select {
+		case b, ok := <-inC:
+			if !ok {
+				inputDone = true
+				continue
+			}
+			r.in.Received(b)
+			cur, idx = b, 0
+		case <-r.notify:
+		case <-r.timerC():
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+	}
+}
+
+// accept takes a message into the stage: ready to call, or waiting for its
+// key. The key is computed first, so that a panic in the key function
+// leaves the stage as it was.
+func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
+	var key string
+	if r.groups != nil {
+		key = r.a.key(m)
+	}
+	var j *asyncJob[In, Out]
+	if n := len(r.free); n > 0 {
+		// A recycled job: set each field rather than zero the whole struct
+		// and copy the message twice.
+		j, r.free = r.free[n-1], r.free[:n-1]
+		var zero Out
+		j.out, j.err, j.done, j.key = zero, nil, false, ""
+		j.attempts, j.first, j.lastDelay = 0, time.Time{}, 0
+	} else {
+		j = new(asyncJob[In, Out])
+	}
+	j.seq, j.msg = r.nextSeq, *m
+	r.nextSeq++
+	r.held++
+	if r.ring != nil {
+		r.ring[j.seq%int64(len(r.ring))] = j
+	}
+	if r.groups == nil {
+		r.ready.push(j)
+		return
+	}
+	j.key = key
+	g := r.groups[key]
+	if g == nil {
+		g = &keyGroup[In, Out]{}
+		r.groups[j.key] = g
+	}
+	if g.running < r.groupCap {
+		g.running++
+		r.ready.push(j)
+	} else {
+		g.waiting.push(j)
+	}
+}
+
+// start hands ready jobs to the workers while the limit allows.
+func (r *asyncRun[In, Out]) start() {
+	limit := r.a.currentLimit()
+	r.a.limit.Store(int64(limit))
+	n := min(limit-r.inFlight, r.ready.len())
+	if n <= 0 {
+		return
+	}
+	if r.inFlight == 0 && r.pool.fastAvg.Load() {
+		r.runInline(n)
+		return
+	}
+	r.pool.mu.Lock()
+	for range n {
+		j := r.ready.pop()
+		r.inFlight++
+		j.inFlight = r.inFlight
+		r.pool.q.push(j)
+	}
+	r.pool.wake()
+	r.pool.mu.Unlock()
+	r.a.inFlight.Store(int64(r.inFlight))
+}

@@ -1,0 +1,73 @@
+package flow
+
+import (
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// reasons are the retry reasons in the order of AsyncStats.Retries.
+var reasons = [...]stream.Reason{stream.ReasonThrottled, stream.ReasonTimeout, stream.ReasonConnection,
+	stream.ReasonBreakerOpen, stream.ReasonOther}
+
+func reasonIndex(r stream.Reason) int {
+	for i, x := range reasons {
+		if x == r {
+			return i
+		}
+	}
+	return len(reasons) - 1
+}
+
+// AsyncStats is a snapshot of an async stage.
+type AsyncStats struct {
+	// InFlight is the number of calls running; Waiting the messages held for
+	// a call slot, a key, or in the reorder buffer; Limit the current cap on
+	// calls in flight (parallelism, or lower with a limiter).
+	InFlight, Waiting, Limit int64
+	// Calls counts finished calls, Failed those that returned an error
+	// (timeouts included), Timeouts those cut by CallTimeout.
+	Calls, Failed, Timeouts int64
+	// Delayed is the number of messages waiting for their next attempt.
+	Delayed int64
+	// Retries counts retries scheduled, by reason.
+	Retries map[stream.Reason]int64
+	// Exhausted counts messages whose transient failure outlasted the retry
+	// policy; NoBudget retries refused by the retry budget.
+	Exhausted, NoBudget int64
+}
+
+// Stats returns a snapshot of the stage's counters.
+func (a *Async[In, Out]) Stats() AsyncStats {
+	st := AsyncStats{
+		InFlight: a.inFlight.Load(), Waiting: a.waiting.Load(), Limit: a.limit.Load(),
+		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(),
+		Delayed: a.delayed.Load(), Exhausted: a.exhausted.Load(), NoBudget: a.noBudget.Load(),
+		Retries: map[stream.Reason]int64{},
+	}
+	for i, r := range reasons {
+		st.Retries[r] = a.retries[i].Load()
+	}
+	return st
+}
+
+// callCounts accumulates a worker's counters between two flushes, so that
+// workers do not contend on shared atomics once per call.
+type callCounts struct{ calls, failed, timeouts int64 }
+
+func (c *callCounts) flush(a interface {
+	add(calls, failed, timeouts int64)
+}) {
+	if c.calls > 0 {
+		a.add(c.calls, c.failed, c.timeouts)
+		*c = callCounts{}
+	}
+}
+
+func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
+	a.calls.Add(calls)
+	if failed > 0 {
+		a.failed.Add(failed)
+	}
+	if timeouts > 0 {
+		a.timeouts.Add(timeouts)
+	}
+}
