@@ -23,11 +23,11 @@ type Async[In, Out any] struct {
 	key         func(*stream.Message[In]) string
 	err         error
 
-	inFlight, waiting, limit atomic.Int64
-	calls, failed, timeouts  atomic.Int64
-	delayed                  atomic.Int64
-	retries                  [len(reasons)]atomic.Int64
-	exhausted, noBudget      atomic.Int64
+	inFlight, waiting, limit         atomic.Int64
+	calls, failed, timeouts, refused atomic.Int64
+	delayed                          atomic.Int64
+	retries                          [len(reasons)]atomic.Int64
+	exhausted, noBudget              atomic.Int64
 }
 
 // MapAsync returns a flow that calls fn for each message on up to

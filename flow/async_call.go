@@ -32,7 +32,7 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		if done, err = a.o.breaker.Allow(); err != nil {
 			// Refused: no call is made, the message fails fast, and its
 			// retry waits for the breaker.
-			counts.failed++
+			counts.refused++
 			j.err, j.class = err, r.classify(err)
 			return now
 		}

@@ -24,8 +24,10 @@ type AsyncStats struct {
 	// calls in flight (parallelism, or lower with a limiter).
 	InFlight, Waiting, Limit int64
 	// Calls counts finished calls, Failed those that returned an error
-	// (timeouts included), Timeouts those cut by CallTimeout.
-	Calls, Failed, Timeouts int64
+	// (timeouts included), Timeouts those cut by CallTimeout. Refused
+	// counts attempts the Breaker refused: no call was made, so they are
+	// neither calls nor failed calls.
+	Calls, Failed, Timeouts, Refused int64
 	// Delayed is the number of messages waiting for their next attempt.
 	Delayed int64
 	// Retries counts retries scheduled, by reason.
@@ -39,7 +41,7 @@ type AsyncStats struct {
 func (a *Async[In, Out]) Stats() AsyncStats {
 	st := AsyncStats{
 		InFlight: a.inFlight.Load(), Waiting: a.waiting.Load(), Limit: a.limit.Load(),
-		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(),
+		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(), Refused: a.refused.Load(),
 		Delayed: a.delayed.Load(), Exhausted: a.exhausted.Load(), NoBudget: a.noBudget.Load(),
 		Retries: map[stream.Reason]int64{},
 	}
@@ -51,23 +53,28 @@ func (a *Async[In, Out]) Stats() AsyncStats {
 
 // callCounts accumulates a worker's counters between two flushes, so that
 // workers do not contend on shared atomics once per call.
-type callCounts struct{ calls, failed, timeouts int64 }
+type callCounts struct{ calls, failed, timeouts, refused int64 }
 
 func (c *callCounts) flush(a interface {
-	add(calls, failed, timeouts int64)
+	add(c callCounts)
 }) {
-	if c.calls > 0 {
-		a.add(c.calls, c.failed, c.timeouts)
+	if *c != (callCounts{}) { // refusals alone too: a breaker open for long makes no calls
+		a.add(*c)
 		*c = callCounts{}
 	}
 }
 
-func (a *Async[In, Out]) add(calls, failed, timeouts int64) {
-	a.calls.Add(calls)
-	if failed > 0 {
-		a.failed.Add(failed)
+func (a *Async[In, Out]) add(c callCounts) {
+	if c.calls > 0 {
+		a.calls.Add(c.calls)
 	}
-	if timeouts > 0 {
-		a.timeouts.Add(timeouts)
+	if c.failed > 0 {
+		a.failed.Add(c.failed)
+	}
+	if c.timeouts > 0 {
+		a.timeouts.Add(c.timeouts)
+	}
+	if c.refused > 0 {
+		a.refused.Add(c.refused)
 	}
 }

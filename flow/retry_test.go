@@ -342,6 +342,15 @@ func TestBreakerFailsFastAndRetriesWaitForIt(t *testing.T) {
 		if len(out.Values()) != 20 || a.Stats().Retries[stream.ReasonBreakerOpen] == 0 {
 			t.Fatalf("%d delivered after recovery (stats %+v)", len(out.Values()), a.Stats())
 		}
+		// Refusals are not calls: Calls and Failed count what reached the
+		// service, Refused what the breaker stopped. (Found in review:
+		// refusals counted as failed calls, so the calls metric's ok,
+		// Calls - Failed, fell below the calls that succeeded, and could
+		// go down.)
+		st := a.Stats()
+		if st.Calls != calls.Load() || st.Failed != st.Calls-20 || st.Refused == 0 {
+			t.Fatalf("stats %+v with %d calls made, 20 of them good; want Calls = calls made, Failed = the others, Refused > 0", st, calls.Load())
+		}
 	})
 }
 

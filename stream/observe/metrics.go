@@ -184,6 +184,7 @@ func (m *Metrics) Async(stage string, a AsyncStatser) {
 	retries := m.desc("sluice_retries_total", "Retries scheduled, by reason (throttled, timeout, connection, breaker_open, other).", "stage", "reason")
 	exhausted := m.desc("sluice_retries_exhausted_total", "Messages whose transient failure outlasted the retry policy (then parked).", "stage")
 	noBudget := m.desc("sluice_retry_budget_refused_total", "Retries the retry budget refused.", "stage")
+	refused := m.desc("sluice_async_refused_total", "Attempts the circuit breaker refused: no call was made.", "stage")
 	m.add(func(ch chan<- prometheus.Metric) {
 		st := a.Stats()
 		gauge(ch, inFlight, float64(st.InFlight), stage)
@@ -198,6 +199,7 @@ func (m *Metrics) Async(stage string, a AsyncStatser) {
 		}
 		counter(ch, exhausted, float64(st.Exhausted), stage)
 		counter(ch, noBudget, float64(st.NoBudget), stage)
+		counter(ch, refused, float64(st.Refused), stage)
 	})
 }
 
