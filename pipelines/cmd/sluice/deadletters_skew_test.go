@@ -24,17 +24,7 @@ import (
 // before", although it carries sluice-replayed-from naming the replayed
 // dead letter: it is by construction newer than the replay.
 func TestRefailedReplayIsNotSkippedByClock(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "delivery-requests", "delivery-dead-letters"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()[0]
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	brokers, cl := dlCluster(t, kfake.SeedTopics(1, "delivery-requests", "delivery-dead-letters"))
 	dl := func(failedAt time.Time, extra ...kgo.RecordHeader) *kgo.Record {
 		return &kgo.Record{Topic: "delivery-dead-letters", Key: []byte("r-null"), Value: []byte("null"), Headers: append([]kgo.RecordHeader{
 			{Key: kafkasink.HeaderStage, Value: []byte("parse")}, {Key: kafkasink.HeaderReason, Value: []byte("invalid delivery request: id is missing")},

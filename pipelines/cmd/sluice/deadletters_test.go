@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/internal/testenv"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/source/kafka"
 )
@@ -35,18 +36,8 @@ func topicRecords(t *testing.T, brokers, topic string) []*kgo.Record {
 // good: back to the requests topic, byte for byte with their key and
 // headers, once per request id however often the replay is run.
 func TestDeadLettersListAndReplay(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "delivery-requests", "delivery-failures", "delivery-dead-letters",
+	brokers, cl := dlCluster(t, kfake.SeedTopics(2, "delivery-requests", "delivery-failures", "delivery-dead-letters",
 		"delivery-requests-retry"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()[0]
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	bad := []*kgo.Record{
 		{Key: []byte("r-null"), Value: []byte("null"), Headers: []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-1-01")}}},
 		{Key: []byte("r-owner"), Value: []byte(`{"id": "r-owner",  "owner": ""}`)},
@@ -158,4 +149,17 @@ func TestDeadLettersListAndReplay(t *testing.T) {
 	if !strings.Contains(out.String(), "replayed 1 of the 2 dead letters") || !strings.Contains(out.String(), "skipped: 1 replayed before") {
 		t.Fatalf("replay of a request dead-lettered again after its replay:\n%s", out.String())
 	}
+}
+
+// dlCluster starts a broker with the topics and returns its address and a
+// client of it, both closed when the test ends.
+func dlCluster(t *testing.T, topics kfake.Opt) (string, *kgo.Client) {
+	t.Helper()
+	brokers := testenv.KfakeWith(t, topics)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return brokers[0], cl
 }
