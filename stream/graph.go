@@ -11,54 +11,6 @@ import (
 	"time"
 )
 
-// Source emits messages into a pipeline. Run sends on out until the input is
-// exhausted (return nil) or ctx is cancelled (return ctx.Err() or nil); the
-// engine flushes out and closes it when Run returns.
-type Source[T any] interface {
-	Run(ctx context.Context, out *Outlet[T]) error
-}
-
-// Flow transforms messages. Run receives from in until io.EOF and sends
-// results on out. A message that does not reach out must be settled (in.Settle)
-// or failed (in.Fail) by the flow.
-type Flow[In, Out any] interface {
-	Run(ctx context.Context, in *Inlet[In], out *Outlet[Out]) error
-}
-
-// Sink consumes messages. Run receives from in until io.EOF and settles each
-// message once it has been processed.
-type Sink[T any] interface {
-	Run(ctx context.Context, in *Inlet[T]) error
-}
-
-// Named is implemented by stages that have a default name.
-type Named interface{ Name() string }
-
-// Validator is implemented by stages whose constructor can be given bad
-// arguments: Run calls Validate before starting any goroutine and returns
-// its error.
-type Validator interface{ Validate() error }
-
-// SourceFunc adapts a function to a Source.
-type SourceFunc[T any] func(ctx context.Context, out *Outlet[T]) error
-
-// Run calls f.
-func (f SourceFunc[T]) Run(ctx context.Context, out *Outlet[T]) error { return f(ctx, out) }
-
-// FlowFunc adapts a function to a Flow.
-type FlowFunc[In, Out any] func(ctx context.Context, in *Inlet[In], out *Outlet[Out]) error
-
-// Run calls f.
-func (f FlowFunc[In, Out]) Run(ctx context.Context, in *Inlet[In], out *Outlet[Out]) error {
-	return f(ctx, in, out)
-}
-
-// SinkFunc adapts a function to a Sink.
-type SinkFunc[T any] func(ctx context.Context, in *Inlet[T]) error
-
-// Run calls f.
-func (f SinkFunc[T]) Run(ctx context.Context, in *Inlet[T]) error { return f(ctx, in) }
-
 // Graph is a pipeline under construction and, once Run is called, running.
 // Build it with From, Via, To and the graph helpers; a Graph runs once.
 type Graph struct {
@@ -81,58 +33,8 @@ type Graph struct {
 	mu       sync.Mutex // guards nodes and their ports against Stats while Run prepares
 }
 
-// Option configures a Graph.
-type Option func(*Graph)
-
-// WithCapacity sets the default capacity of every pipe, in messages
-// (default DefaultCapacity). A pipe holds at most its capacity rounded up to
-// a whole number of batches.
-func WithCapacity(n int) Option { return func(g *Graph) { g.capacity = n } }
-
-// WithBatchSize sets the most messages moved in one batch (default
-// DefaultBatchSize). Batches are filled opportunistically: a stage hands on
-// a partial batch whenever its input is momentarily empty.
-func WithBatchSize(n int) Option { return func(g *Graph) { g.batchSize = n } }
-
-// WithDrainTimeout sets how long Run lets stages finish in-flight messages
-// after its context is cancelled (default 10s). Sources stop at once.
-func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainTimeout = d } }
-
-// WithLogger sets the logger of the default dead letter and of the runner
-// (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
-
-// WithPipeline names the pipeline in logs and metric labels (default
-// "pipeline").
-func WithPipeline(name string) Option { return func(g *Graph) { g.name = name } }
-
 // Name returns the pipeline's name.
 func (g *Graph) Name() string { return g.name }
-
-// WithObserver has the engine report durations to o (see Observer); the
-// counters of Stats need no observer. Default: none, which costs nothing.
-func WithObserver(o Observer) Option { return func(g *Graph) { g.observer = o } }
-
-// Observer receives the measurements that counters cannot carry:
-// durations, for histograms. Its methods are called from stage goroutines
-// and must be safe for concurrent use.
-type Observer interface {
-	// Stage returns the observer of one stage; Run calls it once per stage
-	// before starting.
-	Stage(name string) StageObserver
-	// Latency reports, for a message settled in the pipeline, the time
-	// since its Timestamp (the record's time for Kafka messages):
-	// end-to-end latency.
-	Latency(d time.Duration)
-}
-
-// StageObserver receives one stage's measurements.
-type StageObserver interface {
-	// Processed reports that the stage took d over a batch of n messages,
-	// from receiving it to asking for the next (time blocked downstream
-	// included).
-	Processed(n int, d time.Duration)
-}
 
 // New returns an empty pipeline.
 func New(opts ...Option) *Graph {
@@ -187,22 +89,6 @@ func (s Stream[T]) Via(f Flow[T, T], opts ...StageOption) Stream[T] { return Via
 
 // To connects s to a sink.
 func (s Stream[T]) To(k Sink[T], opts ...StageOption) { To(s, k, opts...) }
-
-// StageOption configures one stage where it is added to a pipeline.
-type StageOption func(*stageConfig)
-
-type stageConfig struct {
-	name     string
-	capacity int
-}
-
-// Name names the stage in errors, logs and statistics. The default is the
-// stage's own Name() or its type, made unique with a #n suffix.
-func Name(name string) StageOption { return func(c *stageConfig) { c.name = name } }
-
-// Buffer sets the capacity, in messages, of the pipe feeding the stage
-// (default: the pipeline's WithCapacity).
-func Buffer(n int) StageOption { return func(c *stageConfig) { c.capacity = n } }
 
 func (g *Graph) stageConfig(stage any, opts []StageOption) stageConfig {
 	c := stageConfig{capacity: g.capacity}
@@ -307,135 +193,4 @@ func (g *Graph) addNode(name string, source, failurePath bool) *node {
 	}
 	g.nodes = append(g.nodes, n)
 	return n
-}
-
-// port is a stage output waiting to be connected. A merged port has the
-// outlets of several stages.
-type port[T any] struct {
-	g           *Graph
-	outlets     []*Outlet[T]
-	pipe        *pipe[T]
-	connected   bool
-	failurePath bool
-	optional    bool     // a failure port: unconnected, it joins the pipeline's failures
-	into        *port[T] // set when merged into another port
-}
-
-type portState interface {
-	isConnected() bool
-	isOptional() bool
-	writerNames() []string
-}
-
-func (p *port[T]) isConnected() bool { return p.connected }
-func (p *port[T]) isOptional() bool  { return p.optional }
-func (p *port[T]) writerNames() []string {
-	var ns []string
-	for _, o := range p.outlets {
-		ns = append(ns, o.node.name)
-	}
-	return ns
-}
-
-func (p *port[T]) addOutlet(o *Outlet[T]) {
-	if p.into != nil {
-		p.into.addOutlet(o)
-		return
-	}
-	p.outlets = append(p.outlets, o)
-	if p.pipe != nil {
-		p.bind(o)
-	}
-}
-
-func (p *port[T]) bind(o *Outlet[T]) {
-	o.p = p.pipe
-	o.max = p.pipe.maxBatch
-	p.pipe.writers.Add(1)
-	o.node.outs = append(o.node.outs, o)
-}
-
-func newOutput[T any](g *Graph, n *node) (*Outlet[T], Stream[T]) {
-	o := &Outlet[T]{node: n}
-	p := &port[T]{g: g, failurePath: n.failurePath}
-	p.addOutlet(o)
-	g.ports = append(g.ports, p)
-	return o, Stream[T]{p: p}
-}
-
-// connect creates the pipe from s to the stage n and returns n's inlet.
-func connect[T any](s Stream[T], n *node, capacity int) *Inlet[T] {
-	p, g := s.p, s.p.g
-	if p.connected {
-		g.errs = append(g.errs, &ConfigError{Stage: n.name, Argument: "input",
-			Reason: fmt.Sprintf("stream of %v is already connected to another stage (use Broadcast to feed several)", p.writerNames())})
-		// Give the stage a private, already-closed pipe so the graph stays
-		// well formed; Run refuses to start anyway.
-		dead := newPipe(poolFor[T](g), 1, 1)
-		close(dead.ch)
-		return &Inlet[T]{p: dead, node: n}
-	}
-	p.connected = true
-	p.pipe = newPipe(poolFor[T](g), capacity, g.batchSize)
-	g.pipes = append(g.pipes, p.pipe)
-	for _, o := range p.outlets {
-		p.bind(o)
-	}
-	in := &Inlet[T]{p: p.pipe, node: n}
-	n.ins = append(n.ins, in)
-	return in
-}
-
-// Input connects s to a stage being built with NewStage and returns the
-// stage's inlet. It is for writing graph helpers and custom multi-port
-// stages; ordinary pipelines use Via and To.
-func Input[T any](st *StageBuilder, s Stream[T], opts ...StageOption) *Inlet[T] {
-	c := stageConfig{capacity: st.g.capacity}
-	for _, o := range opts {
-		o(&c)
-	}
-	if s.p.failurePath {
-		st.n.failurePath = true
-	}
-	return connect(s, st.n, c.capacity)
-}
-
-// Output adds an output to a stage being built with NewStage.
-func Output[T any](st *StageBuilder) (*Outlet[T], Stream[T]) { return newOutput[T](st.g, st.n) }
-
-// StageBuilder adds a stage with any number of inputs and outputs.
-type StageBuilder struct {
-	g *Graph
-	n *node
-}
-
-// NewStage starts a stage named name (made unique) with no ports yet. Add
-// ports with Input and Output, then set its function with Run.
-func NewStage(g *Graph, name string) *StageBuilder {
-	c := g.stageConfig(namedStage(name), nil)
-	return &StageBuilder{g: g, n: g.addNode(c.name, false, false)}
-}
-
-type namedStage string
-
-func (n namedStage) Name() string { return string(n) }
-
-// Name returns the stage's unique name.
-func (st *StageBuilder) Name() string { return st.n.name }
-
-// Errors returns the stage's failure output. Left unconnected, its failures
-// join the pipeline's failure stream.
-func (st *StageBuilder) Errors() Stream[Failure] {
-	if st.n.failPort == nil {
-		return Stream[Failure]{p: st.g.failures}
-	}
-	return Stream[Failure]{p: st.n.failPort}
-}
-
-// Run sets the stage's function, which runs on its own goroutine.
-func (st *StageBuilder) Run(f func(ctx context.Context) error) { st.n.run = f }
-
-// Invalid records a configuration error for the stage; Run reports it.
-func (st *StageBuilder) Invalid(argument, reason string) {
-	st.g.errs = append(st.g.errs, &ConfigError{Stage: st.n.name, Argument: argument, Reason: reason})
 }

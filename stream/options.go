@@ -1,0 +1,47 @@
+package stream
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a Graph.
+type Option func(*Graph)
+
+// WithCapacity sets the default capacity of every pipe, in messages
+// (default DefaultCapacity). A pipe holds at most its capacity rounded up to
+// a whole number of batches.
+func WithCapacity(n int) Option { return func(g *Graph) { g.capacity = n } }
+
+// WithBatchSize sets the most messages moved in one batch (default
+// DefaultBatchSize). Batches are filled opportunistically: a stage hands on
+// a partial batch whenever its input is momentarily empty.
+func WithBatchSize(n int) Option { return func(g *Graph) { g.batchSize = n } }
+
+// WithDrainTimeout sets how long Run lets stages finish in-flight messages
+// after its context is cancelled (default 10s). Sources stop at once.
+func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainTimeout = d } }
+
+// WithLogger sets the logger of the default dead letter and of the runner
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
+
+// WithPipeline names the pipeline in logs and metric labels (default
+// "pipeline").
+func WithPipeline(name string) Option { return func(g *Graph) { g.name = name } }
+
+// StageOption configures one stage where it is added to a pipeline.
+type StageOption func(*stageConfig)
+
+type stageConfig struct {
+	name     string
+	capacity int
+}
+
+// Name names the stage in errors, logs and statistics. The default is the
+// stage's own Name() or its type, made unique with a #n suffix.
+func Name(name string) StageOption { return func(c *stageConfig) { c.name = name } }
+
+// Buffer sets the capacity, in messages, of the pipe feeding the stage
+// (default: the pipeline's WithCapacity).
+func Buffer(n int) StageOption { return func(c *stageConfig) { c.capacity = n } }
