@@ -145,18 +145,16 @@ func runSluice(b testing.TB, ints []int) int { return runSluiceWith(b, ints, nil
 
 func runSluiceWith(b testing.TB, ints []int, m *observe.Metrics) int {
 	count := 0
-	var opts []stream.Option
-	if m != nil {
-		opts = append(opts, stream.WithObserver(m.Observer()))
-	}
-	g := stream.New(opts...)
-	if m != nil {
-		m.Graph(g)
-	}
+	g := stream.New()
 	s := stream.From(g, source.Slice(ints))
 	s = stream.Via(s, flow.Map(func(x int) (int, error) { return x + 1, nil }))
 	s = stream.Via(s, flow.Filter(func(x int) bool { return x%3 != 0 }))
 	stream.To(s, sink.Func(func(_ context.Context, _ int) error { count++; return nil }))
+	if m != nil {
+		if err := m.Register(g); err != nil {
+			b.Fatal(err)
+		}
+	}
 	if err := g.Run(context.Background()); err != nil {
 		b.Fatal(err)
 	}

@@ -18,7 +18,8 @@ type Graph struct {
 	batchSize    int
 	drainTimeout time.Duration
 	logger       *slog.Logger
-	observer     Observer
+	observers    []Observer
+	observer     Observer // the observers as one, set by Run
 	name         string
 
 	nodes    []*node
@@ -146,6 +147,7 @@ func From[T any](g *Graph, src Source[T], opts ...StageOption) Stream[T] {
 	n := g.addNode(c.name, true, false)
 	out, s := newOutput[T](g, n)
 	n.run = func(ctx context.Context) error { return src.Run(ctx, out) }
+	n.value = src
 	return s
 }
 
@@ -161,6 +163,7 @@ func Via[In, Out any](s Stream[In], f Flow[In, Out], opts ...StageOption) Stream
 	in := connect(s, n, c.capacity)
 	out, next := newOutput[Out](g, n)
 	n.run = func(ctx context.Context) error { return f.Run(ctx, in, out) }
+	n.value = f
 	return next
 }
 
@@ -175,6 +178,7 @@ func To[T any](s Stream[T], k Sink[T], opts ...StageOption) {
 	n := g.addNode(c.name, false, s.p.failurePath)
 	in := connect(s, n, c.capacity)
 	n.run = func(ctx context.Context) error { return k.Run(ctx, in) }
+	n.value = k
 }
 
 // Failures returns the pipeline's failure stream: every message that a

@@ -1,10 +1,38 @@
 package stream
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // WithObserver has the engine report durations to o (see Observer); the
 // counters of Stats need no observer. Default: none, which costs nothing.
-func WithObserver(o Observer) Option { return func(g *Graph) { g.observer = o } }
+// Several observers (this option given more than once, AddObserver) are
+// each told everything.
+func WithObserver(o Observer) Option {
+	return func(g *Graph) {
+		if o != nil {
+			g.observers = append(g.observers, o)
+		}
+	}
+}
+
+// AddObserver adds an observer to a pipeline that has not started, as
+// WithObserver does: a metrics package registering a pipeline built
+// elsewhere adds its own.
+func (g *Graph) AddObserver(o Observer) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// Checked under the lock Run holds while it prepares: an observer is
+	// either in the run or refused, never dropped.
+	if g.started.Load() {
+		return &ConfigError{Stage: "", Argument: "AddObserver", Reason: fmt.Sprintf("pipeline %q is already running", g.name)}
+	}
+	if o != nil {
+		g.observers = append(g.observers, o)
+	}
+	return nil
+}
 
 // Observer receives the measurements that counters cannot carry:
 // durations, for histograms. Its methods are called from stage goroutines
@@ -25,4 +53,48 @@ type StageObserver interface {
 	// from receiving it to asking for the next (time blocked downstream
 	// included).
 	Processed(n int, d time.Duration)
+}
+
+// teeObservers returns the observers as one: nil for none, the observer
+// itself for one.
+func teeObservers(os []Observer) Observer {
+	switch len(os) {
+	case 0:
+		return nil
+	case 1:
+		return os[0]
+	}
+	return tee(os)
+}
+
+type tee []Observer
+
+func (t tee) Stage(name string) StageObserver {
+	var ss stageTee
+	for _, o := range t {
+		if s := o.Stage(name); s != nil {
+			ss = append(ss, s)
+		}
+	}
+	switch len(ss) {
+	case 0:
+		return nil
+	case 1:
+		return ss[0]
+	}
+	return ss
+}
+
+func (t tee) Latency(d time.Duration) {
+	for _, o := range t {
+		o.Latency(d)
+	}
+}
+
+type stageTee []StageObserver
+
+func (s stageTee) Processed(n int, d time.Duration) {
+	for _, o := range s {
+		o.Processed(n, d)
+	}
 }

@@ -16,6 +16,7 @@ type node struct {
 	source      bool
 	failurePath bool
 	run         func(ctx context.Context) error
+	value       any // the source, flow or sink given to From, Via or To
 	outs        []flusher
 	ins         []reader
 	failOut     *Outlet[Failure]
@@ -240,6 +241,7 @@ func (g *Graph) prepare() error {
 	if !g.failures.connected && len(g.failures.outlets) > 0 {
 		To(g.Failures(), Sink[Failure](&logDeadLetter{logger: g.logger}), Name("dead-letter"))
 	}
+	g.observer = teeObservers(g.observers)
 	if g.observer != nil {
 		for _, n := range g.nodes {
 			n.obs = g.observer.Stage(n.name)

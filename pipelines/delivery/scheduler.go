@@ -56,10 +56,11 @@ type SchedulerConfig struct {
 	// Retry is the policy of every step (default: flow.Interactive with 5
 	// attempts, which fits the 500 ms latency budget).
 	Retry *flow.RetryPolicy
-	// Metrics, if set, receives the pipeline's metrics.
+	// Metrics, if set, receives the pipeline's metrics: the scheduler
+	// registers its pipeline (observe.Metrics.Register).
 	Metrics *observe.Metrics
-	// Observer, if set, replaces Metrics.Observer() as the engine's
-	// observer (to tee measurements elsewhere too).
+	// Observer, if set, is told the engine's measurements too (beside
+	// Metrics, if set).
 	Observer stream.Observer
 	Logger   *slog.Logger
 	// DrainTimeout bounds the drain on cancel (default 10s).
@@ -180,11 +181,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
 	}
-	switch {
-	case cfg.Observer != nil:
+	if cfg.Observer != nil {
 		opts = append(opts, stream.WithObserver(cfg.Observer))
-	case cfg.Metrics != nil:
-		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
 	}
 	g := stream.New(opts...)
 	reqs := stream.From(g, cfg.Source, stream.Name("requests"))
@@ -277,9 +275,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		// not time out; and the limit follows the service's latency.
 		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(), flow.LogRetries(cfg.Logger),
 			flow.Breaker(br), flow.WithLimiter(lim)}
-		if cfg.Metrics != nil {
-			aopts = append(aopts, cfg.Metrics.AsyncOptions(string(step))...)
-		}
 		call := func(ctx context.Context, p *Progress) (*Progress, error) {
 			if err := fn(ctx, p); err != nil {
 				return p, err
@@ -298,17 +293,14 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		}
 		sch.Steps[step] = a
 		s = stream.Via(s, stream.Flow[*Progress, *Progress](a), stream.Name(string(step)))
-		if cfg.Metrics != nil {
-			cfg.Metrics.Async(string(step), a)
-			cfg.Metrics.Breaker(string(step), br)
-		}
 	}
 	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond), checkpoint.Logger(cfg.Logger))
 	stream.To(s, stream.Sink[*Progress](ck), stream.Name("checkpoint"))
-	if cfg.Metrics != nil {
-		cfg.Metrics.Graph(g)
-		cfg.Metrics.Checkpoint("checkpoint", ck)
-	}
 	routeFailures(g, cfg)
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(g); err != nil {
+			return nil, err
+		}
+	}
 	return sch, nil
 }

@@ -155,17 +155,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	// The replay source's Kafka metrics, under a pipeline label of their
-	// own: one Metrics exports one Kafka source.
-	replayMetrics, err := observe.New(reg, "supervisor-replay")
-	if err != nil {
-		return Summary{}, err
-	}
-	parkedMetrics, err := observe.New(reg, "delivery-replay")
-	if err != nil {
-		return Summary{}, err
-	}
-	lat := newLatencies(schedMetrics.Observer())
+	lat := newLatencies()
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
 	if err != nil {
@@ -214,10 +204,6 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 			DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
 			ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
 		if withMetrics {
-			schedMetrics.KafkaSource(inc.src)
-			supMetrics.KafkaSource(inc.supSrc)
-			replayMetrics.KafkaSource(inc.replaySrc)
-			parkedMetrics.KafkaSource(inc.parkedSrc)
 			scfg.Metrics, pcfg.Metrics = schedMetrics, supMetrics
 		}
 		if inc.sch, err = delivery.NewScheduler(scfg); err != nil {

@@ -72,11 +72,9 @@ func (s *status) line() string {
 	return line
 }
 
-// latencies keeps every end-to-end latency of the run — the last 20,000
-// for the status line's quantiles, all of them for the summary's — and
-// forwards each measurement to the metrics.
+// latencies keeps every end-to-end latency of the run: the last 20,000
+// for the status line's quantiles, all of them for the summary's.
 type latencies struct {
-	next stream.Observer
 	mu   sync.Mutex
 	ring []time.Duration
 	pos  int
@@ -84,14 +82,14 @@ type latencies struct {
 	all  []time.Duration
 }
 
-func newLatencies(next stream.Observer) *latencies {
-	return &latencies{next: next, ring: make([]time.Duration, 20000)}
+func newLatencies() *latencies {
+	return &latencies{ring: make([]time.Duration, 20000)}
 }
 
-func (l *latencies) Stage(name string) stream.StageObserver { return l.next.Stage(name) }
+// Stage measures nothing per stage.
+func (l *latencies) Stage(string) stream.StageObserver { return nil }
 
 func (l *latencies) Latency(d time.Duration) {
-	l.next.Latency(d)
 	l.mu.Lock()
 	l.ring[l.pos] = d
 	l.pos++

@@ -88,7 +88,8 @@ type Config struct {
 	// flow.Background with 10 attempts, at most 2 s apart, within a
 	// minute: undos must get through, they need not be fast).
 	Retry *flow.RetryPolicy
-	// Metrics, if set, receives the pipeline's metrics.
+	// Metrics, if set, receives the pipeline's metrics: New registers the
+	// pipeline (observe.Metrics.Register).
 	Metrics *observe.Metrics
 	// Logger receives retries as warnings, parkings as warnings and dead
 	// letters as errors (default slog.Default()).

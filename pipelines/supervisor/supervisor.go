@@ -103,9 +103,6 @@ func New(cfg Config) (*stream.Graph, error) {
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
 	}
-	if cfg.Metrics != nil {
-		opts = append(opts, stream.WithObserver(cfg.Metrics.Observer()))
-	}
 	g := stream.New(opts...)
 	compensate(cfg, stream.From(g, cfg.Source, stream.Name("failures")), "", cfg.Committer)
 	if cfg.parks() {
@@ -124,7 +121,9 @@ func New(cfg Config) (*stream.Graph, error) {
 		stream.To(g.Failures(), stream.SinkFunc[stream.Failure](stopOnFailure), stream.Name("stop-on-failure"))
 	}
 	if cfg.Metrics != nil {
-		cfg.Metrics.Graph(g)
+		if err := cfg.Metrics.Register(g); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
@@ -136,19 +135,14 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 	parsed := stream.Via(events, parseStage(), stream.Name(prefix+"parse"))
 	undo := flow.MapAsync(undoCalls, func(ctx context.Context, ev event) (event, error) {
 		return ev, Undo(ctx, b, ev.Progress)
-	}, append(callOptions(cfg, prefix+"undo"), flow.TimeoutFromSend())...)
+	}, append(callOptions(cfg), flow.TimeoutFromSend())...)
 	undone := stream.Via(parsed, stream.Flow[event, event](undo), stream.Name(prefix+"undo"))
 	notify := flow.MapAsync(16, func(ctx context.Context, ev event) (event, error) {
 		return ev, n.Notify(ctx, ev.Compensation)
-	}, callOptions(cfg, prefix+"notify")...)
+	}, callOptions(cfg)...)
 	notified := stream.Via(undone, stream.Flow[event, event](notify), stream.Name(prefix+"notify"))
 	ck := checkpoint.New[event](c, checkpoint.Interval(200*time.Millisecond), checkpoint.Logger(cfg.Logger))
 	stream.To(notified, stream.Sink[event](ck), stream.Name(prefix+"checkpoint"))
-	if cfg.Metrics != nil {
-		cfg.Metrics.Async(prefix+"undo", undo)
-		cfg.Metrics.Async(prefix+"notify", notify)
-		cfg.Metrics.Checkpoint(prefix+"checkpoint", ck)
-	}
 }
 
 // undoCalls is the undos in flight of one compensate chain.
@@ -165,10 +159,6 @@ const MaxCalls = 2 * undoCalls * undosPerCompensation
 // adds flow.TimeoutFromSend: the delivery backends say when each call is
 // sent, so a busy supervisor makes an undo wait, not time out (a Notifier
 // need not say, so notify is timed from its start).
-func callOptions(cfg Config, stage string) []flow.AsyncOption {
-	opts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.LogRetries(cfg.Logger)}
-	if cfg.Metrics != nil {
-		opts = append(opts, cfg.Metrics.AsyncOptions(stage)...)
-	}
-	return opts
+func callOptions(cfg Config) []flow.AsyncOption {
+	return []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.LogRetries(cfg.Logger)}
 }

@@ -2,39 +2,56 @@
 // (registered on a registry the caller gives, never only the global one),
 // health and readiness endpoints, and a live /status page that draws the
 // pipeline as a chain of stages with their rate, in-flight messages and
-// buffer fill. Most numbers are read from the stages' own counters when
-// Prometheus scrapes, so they cost nothing between scrapes; the engine
-// reports durations for the histograms through a stream.Observer.
+// buffer fill.
+//
+// Register a pipeline once (Metrics.Register): every stage's counters are
+// exported, the engine reports durations for the histograms, and every
+// source, flow or sink that publishes numbers of its own (a
+// stream.Instrumented: the Kafka source, asynchronous stages and their
+// circuit breakers and retry budgets, the checkpoint sink) is found and
+// instrumented. This package knows Prometheus and the stream package,
+// nothing else: the components know their numbers. Most numbers are read
+// from the components' own counters when Prometheus scrapes, so they cost
+// nothing between scrapes.
 //
 // docs/metrics.md lists every metric with its labels and example alerts.
 package observe
 
 import (
-	"strconv"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluice-streams/sluice/backpressure"
-	"github.com/sluice-streams/sluice/flow"
-	"github.com/sluice-streams/sluice/sink/checkpoint"
-	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
 
 // Metrics collects a pipeline's metrics, labelled with its name.
 type Metrics struct {
 	pipeline string
+	reg      prometheus.Registerer
 
 	processing *prometheus.HistogramVec
 	latency    prometheus.Histogram
-	call       *prometheus.HistogramVec
-	attempts   *prometheus.HistogramVec
-	total      *prometheus.HistogramVec
 
-	mu      sync.Mutex
-	sources []func(ch chan<- prometheus.Metric)
+	mu       sync.Mutex
+	collect  []func(w stream.MetricWriter)
+	hists    map[string]*histogram
+	included map[any]bool
+	errs     []error
+
+	descMu sync.Mutex
+	descs  map[string]*prometheus.Desc
+}
+
+type histogram struct {
+	vec    *prometheus.HistogramVec
+	labels []string
 }
 
 // New creates the metrics of the pipeline named pipeline and registers
@@ -43,6 +60,7 @@ func New(reg prometheus.Registerer, pipeline string) (*Metrics, error) {
 	pl := prometheus.Labels{"pipeline": pipeline}
 	m := &Metrics{
 		pipeline: pipeline,
+		reg:      reg,
 		processing: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_stage_processing_seconds", ConstLabels: pl,
 			Help:    "Time a stage spends per message, measured per batch (receive to next receive, time blocked downstream included).",
@@ -53,23 +71,11 @@ func New(reg prometheus.Registerer, pipeline string) (*Metrics, error) {
 			Help:    "Time from a message's timestamp (the record's, for Kafka) to its settle.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}),
-		call: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_async_call_seconds", ConstLabels: pl,
-			Help:    "Latency of one call of an asynchronous stage (one attempt).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
-		}, []string{"stage"}),
-		attempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_async_attempts", ConstLabels: pl,
-			Help:    "Calls made per message by an asynchronous stage, retries included.",
-			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20},
-		}, []string{"stage"}),
-		total: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_async_message_seconds", ConstLabels: pl,
-			Help:    "Time from a message's first call to its outcome, waits between retries included.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 22),
-		}, []string{"stage"}),
+		hists:    map[string]*histogram{},
+		included: map[any]bool{},
+		descs:    map[string]*prometheus.Desc{},
 	}
-	for _, c := range []prometheus.Collector{m.processing, m.latency, m.call, m.attempts, m.total, m} {
+	for _, c := range []prometheus.Collector{m.processing, m.latency, m} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -77,10 +83,162 @@ func New(reg prometheus.Registerer, pipeline string) (*Metrics, error) {
 	return m, nil
 }
 
-// Observer returns the stream.Observer to give the pipeline
-// (stream.WithObserver) for the processing and latency histograms.
-func (m *Metrics) Observer() stream.Observer { return observer{m} }
+// Register exports the pipeline g: every stage's counters, the durations
+// the engine measures, and the numbers of every source, flow and sink of g
+// that publishes its own (stream.Instrumented), with their parts (an
+// asynchronous stage's breaker and budget). Call it once per pipeline,
+// after building it and before Run; a pipeline already running is refused,
+// and so is a component whose metric names clash with another's.
+func (m *Metrics) Register(g *stream.Graph) error {
+	m.mu.Lock()
+	again := m.included[g]
+	m.included[g] = true
+	m.mu.Unlock()
+	if again {
+		return fmt.Errorf("sluice: metrics: pipeline %q is registered already", g.Name())
+	}
+	if err := g.AddObserver(observer{m}); err != nil {
+		m.mu.Lock()
+		delete(m.included, g)
+		m.mu.Unlock()
+		return err
+	}
+	m.graph(g)
+	for _, p := range g.Parts() {
+		if c, ok := p.Value.(stream.Instrumented); ok {
+			m.include(c, p.Stage)
+		}
+	}
+	return m.err()
+}
 
+// Instrument exports a component that is not a stage of a registered
+// pipeline (a breaker used inside a custom stage), named stage. A
+// component already instrumented (the same pointer) is not counted twice.
+func (m *Metrics) Instrument(stage string, c stream.Instrumented) error {
+	m.include(c, stage)
+	return m.err()
+}
+
+func (m *Metrics) err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := errors.Join(m.errs...)
+	m.errs = nil
+	return err
+}
+
+// include instruments c once: a pointer already included is skipped (two
+// stages sharing a breaker export it once).
+func (m *Metrics) include(c stream.Instrumented, stage string) {
+	if v := reflect.ValueOf(c); v.Kind() == reflect.Pointer {
+		m.mu.Lock()
+		seen := m.included[c]
+		m.included[c] = true
+		m.mu.Unlock()
+		if seen {
+			return
+		}
+	}
+	c.Instrument(stage, meter{m})
+}
+
+// meter is the stream.Meter a component is given.
+type meter struct{ m *Metrics }
+
+func (mt meter) Collect(f func(w stream.MetricWriter)) {
+	mt.m.mu.Lock()
+	mt.m.collect = append(mt.m.collect, f)
+	mt.m.mu.Unlock()
+}
+
+func (mt meter) Include(part stream.Instrumented, stage string) { mt.m.include(part, stage) }
+
+func (mt meter) Histogram(name, help string, buckets []float64, labels ...stream.Label) func(float64) {
+	m := mt.m
+	names, values := split(labels)
+	m.mu.Lock()
+	h, ok := m.hists[name]
+	if !ok {
+		h = &histogram{labels: names, vec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: name, Help: help, Buckets: buckets, ConstLabels: prometheus.Labels{"pipeline": m.pipeline},
+		}, names)}
+		if err := m.reg.Register(h.vec); err != nil {
+			m.errs = append(m.errs, fmt.Errorf("sluice: metrics: histogram %s: %w", name, err))
+			m.mu.Unlock()
+			return func(float64) {}
+		}
+		m.hists[name] = h
+	}
+	m.mu.Unlock()
+	if !slices.Equal(h.labels, names) {
+		m.mu.Lock()
+		m.errs = append(m.errs, fmt.Errorf("sluice: metrics: histogram %s: labels %v, registered with %v", name, names, h.labels))
+		m.mu.Unlock()
+		return func(float64) {}
+	}
+	o := h.vec.WithLabelValues(values...)
+	return o.Observe
+}
+
+func split(labels []stream.Label) (names, values []string) {
+	names, values = make([]string, len(labels)), make([]string, len(labels))
+	for i, l := range labels {
+		names[i], values[i] = l.Name, l.Value
+	}
+	return names, values
+}
+
+// Describe sends nothing: the collector is unchecked, its metrics depend on
+// what is registered with it.
+func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
+
+// Collect reads every registered component's numbers.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	fs := slices.Clone(m.collect)
+	m.mu.Unlock()
+	w := writer{m: m, ch: ch}
+	for _, f := range fs {
+		f(w)
+	}
+}
+
+// writer is the stream.MetricWriter of one scrape.
+type writer struct {
+	m  *Metrics
+	ch chan<- prometheus.Metric
+}
+
+func (w writer) Counter(name, help string, v float64, labels ...stream.Label) {
+	w.write(prometheus.CounterValue, name, help, v, labels)
+}
+
+func (w writer) Gauge(name, help string, v float64, labels ...stream.Label) {
+	w.write(prometheus.GaugeValue, name, help, v, labels)
+}
+
+func (w writer) write(t prometheus.ValueType, name, help string, v float64, labels []stream.Label) {
+	names, values := split(labels)
+	w.ch <- prometheus.MustNewConstMetric(w.m.desc(name, help, names), t, v, values...)
+}
+
+// desc returns the description of a metric with the pipeline label and
+// the given variable labels, made once.
+func (m *Metrics) desc(name, help string, labels []string) *prometheus.Desc {
+	key := name + "\x00" + strings.Join(labels, "\x00")
+	m.descMu.Lock()
+	defer m.descMu.Unlock()
+	d, ok := m.descs[key]
+	if !ok {
+		d = prometheus.NewDesc(name, help, labels, prometheus.Labels{"pipeline": m.pipeline})
+		m.descs[key] = d
+	}
+	return d
+}
+
+// observer is the stream.Observer feeding the processing and latency
+// histograms.
 type observer struct{ m *Metrics }
 
 func (o observer) Stage(name string) stream.StageObserver {
@@ -93,206 +251,22 @@ func (s stageObserver) Processed(n int, d time.Duration) { s.h.Observe(d.Seconds
 
 func (o observer) Latency(d time.Duration) { o.m.latency.Observe(d.Seconds()) }
 
-// AsyncOptions returns the MapAsync options that feed the call, attempts
-// and total-time histograms of the stage named stage. Add them to the
-// stage's options.
-func (m *Metrics) AsyncOptions(stage string) []flow.AsyncOption {
-	call := m.call.WithLabelValues(stage)
-	attempts := m.attempts.WithLabelValues(stage)
-	total := m.total.WithLabelValues(stage)
-	return []flow.AsyncOption{
-		flow.OnCall(func(c flow.CallInfo) { call.Observe(c.Latency.Seconds()) }),
-		flow.OnDone(func(d flow.DoneInfo) {
-			attempts.Observe(float64(d.Attempts))
-			total.Observe(d.Total.Seconds())
-		}),
-	}
-}
-
-// Describe sends nothing: the collector is unchecked, its metrics depend on
-// what is registered with it.
-func (m *Metrics) Describe(chan<- *prometheus.Desc) {}
-
-// Collect reads every registered source of numbers.
-func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
-	m.mu.Lock()
-	srcs := make([]func(ch chan<- prometheus.Metric), len(m.sources))
-	copy(srcs, m.sources)
-	m.mu.Unlock()
-	for _, s := range srcs {
-		s(ch)
-	}
-}
-
-func (m *Metrics) add(f func(ch chan<- prometheus.Metric)) {
-	m.mu.Lock()
-	m.sources = append(m.sources, f)
-	m.mu.Unlock()
-}
-
-// desc builds a description with the pipeline label and the given variable
-// labels.
-func (m *Metrics) desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, prometheus.Labels{"pipeline": m.pipeline})
-}
-
-func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, lv ...string) {
-	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, lv...)
-}
-
-func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, lv ...string) {
-	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
-}
-
-// Graph exports every stage's counters.
-func (m *Metrics) Graph(g *stream.Graph) {
-	received := m.desc("sluice_stage_received_total", "Messages a stage received from its input.", "stage")
-	emitted := m.desc("sluice_stage_emitted_total", "Messages a stage handed to its output.", "stage")
-	settled := m.desc("sluice_stage_settled_total", "Messages that left the pipeline in a stage, by outcome.", "stage", "outcome")
-	failed := m.desc("sluice_stage_failed_total", "Messages a stage sent to the failure stream.", "stage")
-	inFlight := m.desc("sluice_stage_in_flight", "Messages a stage holds: received, not yet emitted, settled or failed.", "stage")
-	buffered := m.desc("sluice_stage_buffered", "Messages waiting in the pipe in front of a stage.", "stage")
-	capacity := m.desc("sluice_stage_buffer_capacity", "Capacity of the pipe in front of a stage, in messages.", "stage")
-	blocked := m.desc("sluice_stage_blocked_seconds_total", "Time a stage waited for room in a full downstream pipe (backpressure).", "stage")
-	m.add(func(ch chan<- prometheus.Metric) {
+// graph exports every stage's counters.
+func (m *Metrics) graph(g *stream.Graph) {
+	meter{m}.Collect(func(w stream.MetricWriter) {
 		for _, s := range g.Stats() {
-			counter(ch, received, float64(s.In), s.Name)
-			counter(ch, emitted, float64(s.Out), s.Name)
-			counter(ch, failed, float64(s.Failed), s.Name)
+			l := stream.Label{Name: "stage", Value: s.Name}
+			w.Counter("sluice_stage_received_total", "Messages a stage received from its input.", float64(s.In), l)
+			w.Counter("sluice_stage_emitted_total", "Messages a stage handed to its output.", float64(s.Out), l)
+			w.Counter("sluice_stage_failed_total", "Messages a stage sent to the failure stream.", float64(s.Failed), l)
 			for o := stream.Filtered; o <= stream.DeadLettered; o++ {
-				counter(ch, settled, float64(s.SettledBy[o]), s.Name, o.String())
+				w.Counter("sluice_stage_settled_total", "Messages that left the pipeline in a stage, by outcome.",
+					float64(s.SettledBy[o]), l, stream.Label{Name: "outcome", Value: o.String()})
 			}
-			gauge(ch, inFlight, float64(s.InFlight()), s.Name)
-			gauge(ch, buffered, float64(s.Buffered), s.Name)
-			gauge(ch, capacity, float64(s.Capacity), s.Name)
-			counter(ch, blocked, s.Blocked.Seconds(), s.Name)
+			w.Gauge("sluice_stage_in_flight", "Messages a stage holds: received, not yet emitted, settled or failed.", float64(s.InFlight()), l)
+			w.Gauge("sluice_stage_buffered", "Messages waiting in the pipe in front of a stage.", float64(s.Buffered), l)
+			w.Gauge("sluice_stage_buffer_capacity", "Capacity of the pipe in front of a stage, in messages.", float64(s.Capacity), l)
+			w.Counter("sluice_stage_blocked_seconds_total", "Time a stage waited for room in a full downstream pipe (backpressure).", s.Blocked.Seconds(), l)
 		}
 	})
 }
-
-// AsyncStatser is what an asynchronous stage (*flow.Async) offers.
-type AsyncStatser interface{ Stats() flow.AsyncStats }
-
-// Async exports an asynchronous stage's gauges and counters; stage is its
-// name in the pipeline.
-func (m *Metrics) Async(stage string, a AsyncStatser) {
-	inFlight := m.desc("sluice_async_in_flight", "Calls an asynchronous stage is running.", "stage")
-	waiting := m.desc("sluice_async_waiting", "Messages an asynchronous stage holds that are not being called: waiting for a slot, a key, their next attempt or their turn to be emitted.", "stage")
-	delayed := m.desc("sluice_async_delayed", "Messages waiting for their next attempt.", "stage")
-	limit := m.desc("sluice_async_limit", "Current cap on calls in flight (parallelism, or lower with an adaptive limiter).", "stage")
-	calls := m.desc("sluice_async_calls_total", "Calls made, by result (ok, error, timeout).", "stage", "result")
-	retries := m.desc("sluice_retries_total", "Retries scheduled, by reason (throttled, timeout, connection, breaker_open, other).", "stage", "reason")
-	exhausted := m.desc("sluice_retries_exhausted_total", "Messages whose transient failure outlasted the retry policy (then parked).", "stage")
-	noBudget := m.desc("sluice_retry_budget_refused_total", "Retries the retry budget refused.", "stage")
-	refused := m.desc("sluice_async_refused_total", "Attempts the circuit breaker refused: no call was made.", "stage")
-	m.add(func(ch chan<- prometheus.Metric) {
-		st := a.Stats()
-		gauge(ch, inFlight, float64(st.InFlight), stage)
-		gauge(ch, waiting, float64(st.Waiting), stage)
-		gauge(ch, delayed, float64(st.Delayed), stage)
-		gauge(ch, limit, float64(st.Limit), stage)
-		counter(ch, calls, float64(st.Calls-st.Failed), stage, "ok")
-		counter(ch, calls, float64(st.Failed-st.Timeouts), stage, "error")
-		counter(ch, calls, float64(st.Timeouts), stage, "timeout")
-		for r, n := range st.Retries {
-			counter(ch, retries, float64(n), stage, string(r))
-		}
-		counter(ch, exhausted, float64(st.Exhausted), stage)
-		counter(ch, noBudget, float64(st.NoBudget), stage)
-		counter(ch, refused, float64(st.Refused), stage)
-	})
-}
-
-// Breaker exports a circuit breaker's state and transitions; dependency
-// names what it protects.
-func (m *Metrics) Breaker(dependency string, b *backpressure.Breaker) {
-	state := m.desc("sluice_breaker_state", "1 for the breaker's current state (closed, half_open, open), 0 for the others.", "dependency", "state")
-	trans := m.desc("sluice_breaker_transitions_total", "State changes of the breaker.", "dependency")
-	m.add(func(ch chan<- prometheus.Metric) {
-		cur := b.State()
-		for _, s := range []struct {
-			st   backpressure.BreakerState
-			name string
-		}{{backpressure.Closed, "closed"}, {backpressure.HalfOpen, "half_open"}, {backpressure.Open, "open"}} {
-			v := 0.0
-			if s.st == cur {
-				v = 1
-			}
-			gauge(ch, state, v, dependency, s.name)
-		}
-		counter(ch, trans, float64(b.Transitions()), dependency)
-	})
-}
-
-// Budget exports a retry budget's counters; dependency names what it
-// protects.
-func (m *Metrics) Budget(dependency string, b *backpressure.RetryBudget) {
-	allowed := m.desc("sluice_retry_budget_allowed_total", "Retries the budget granted.", "dependency")
-	exhausted := m.desc("sluice_retry_budget_exhausted_total", "Retries refused because the budget was spent.", "dependency")
-	m.add(func(ch chan<- prometheus.Metric) {
-		counter(ch, allowed, float64(b.Allowed()), dependency)
-		counter(ch, exhausted, float64(b.Exhausted()), dependency)
-	})
-}
-
-// KafkaSource exports a Kafka source's counters and, per assigned
-// partition, its committed offset, unsettled records and lag.
-func (m *Metrics) KafkaSource(src *kafka.Source) {
-	records := m.desc("sluice_kafka_records_total", "Records the Kafka source emitted.")
-	commits := m.desc("sluice_kafka_commits_total", "Offset commits that succeeded.")
-	commitErrs := m.desc("sluice_kafka_commit_errors_total", "Offset commits that failed.")
-	lastCommit := m.desc("sluice_kafka_commit_seconds", "Latency of the latest offset commit.")
-	pauses := m.desc("sluice_kafka_pauses_total", "Times a partition was paused for holding too many unsettled records.")
-	paused := m.desc("sluice_kafka_paused_partitions", "Partitions paused now.")
-	late := m.desc("sluice_kafka_late_settles_total", "Settles that arrived after their partition was revoked (ignored: the new owner redoes them).")
-	rebalances := m.desc("sluice_kafka_rebalances_total", "Rebalance events, by kind (assigned, revoked, lost).", "kind")
-	committed := m.desc("sluice_kafka_committed_offset", "Last offset this member committed for a partition.", "topic", "partition")
-	unsettled := m.desc("sluice_kafka_unsettled", "Records of a partition delivered and not yet settled.", "topic", "partition")
-	lag := m.desc("sluice_kafka_lag", "High watermark of the last fetch minus the committed offset.", "topic", "partition")
-	commitAge := m.desc("sluice_kafka_commit_age_seconds", "Time since an offset commit last succeeded (or found nothing to commit).")
-	contactAge := m.desc("sluice_kafka_broker_contact_age_seconds", "Time since a broker last answered a request of the source's client.")
-	m.add(func(ch chan<- prometheus.Metric) {
-		st := src.Stats()
-		counter(ch, records, float64(st.Records))
-		counter(ch, commits, float64(st.Commits))
-		counter(ch, commitErrs, float64(st.CommitErrors))
-		gauge(ch, lastCommit, st.LastCommit.Seconds())
-		counter(ch, pauses, float64(st.Pauses))
-		counter(ch, late, float64(st.LateSettles))
-		counter(ch, rebalances, float64(st.Assigned), "assigned")
-		counter(ch, rebalances, float64(st.Revoked), "revoked")
-		counter(ch, rebalances, float64(st.Lost), "lost")
-		gauge(ch, commitAge, st.SinceCommit.Seconds())
-		gauge(ch, contactAge, st.SinceContact.Seconds())
-		n := 0
-		for _, p := range st.Partitions {
-			part := itoa(p.Partition)
-			if p.Paused {
-				n++
-			}
-			if p.Committed >= 0 {
-				gauge(ch, committed, float64(p.Committed), p.Topic, part)
-				gauge(ch, lag, float64(p.Lag), p.Topic, part)
-			}
-			gauge(ch, unsettled, float64(p.Unsettled), p.Topic, part)
-		}
-		gauge(ch, paused, float64(n))
-	})
-}
-
-// CheckpointStatser is what a checkpoint sink (*checkpoint.Sink) offers.
-type CheckpointStatser interface{ Stats() checkpoint.Stats }
-
-// Checkpoint exports a checkpoint sink's commit counters.
-func (m *Metrics) Checkpoint(stage string, c CheckpointStatser) {
-	commits := m.desc("sluice_checkpoint_commits_total", "Commits the checkpoint sink made, by result.", "stage", "result")
-	mean := m.desc("sluice_checkpoint_commit_mean_seconds", "Mean latency of the checkpoint sink's commits.", "stage")
-	m.add(func(ch chan<- prometheus.Metric) {
-		st := c.Stats()
-		counter(ch, commits, float64(st.Commits), stage, "ok")
-		counter(ch, commits, float64(st.Failures), stage, "error")
-		gauge(ch, mean, st.Mean.Seconds(), stage)
-	})
-}
-
-func itoa(p int32) string { return strconv.Itoa(int(p)) }

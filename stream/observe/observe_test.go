@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -89,13 +90,13 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		return v, nil
 	}
 	policy := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(time.Millisecond)}
-	async := flow.MapAsync(16, fn, append(m.AsyncOptions("call"), flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget))...)
+	async := flow.MapAsync(16, fn, flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget))
 	ck := checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var done atomic.Int64
-	g := stream.New(stream.WithPipeline("orders"), stream.WithObserver(m.Observer()), stream.WithLogger(quiet))
+	g := stream.New(stream.WithPipeline("orders"), stream.WithLogger(quiet))
 	s := stream.From(g, stream.Source[[]byte](src), stream.Name("kafka"))
 	s = stream.Via(s, flow.Filter(func(v []byte) bool { return !strings.HasSuffix(string(v), "7") }), stream.Name("drop-7s"))
 	s = stream.Via(s, stream.Flow[[]byte, []byte](async), stream.Name("call"))
@@ -107,12 +108,14 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	}), stream.Name("count"))
 	stream.To(s, stream.Sink[[]byte](ck), stream.Name("checkpoint"))
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }), stream.Name("dead-letter"))
-	m.Graph(g)
-	m.Async("call", async)
-	m.Breaker("svc", breaker)
-	m.Budget("svc", budget)
-	m.KafkaSource(src)
-	m.Checkpoint("checkpoint", ck)
+	// One call finds every part: the source, the asynchronous stage with
+	// its breaker and budget, the checkpoint sink.
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Register(g); err == nil {
+		t.Error("registering a pipeline twice: no error")
+	}
 
 	if err := g.Run(ctx); err != nil {
 		t.Fatal(err)
@@ -146,12 +149,153 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 			t.Errorf("%s absent", name)
 		}
 	}
-	names := map[string]bool{}
-	mfs, _ := reg.Gather()
-	for _, mf := range mfs {
-		names[mf.GetName()] = true
+	// The breaker is labelled with its name, the budget with the stage
+	// that uses it; the Kafka source with its stage.
+	for _, c := range []struct{ metric, label, value string }{
+		{"sluice_breaker_transitions_total", "dependency", "svc"},
+		{"sluice_retry_budget_allowed_total", "dependency", "call"},
+		{"sluice_kafka_records_total", "stage", "kafka"},
+		{"sluice_async_calls_total", "stage", "call"},
+	} {
+		if !hasLabel(t, reg, c.metric, c.label, c.value) {
+			t.Errorf("%s has no series with %s=%q", c.metric, c.label, c.value)
+		}
 	}
-	t.Logf("%d metric families: %v", len(names), names)
+	// docs/metrics.md lists every metric exported, and exports nothing
+	// it does not list.
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	name := regexp.MustCompile("`(sluice_[a-z_]+)`")
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| `sluice_") { // a row of a metrics table
+			for _, n := range name.FindAllStringSubmatch(line, -1) {
+				documented[n[1]] = true
+			}
+		}
+	}
+	mfs, _ := reg.Gather()
+	exported := map[string]bool{}
+	for _, mf := range mfs {
+		exported[mf.GetName()] = true
+		if !documented[mf.GetName()] {
+			t.Errorf("%s is exported but not in docs/metrics.md", mf.GetName())
+		}
+	}
+	for n := range documented {
+		if !exported[n] {
+			t.Errorf("docs/metrics.md lists %s, which this pipeline (every kind of component) does not export", n)
+		}
+	}
+}
+
+// hasLabel reports whether a series of metric has label=value.
+func hasLabel(t *testing.T, reg *prometheus.Registry, metric, label, value string) bool {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// counted is a component publishing one counter: the test's stand-in for
+// a connector of its own.
+type counted struct{ n float64 }
+
+func (c *counted) Run(ctx context.Context, out *stream.Outlet[int]) error {
+	for i := range int(c.n) {
+		if err := out.Send(ctx, stream.Message[int]{Value: i}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *counted) Instrument(stage string, m stream.Meter) {
+	m.Collect(func(w stream.MetricWriter) {
+		w.Counter("sluice_test_things_total", "Things.", c.n, stream.Label{Name: "stage", Value: stage})
+	})
+}
+
+// TestRegisterFindsEveryPart registers a pipeline with two sources of one
+// kind and two stages sharing one breaker: each source is exported under
+// its stage, the shared breaker once, and gathering succeeds (no series
+// collected twice).
+func TestRegisterFindsEveryPart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "parts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := stream.New(stream.WithPipeline("parts"), stream.WithLogger(quiet))
+	a, b := &counted{n: 1}, &counted{n: 2}
+	s := stream.Merge(stream.From(g, stream.Source[int](a), stream.Name("a")), stream.From(g, stream.Source[int](b), stream.Name("b")))
+	id := func(_ context.Context, x int) (int, error) { return x, nil }
+	s = stream.Via(s, stream.Flow[int, int](flow.MapAsync(2, id, flow.Breaker(br))), stream.Name("one"))
+	s = stream.Via(s, stream.Flow[int, int](flow.MapAsync(2, id, flow.Breaker(br))), stream.Name("two"))
+	stream.To(s, sink.Discard[int]())
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Register(g); err == nil {
+		t.Error("registering a pipeline that ran: no error")
+	}
+	if got := total(t, reg, "sluice_test_things_total"); got != 3 {
+		t.Errorf("sluice_test_things_total = %v, want 1 (a) + 2 (b)", got)
+	}
+	for _, st := range []string{"a", "b"} {
+		if !hasLabel(t, reg, "sluice_test_things_total", "stage", st) {
+			t.Errorf("no series for stage %q", st)
+		}
+	}
+	if got := total(t, reg, "sluice_breaker_state"); got != 1 {
+		t.Errorf("sluice_breaker_state sums to %v: the shared breaker is exported %v times", got, got)
+	}
+	if total(t, reg, "sluice_async_call_seconds") <= 0 {
+		t.Error("the asynchronous stages fed no call histogram")
+	}
+}
+
+// TestObserveImportsOnlyTheCore checks the layering: the metrics package
+// depends on the stream package and Prometheus, never on a connector or a
+// stage package, so a pipeline without Kafka does not link the Kafka
+// client through its metrics.
+func TestObserveImportsOnlyTheCore(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/sluice-streams/sluice/"
+	for _, dep := range strings.Fields(string(out)) {
+		switch {
+		case strings.HasPrefix(dep, "github.com/twmb/franz-go"):
+			t.Errorf("stream/observe links %s", dep)
+		case strings.HasPrefix(dep, mod) && dep != mod+"stream" && dep != mod+"stream/observe" && !strings.HasPrefix(dep, mod+"internal/"):
+			t.Errorf("stream/observe imports %s: only the stream package is allowed", dep)
+		}
+	}
 }
 
 func TestHandlerEndpoints(t *testing.T) {
@@ -162,7 +306,9 @@ func TestHandlerEndpoints(t *testing.T) {
 	}
 	g := stream.New(stream.WithPipeline("demo"))
 	stream.To(stream.Via(stream.From(g, source.Slice([]int{1, 2, 3})), flow.Map(func(x int) (int, error) { return x, nil })), sink.Discard[int]())
-	m.Graph(g)
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

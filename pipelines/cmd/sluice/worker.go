@@ -226,12 +226,6 @@ func runWorker(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	m.KafkaSource(src)
-	rm, err := observe.New(reg, which+"-replay")
-	if err != nil {
-		return err
-	}
-	rm.KafkaSource(replay)
 
 	var g *stream.Graph
 	switch which {

@@ -1,0 +1,44 @@
+package kafka
+
+import (
+	"strconv"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Instrument publishes the source's counters and, per assigned partition,
+// its committed offset, unsettled records and lag (docs/metrics.md,
+// "Kafka"), labelled stage with the source's name in the pipeline. A
+// metrics package calls it when it registers the pipeline.
+func (s *Source) Instrument(stage string, m stream.Meter) {
+	l := stream.Label{Name: "stage", Value: stage}
+	m.Collect(func(w stream.MetricWriter) {
+		st := s.Stats()
+		w.Counter("sluice_kafka_records_total", "Records the Kafka source emitted.", float64(st.Records), l)
+		w.Counter("sluice_kafka_commits_total", "Offset commits that succeeded.", float64(st.Commits), l)
+		w.Counter("sluice_kafka_commit_errors_total", "Offset commits that failed.", float64(st.CommitErrors), l)
+		w.Gauge("sluice_kafka_commit_seconds", "Latency of the latest offset commit.", st.LastCommit.Seconds(), l)
+		w.Counter("sluice_kafka_pauses_total", "Times a partition was paused for holding too many unsettled records.", float64(st.Pauses), l)
+		w.Counter("sluice_kafka_late_settles_total", "Settles that arrived after their partition was revoked (ignored: the new owner redoes them).",
+			float64(st.LateSettles), l)
+		const reb, rebHelp = "sluice_kafka_rebalances_total", "Rebalance events, by kind (assigned, revoked, lost)."
+		w.Counter(reb, rebHelp, float64(st.Assigned), l, stream.Label{Name: "kind", Value: "assigned"})
+		w.Counter(reb, rebHelp, float64(st.Revoked), l, stream.Label{Name: "kind", Value: "revoked"})
+		w.Counter(reb, rebHelp, float64(st.Lost), l, stream.Label{Name: "kind", Value: "lost"})
+		w.Gauge("sluice_kafka_commit_age_seconds", "Time since an offset commit last succeeded (or found nothing to commit).", st.SinceCommit.Seconds(), l)
+		w.Gauge("sluice_kafka_broker_contact_age_seconds", "Time since a broker last answered a request of the source's client.", st.SinceContact.Seconds(), l)
+		paused := 0
+		for _, p := range st.Partitions {
+			tp := []stream.Label{l, {Name: "topic", Value: p.Topic}, {Name: "partition", Value: strconv.Itoa(int(p.Partition))}}
+			if p.Paused {
+				paused++
+			}
+			if p.Committed >= 0 {
+				w.Gauge("sluice_kafka_committed_offset", "Last offset this member committed for a partition.", float64(p.Committed), tp...)
+				w.Gauge("sluice_kafka_lag", "High watermark of the last fetch minus the committed offset.", float64(p.Lag), tp...)
+			}
+			w.Gauge("sluice_kafka_unsettled", "Records of a partition delivered and not yet settled.", float64(p.Unsettled), tp...)
+		}
+		w.Gauge("sluice_kafka_paused_partitions", "Partitions paused now.", float64(paused), l)
+	})
+}
