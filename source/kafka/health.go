@@ -177,3 +177,20 @@ func (c *Config) readyLoss() time.Duration {
 	}
 	return 2 * time.Second
 }
+
+// Ready reports whether the source can work: it has joined its consumer
+// group, and the cluster is not failing (a request or dial failed and none
+// was answered since, for longer than min(2 s, MaxBrokerLoss/2)). A
+// member that has no partitions (more members than partitions, or waiting
+// for others to rejoin) is ready: it takes partitions over as soon as the
+// group gives it some. Mount it as a readiness check; it makes no request
+// of its own.
+func (s *Source) Ready(context.Context) error {
+	if d, err := s.health.lostFor(time.Now()); d > s.cfg.readyLoss() {
+		return fmt.Errorf("kafka source: requests failing for %v with no answer: %v", d.Round(time.Millisecond), err)
+	}
+	if _, gen := s.cl.GroupMetadata(); gen < 0 {
+		return errors.New("kafka source: not in the consumer group yet")
+	}
+	return nil
+}

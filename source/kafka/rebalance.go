@@ -1,0 +1,74 @@
+package kafka
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	s.assignedN.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range assigned {
+		for _, p := range ps {
+			s.parts[tpKey{t, p}] = newPartition(s, t, p)
+		}
+	}
+	s.log.Info("partitions assigned", "partitions", assigned)
+}
+
+// revoked commits what is settled for the revoked partitions, then forgets
+// them: later settles of their records are ignored (fenced).
+func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	parts := s.forget(revoked)
+	if len(parts) > 0 {
+		s.revokedN.Add(1)
+	}
+	if len(parts) == 0 {
+		return
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if err := s.commitParts(ctx, parts, true); err != nil {
+		s.log.Warn("commit on revoke failed: their records will be processed again by the new owner", "err", err)
+	}
+	s.log.Info("partitions revoked", "partitions", revoked)
+}
+
+// lost forgets the partitions without committing: another member may own
+// them already.
+func (s *Source) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if len(lost) == 0 {
+		// franz-go calls this with nothing to lose too (a member that
+		// owns no partitions leaves or its session ends): not an event.
+		return
+	}
+	s.lostN.Add(1)
+	s.forget(lost)
+	s.log.Warn("partitions lost: nothing committed for them", "partitions", lost)
+}
+
+// forget marks the partitions revoked under their settle lock and resumes
+// any that were paused.
+func (s *Source) forget(tps map[string][]int32) []*partition {
+	var parts []*partition
+	s.mu.Lock()
+	for t, ps := range tps {
+		for _, p := range ps {
+			k := tpKey{t, p}
+			if st := s.parts[k]; st != nil {
+				st.mu.Lock()
+				st.revoked = true
+				st.mu.Unlock()
+				parts = append(parts, st)
+				delete(s.parts, k)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range parts {
+		p.flow()
+	}
+	return parts
+}

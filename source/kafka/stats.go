@@ -1,0 +1,65 @@
+package kafka
+
+import (
+	"time"
+)
+
+// PartitionStats describes one assigned partition.
+type PartitionStats struct {
+	Topic     string
+	Partition int32
+	// Committed is the last offset this member committed (-1: none yet).
+	Committed int64
+	// Unsettled counts records delivered and not yet settled.
+	Unsettled int
+	// Lag is the high watermark of the last fetch minus Committed.
+	Lag    int64
+	Paused bool
+}
+
+// Stats is a snapshot of the source.
+type Stats struct {
+	Partitions []PartitionStats
+	// Records counts records emitted; Commits and CommitErrors commit
+	// calls; LastCommit is the latency of the latest; Pauses counts
+	// partitions paused for holding too many unsettled records.
+	Records, Commits, CommitErrors, Pauses int64
+	LastCommit                             time.Duration
+	// Duplicates counts settles of a record already settled; LateSettles
+	// settles that arrived after their partition was revoked (ignored).
+	Duplicates, LateSettles int64
+	// Assigned, Revoked and Lost count rebalance events of each kind.
+	Assigned, Revoked, Lost int64
+	// SinceCommit is the time since a commit last succeeded (or found
+	// nothing to commit), SinceContact since a broker last answered.
+	SinceCommit, SinceContact time.Duration
+}
+
+// Stats returns a snapshot of the source's counters.
+func (s *Source) Stats() Stats {
+	st := Stats{
+		Records: s.records.Load(), Commits: s.commits.Load(), CommitErrors: s.commitErrors.Load(),
+		Pauses: s.pauses.Load(), LastCommit: time.Duration(s.lastCommit.Load()), Duplicates: s.duplicates.Load(),
+		LateSettles: s.late.Load(),
+		Assigned:    s.assignedN.Load(), Revoked: s.revokedN.Load(), Lost: s.lostN.Load(),
+	}
+	now := time.Now()
+	st.SinceCommit = since(s.health.commitOK.Load(), now)
+	st.SinceContact = s.health.quietFor(now)
+	s.mu.Lock()
+	parts := make([]*partition, 0, len(s.parts))
+	for _, p := range s.parts {
+		parts = append(parts, p)
+	}
+	s.mu.Unlock()
+	for _, p := range parts {
+		p.mu.Lock()
+		ps := PartitionStats{Topic: p.topic, Partition: p.partition, Committed: p.committed, Unsettled: p.n, Paused: p.paused.Load()}
+		if p.committed >= 0 {
+			ps.Lag = max(0, p.hwm-p.committed)
+		}
+		p.mu.Unlock()
+		st.Partitions = append(st.Partitions, ps)
+	}
+	return st
+}
