@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -136,5 +137,13 @@ func reasonOf(err error) Reason {
 	if errors.As(err, &op) {
 		return ReasonConnection
 	}
+	if strings.Contains(err.Error(), errServerClosedIdle) {
+		return ReasonConnection
+	}
 	return ReasonOther
 }
+
+// errServerClosedIdle is the text of net/http's unexported error for a
+// request sent on a kept-alive connection that the server closed: the
+// server never read it, so it is safe to send again.
+const errServerClosedIdle = "http: server closed idle connection"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,11 @@ func TestClassify(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, stream.Classification{Transient: true, Reason: stream.ReasonConnection}},
 		{fmt.Errorf("read: %w", syscall.ECONNRESET), stream.Classification{Transient: true, Reason: stream.ReasonConnection}},
 		{io.ErrUnexpectedEOF, stream.Classification{Transient: true, Reason: stream.ReasonConnection}},
+		// net/http's error when the server closed a kept-alive connection as
+		// the request went out on it (its type is unexported; seen as a PUT
+		// dead-lettered under 1,000 concurrent calls).
+		{&url.Error{Op: "Put", URL: "http://127.0.0.1:1/deliveries/1", Err: errors.New("http: server closed idle connection")},
+			stream.Classification{Transient: true, Reason: stream.ReasonConnection}},
 		{httpErr{429, 0}, stream.Classification{Transient: true, Reason: stream.ReasonThrottled}},
 		{httpErr{503, 2 * time.Second}, stream.Classification{Transient: true, Reason: stream.ReasonThrottled, RetryAfter: 2 * time.Second}},
 		{httpErr{503, 0}, stream.Classification{Transient: true, Reason: stream.ReasonOther}},
