@@ -2,12 +2,19 @@ package demo
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/supervisor"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
 // deadLettered counts what reached the dead letters.
@@ -70,4 +77,110 @@ func (w *workers) deadLettered() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.deadBase + deadLettered(w.cur.sch)
+}
+
+// spawner starts incarnations of the scheduler and the supervisor, all
+// against the same brokers, backends and step records.
+type spawner struct {
+	cfg      Config
+	brokers  []string
+	backends delivery.Backends
+	steps    delivery.StepStore
+	producer *kgo.Client
+	notes    *supervisor.Notifications
+	lat      *latencies
+	// schedMetrics and supMetrics, when set, receive the metrics of the
+	// incarnation spawned with metrics (one per run: a pipeline's metrics
+	// are registered once).
+	schedMetrics, supMetrics *observe.Metrics
+	drain                    time.Duration // the pipelines' drain timeout (0: their default)
+	errs                     chan error    // a pipeline that ended with an error, crashes aside
+}
+
+// spawn starts an incarnation; withMetrics registers its pipelines'
+// metrics.
+func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, error) {
+	inc := &incarnation{done: make(chan struct{})}
+	var srcs []*kafka.Source
+	open := func(group, topic string) (*kafka.Source, error) {
+		s, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: sp.brokers}, Group: group,
+			Topics: []string{topic}, Logger: sp.cfg.Logger})
+		if err == nil {
+			srcs = append(srcs, s)
+		}
+		return s, err
+	}
+	fail := func(err error) (*incarnation, error) {
+		for _, s := range srcs {
+			s.Close(ctx)
+		}
+		return nil, err
+	}
+	var err error
+	if inc.src, err = open("scheduler", topicRequests); err != nil {
+		return fail(err)
+	}
+	if inc.supSrc, err = open("supervisor", topicFailures); err != nil {
+		return fail(err)
+	}
+	if inc.replaySrc, err = open("supervisor-replay", topicRetry); err != nil {
+		return fail(err)
+	}
+	if inc.parkedSrc, err = open("scheduler-replay", topicParked); err != nil {
+		return fail(err)
+	}
+	cfg := sp.cfg
+	scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: sp.backends, Producer: sp.producer,
+		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: sp.lat, Logger: cfg.Logger, DrainTimeout: sp.drain,
+		Steps: sp.steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
+		ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,
+		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, StaleAfter: staleAfter}
+	pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: sp.backends, Notifier: sp.notes,
+		Logger: cfg.Logger, DrainTimeout: sp.drain, Producer: sp.producer, RetryTopic: topicRetry,
+		DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
+		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
+	if withMetrics {
+		scfg.Metrics, pcfg.Metrics = sp.schedMetrics, sp.supMetrics
+	}
+	if inc.sch, err = delivery.NewScheduler(scfg); err != nil {
+		return fail(err)
+	}
+	if inc.sup, err = supervisor.New(pcfg); err != nil {
+		return fail(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	inc.stop = stop
+	var wg sync.WaitGroup
+	for _, g := range []*stream.Graph{inc.sch.Graph, inc.sup} {
+		wg.Go(func() {
+			if err := g.Run(runCtx); err != nil && !inc.crashed.Load() {
+				sp.errs <- err
+			}
+		})
+	}
+	go func() { wg.Wait(); close(inc.done) }()
+	return inc, nil
+}
+
+// crashes crashes the scheduler and the supervisor cfg.Restarts times, at
+// even moments of the load: it stops them without draining (in-flight
+// messages stay unsettled and are redone) and starts new ones in the same
+// groups.
+func (sp *spawner) crashes(ctx context.Context, w8 *workers, w io.Writer) {
+	every := sp.cfg.Duration / time.Duration(sp.cfg.Restarts+1)
+	for range sp.cfg.Restarts {
+		select {
+		case <-time.After(every):
+		case <-ctx.Done():
+			return
+		}
+		w8.current().shutdown(true)
+		inc, err := sp.spawn(ctx, false)
+		if err != nil {
+			sp.errs <- err
+			return
+		}
+		w8.set(inc)
+		fmt.Fprintln(w, "  -- scheduler and supervisor crashed and restarted --")
+	}
 }

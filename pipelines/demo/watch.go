@@ -1,0 +1,66 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+)
+
+// watch follows a run: it prints the status line, tracks the largest lag,
+// and ends once the load is sent and every request is accounted for (or
+// the drain time is up).
+type watch struct {
+	cfg     Config
+	w       io.Writer
+	workers *workers
+	status  *status
+	sent    *loadgen.Sent
+	ledger  *delivery.Ledger
+	brokers []string
+
+	maxLag  int64
+	drained time.Duration // from the end of the load to every request accounted for
+	loadErr error
+}
+
+// run watches until the run is over; an error of a pipeline ends it.
+func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan error) error {
+	var tick <-chan time.Time
+	if wt.cfg.Every > 0 {
+		t := time.NewTicker(wt.cfg.Every)
+		defer t.Stop()
+		tick = t.C
+	}
+	var drainBy time.Time
+	loading := true
+	for {
+		select {
+		case err := <-errs:
+			return err
+		case wt.loadErr = <-loadDone:
+			loading = false
+			drainBy = time.Now().Add(wt.cfg.Drain)
+			if wt.loadErr != nil {
+				return nil
+			}
+		case <-tick:
+			fmt.Fprintln(wt.w, wt.status.line())
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return nil
+		}
+		var lag int64
+		for _, p := range wt.workers.current().src.Stats().Partitions {
+			lag += p.Lag
+		}
+		wt.maxLag = max(wt.maxLag, lag)
+		if !loading && (Accounted(wt.sent, wt.ledger, wt.workers.deadLettered(), wt.brokers) || time.Now().After(drainBy)) {
+			wt.drained = time.Since(drainBy.Add(-wt.cfg.Drain))
+			return nil
+		}
+	}
+}
