@@ -42,7 +42,7 @@ func (f *flatMapFlow[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], ou
 			o := out.Slot()
 			*o = stream.WithValue(*m, v)
 			o.SetHandle(h)
-			if err := out.Commit(ctx); err != nil {
+			if err := out.SendSlot(ctx); err != nil {
 				return err
 			}
 		}

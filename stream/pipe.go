@@ -297,8 +297,8 @@ func (o *Outlet[T]) Extend(ctx context.Context, k int) error {
 }
 
 // Slot returns the next free message of the batch being built, for a stage
-// to fill in place; Commit then adds it to the output. A slot that is not
-// committed is reused by the next Slot. Filling in place saves copying the
+// to fill in place; SendSlot then adds it to the output. A slot that is not
+// sent is reused by the next Slot. Filling in place saves copying the
 // message envelope once per stage on the hot path.
 func (o *Outlet[T]) Slot() *Message[T] {
 	if o.cur == nil {
@@ -308,9 +308,10 @@ func (o *Outlet[T]) Slot() *Message[T] {
 	return &o.cur.Items[:n+1][n]
 }
 
-// Commit adds the message filled through Slot to the output, handing the
-// batch on when it is full (see Send).
-func (o *Outlet[T]) Commit(ctx context.Context) error {
+// SendSlot adds the message filled through Slot to the output, handing the
+// batch on when it is full (see Send). (Committing offsets is a
+// Committer's Commit, unrelated.)
+func (o *Outlet[T]) SendSlot(ctx context.Context) error {
 	o.cur.Items = o.cur.Items[:len(o.cur.Items)+1]
 	if len(o.cur.Items) >= o.max {
 		return o.Flush(ctx)
