@@ -86,15 +86,15 @@ func NewAdaptive(cfg AdaptiveConfig) (*Adaptive, error) {
 	}
 	switch {
 	case cfg.Target < 0:
-		return nil, configError("adaptive", "Target", "must not be negative, got %v", cfg.Target)
+		return nil, configError("adaptive limiter", "Target", "must not be negative, got %v", cfg.Target)
 	case cfg.Min < 1 || cfg.Max < cfg.Min:
-		return nil, configError("adaptive", "Min", "need 1 <= Min <= Max, got Min %d Max %d", cfg.Min, cfg.Max)
+		return nil, configError("adaptive limiter", "Min", "need 1 <= Min <= Max, got Min %d Max %d", cfg.Min, cfg.Max)
 	case cfg.Initial < cfg.Min || cfg.Initial > cfg.Max:
-		return nil, configError("adaptive", "Initial", "%d is outside [Min %d, Max %d]", cfg.Initial, cfg.Min, cfg.Max)
+		return nil, configError("adaptive limiter", "Initial", "%d is outside [Min %d, Max %d]", cfg.Initial, cfg.Min, cfg.Max)
 	case cfg.Window < 1:
-		return nil, configError("adaptive", "Window", "must be at least 1, got %d", cfg.Window)
+		return nil, configError("adaptive limiter", "Window", "must be at least 1, got %d", cfg.Window)
 	case cfg.Backoff <= 0 || cfg.Backoff >= 1:
-		return nil, configError("adaptive", "Backoff", "must be in (0, 1), got %v", cfg.Backoff)
+		return nil, configError("adaptive limiter", "Backoff", "must be in (0, 1), got %v", cfg.Backoff)
 	}
 	a := &Adaptive{cfg: cfg, lim: float64(cfg.Initial), window: make([]time.Duration, 0, cfg.Window)}
 	a.limit.Store(int64(cfg.Initial))

@@ -2,7 +2,6 @@ package backpressure_test
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -74,11 +73,12 @@ func TestAdaptiveConfigErrors(t *testing.T) {
 	} {
 		_, err := backpressure.NewAdaptive(c)
 		var ce *stream.ConfigError
-		if !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "adaptive" {
+		if !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "adaptive limiter" {
 			t.Fatalf("%+v: %v, want a *stream.ConfigError of adaptive naming %s", c, err, arg)
 		}
 	}
-	if err := backpressure.Fixed(0).Validate(); !errors.Is(err, stream.ErrInvalid) || !strings.Contains(err.Error(), "argument limit") {
+	var ce *stream.ConfigError
+	if err := backpressure.Fixed(0).Validate(); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != "limit" || ce.Stage != "fixed limit" {
 		t.Fatalf("Fixed(0): %v, want a configuration error naming the limit", err)
 	}
 }

@@ -192,5 +192,14 @@ func (b *Breaker) State() BreakerState {
 	return b.cb.State()
 }
 
-// Transitions counts state changes.
-func (b *Breaker) Transitions() int64 { return b.transitions.Load() }
+// BreakerStats is a snapshot of a breaker.
+type BreakerStats struct {
+	State BreakerState
+	// Transitions counts state changes.
+	Transitions int64
+}
+
+// Stats returns the breaker's state and counters.
+func (b *Breaker) Stats() BreakerStats {
+	return BreakerStats{State: b.State(), Transitions: b.transitions.Load()}
+}

@@ -89,15 +89,15 @@ func TestRetryBudget(t *testing.T) {
 	if !b.TryRetry() || b.TryRetry() {
 		t.Fatal("10 requests at 10% should earn exactly 1 retry")
 	}
-	if b.Allowed() != 3 || b.Exhausted() != 2 {
-		t.Fatalf("allowed %d exhausted %d", b.Allowed(), b.Exhausted())
+	if b.Stats().Allowed != 3 || b.Stats().Exhausted != 2 {
+		t.Fatalf("allowed %d exhausted %d", b.Stats().Allowed, b.Stats().Exhausted)
 	}
 	for arg, f := range map[string]func() error{
 		"ratio": func() error { _, err := backpressure.NewRetryBudget(2, 1); return err },
 		"burst": func() error { _, err := backpressure.NewRetryBudget(0.1, 0); return err },
 	} {
 		var ce *stream.ConfigError
-		if err := f(); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "retry-budget" {
+		if err := f(); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "retry budget" {
 			t.Fatalf("bad %s: %v, want a *stream.ConfigError of retry-budget naming it", arg, err)
 		}
 	}

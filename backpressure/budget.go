@@ -26,10 +26,10 @@ type RetryBudget struct {
 // with a reserve of burst retries.
 func NewRetryBudget(ratio float64, burst int) (*RetryBudget, error) {
 	if ratio <= 0 || ratio > 1 {
-		return nil, configError("retry-budget", "ratio", "must be in (0, 1], got %v", ratio)
+		return nil, configError("retry budget", "ratio", "must be in (0, 1], got %v", ratio)
 	}
 	if burst < 1 {
-		return nil, configError("retry-budget", "burst", "must be at least 1, got %d", burst)
+		return nil, configError("retry budget", "burst", "must be at least 1, got %d", burst)
 	}
 	r := int64(ratio*1000 + 0.5)
 	return &RetryBudget{ratio: max(1, r), burst: int64(burst) * 1000, tokens: int64(burst) * 1000}, nil
@@ -58,9 +58,14 @@ func (b *RetryBudget) TryRetry() bool {
 	return ok
 }
 
-// Exhausted counts retries refused for want of budget; Allowed retries
-// granted.
-func (b *RetryBudget) Exhausted() int64 { return b.exhausted.Load() }
+// BudgetStats is a snapshot of a retry budget.
+type BudgetStats struct {
+	// Allowed counts retries the budget granted; Exhausted retries it
+	// refused for want of budget.
+	Allowed, Exhausted int64
+}
 
-// Allowed counts retries the budget granted.
-func (b *RetryBudget) Allowed() int64 { return b.allowed.Load() }
+// Stats returns the budget's counters.
+func (b *RetryBudget) Stats() BudgetStats {
+	return BudgetStats{Allowed: b.allowed.Load(), Exhausted: b.exhausted.Load()}
+}

@@ -71,11 +71,17 @@ func (b *Buffer[T]) Validate() error {
 	return nil
 }
 
-// Dropped returns how many messages the buffer has dropped.
-func (b *Buffer[T]) Dropped() int64 { return b.dropped.Load() }
+// BufferStats is a snapshot of a buffer.
+type BufferStats struct {
+	// Held is how many messages the buffer holds now; Dropped how many
+	// it has dropped.
+	Held, Dropped int64
+}
 
-// Len returns how many messages the buffer holds now.
-func (b *Buffer[T]) Len() int64 { return b.held.Load() }
+// Stats returns the buffer's counters; it can be read while it runs.
+func (b *Buffer[T]) Stats() BufferStats {
+	return BufferStats{Held: b.held.Load(), Dropped: b.dropped.Load()}
+}
 
 // Run moves messages from in to out through the buffer.
 func (b *Buffer[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[T]) error {

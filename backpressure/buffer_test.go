@@ -61,8 +61,8 @@ func TestBlockLosesNothingAndBoundsMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != total || buf.Dropped() != 0 {
-			t.Fatalf("delivered %d, dropped %d", len(got), buf.Dropped())
+		if len(got) != total || buf.Stats().Dropped != 0 {
+			t.Fatalf("delivered %d, dropped %d", len(got), buf.Stats().Dropped)
 		}
 	})
 }
@@ -80,8 +80,8 @@ func TestDropNewestKeepsTheFirst(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := tr.Stats()
-		if buf.Dropped() == 0 || int64(len(got))+buf.Dropped() != total || st.Settled[stream.Dropped] != buf.Dropped() {
-			t.Fatalf("delivered %d + dropped %d != %d (tracker %+v)", len(got), buf.Dropped(), total, st)
+		if buf.Stats().Dropped == 0 || int64(len(got))+buf.Stats().Dropped != total || st.Settled[stream.Dropped] != buf.Stats().Dropped {
+			t.Fatalf("delivered %d + dropped %d != %d (tracker %+v)", len(got), buf.Stats().Dropped, total, st)
 		}
 		if !slices.IsSorted(got) || got[len(got)-1] == total-1 {
 			t.Fatalf("drop-newest delivered the newest message: %v", got[len(got)-5:])
@@ -101,8 +101,8 @@ func TestDropOldestKeepsTheNewest(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := tr.Stats()
-		if buf.Dropped() == 0 || int64(len(got))+buf.Dropped() != total || st.Settled[stream.Dropped] != buf.Dropped() {
-			t.Fatalf("delivered %d + dropped %d != %d", len(got), buf.Dropped(), total)
+		if buf.Stats().Dropped == 0 || int64(len(got))+buf.Stats().Dropped != total || st.Settled[stream.Dropped] != buf.Stats().Dropped {
+			t.Fatalf("delivered %d + dropped %d != %d", len(got), buf.Stats().Dropped, total)
 		}
 		if !slices.IsSorted(got) || got[len(got)-1] != total-1 {
 			t.Fatalf("drop-oldest lost the newest message: %v", got[len(got)-5:])

@@ -20,7 +20,7 @@ func ExampleNewBuffer() {
 	out := sink.Collect[int]()
 	stream.To(s, out)
 	_ = g.Run(context.Background())
-	fmt.Println(out.Values(), buf.Dropped())
+	fmt.Println(out.Values(), buf.Stats().Dropped)
 	// Output: [1 2 3] 0
 }
 

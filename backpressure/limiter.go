@@ -41,7 +41,7 @@ func (f Fixed) Observe(Sample) {}
 // Validate reports a limit below 1.
 func (f Fixed) Validate() error {
 	if f < 1 {
-		return configError("fixed-limit", "limit", "must be at least 1, got %d", int(f))
+		return configError("fixed limit", "limit", "must be at least 1, got %d", int(f))
 	}
 	return nil
 }

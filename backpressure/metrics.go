@@ -12,7 +12,8 @@ func (b *Breaker) Instrument(stage string, m stream.Meter) {
 		dep.Value = stage
 	}
 	m.Collect(func(w stream.MetricWriter) {
-		cur := b.State()
+		st := b.Stats()
+		cur := st.State
 		for _, s := range []BreakerState{Closed, HalfOpen, Open} {
 			v := 0.0
 			if s == cur {
@@ -21,7 +22,7 @@ func (b *Breaker) Instrument(stage string, m stream.Meter) {
 			w.Gauge("sluice_breaker_state", "1 for the breaker's current state (closed, half_open, open), 0 for the others.",
 				v, dep, stream.Label{Name: "state", Value: stateLabel(s)})
 		}
-		w.Counter("sluice_breaker_transitions_total", "State changes of the breaker.", float64(b.Transitions()), dep)
+		w.Counter("sluice_breaker_transitions_total", "State changes of the breaker.", float64(st.Transitions), dep)
 	})
 }
 
@@ -43,7 +44,8 @@ func stateLabel(s BreakerState) string {
 func (b *RetryBudget) Instrument(stage string, m stream.Meter) {
 	dep := stream.Label{Name: "dependency", Value: stage}
 	m.Collect(func(w stream.MetricWriter) {
-		w.Counter("sluice_retry_budget_allowed_total", "Retries the budget granted.", float64(b.Allowed()), dep)
-		w.Counter("sluice_retry_budget_exhausted_total", "Retries refused because the budget was spent.", float64(b.Exhausted()), dep)
+		st := b.Stats()
+		w.Counter("sluice_retry_budget_allowed_total", "Retries the budget granted.", float64(st.Allowed), dep)
+		w.Counter("sluice_retry_budget_exhausted_total", "Retries refused because the budget was spent.", float64(st.Exhausted), dep)
 	})
 }

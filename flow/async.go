@@ -77,20 +77,25 @@ func MapAsyncByKey[In, Out any](parallelism int, key func(m *stream.Message[In])
 	}
 	a.o.mode = perKey
 	if key == nil {
-		a.err = &stream.ConfigError{Stage: "mapasync", Argument: "key", Reason: "must not be nil"}
+		a.err = &stream.ConfigError{Stage: "map-async-by-key", Argument: "key", Reason: "must not be nil"}
 		return a
 	}
 	a.key = key
 	return a
 }
 
-// Name returns "mapasync".
-func (a *Async[In, Out]) Name() string { return "mapasync" }
+// Name returns "map-async", or "map-async-by-key" for MapAsyncByKey.
+func (a *Async[In, Out]) Name() string {
+	if a.o.mode == perKey {
+		return "map-async-by-key"
+	}
+	return "map-async"
+}
 
 // Validate reports bad arguments.
 func (a *Async[In, Out]) Validate() error {
 	bad := func(arg, reason string) error {
-		return &stream.ConfigError{Stage: "mapasync", Argument: arg, Reason: reason}
+		return &stream.ConfigError{Stage: a.Name(), Argument: arg, Reason: reason}
 	}
 	switch {
 	case a.err != nil:
@@ -159,9 +164,11 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
 	}
-	if a.o.logger != nil {
-		r.log = logx.NewLimited(a.o.logger, time.Second, 5)
+	logger := a.o.logger
+	if logger == nil {
+		logger = in.Logger()
 	}
+	r.log = logx.NewLimited(logger, time.Second, 5)
 	defer func() {
 		if r.timer != nil {
 			r.timer.Stop()

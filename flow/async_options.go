@@ -156,11 +156,13 @@ func OnRetry(fn func(RetryInfo)) AsyncOption { return func(o *asyncOptions) { o.
 // A panic in fn fails that message, even one whose call succeeded.
 func OnDone(fn func(DoneInfo)) AsyncOption { return func(o *asyncOptions) { o.onDone = fn } }
 
-// LogRetries logs each retry scheduled as a warning (with the reason,
-// attempt, wait and error), at most a few lines a second per reason, each
-// saying how many like it were suppressed. Permanent failures are logged as
-// errors by the dead letter that records them.
-func LogRetries(l *slog.Logger) AsyncOption { return func(o *asyncOptions) { o.logger = l } }
+// WithLogger sets the logger of the stage's retries (default: the
+// pipeline's, stream.WithLogger). Each retry scheduled is logged as a
+// warning (with the reason, attempt, wait and error), at most a few lines a
+// second per reason, each saying how many like it were suppressed.
+// Permanent failures are logged as errors by the dead letter that records
+// them.
+func WithLogger(l *slog.Logger) AsyncOption { return func(o *asyncOptions) { o.logger = l } }
 
 // RetryInfo describes a retry being scheduled.
 type RetryInfo struct {

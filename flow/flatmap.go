@@ -18,11 +18,11 @@ type flatMapFlow[In, Out any] struct {
 	fn func(In) ([]Out, error)
 }
 
-func (f *flatMapFlow[In, Out]) Name() string { return "flatmap" }
+func (f *flatMapFlow[In, Out]) Name() string { return "flat-map" }
 
 func (f *flatMapFlow[In, Out]) Validate() error {
 	if f.fn == nil {
-		return stage.NilArg("flatmap", "fn")
+		return stage.NilArg("flat-map", "fn")
 	}
 	return nil
 }

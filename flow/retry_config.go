@@ -44,7 +44,7 @@ func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("retry policies: %w", err)
+			return nil, fmt.Errorf("sluice: retry policies: %w", err)
 		}
 		var file struct {
 			Policies map[string]json.RawMessage `json:"policies"`
@@ -52,7 +52,7 @@ func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&file); err != nil {
-			return nil, fmt.Errorf("retry policies %s: %w", path, err)
+			return nil, fmt.Errorf("sluice: retry policies %s: %w", path, err)
 		}
 		for name, raw := range file.Policies {
 			p, ok := ps[name]
@@ -62,7 +62,7 @@ func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
 			d := json.NewDecoder(bytes.NewReader(raw))
 			d.DisallowUnknownFields()
 			if err := d.Decode(&p); err != nil {
-				return nil, fmt.Errorf("retry policies %s: policy %q: %w", path, name, err)
+				return nil, fmt.Errorf("sluice: retry policies %s: policy %q: %w", path, name, err)
 			}
 			ps[name] = p
 		}
@@ -82,7 +82,7 @@ func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("retry policies: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("sluice: retry policies: %w", errors.Join(errs...))
 	}
 	return ps, nil
 }
@@ -97,7 +97,7 @@ func (ps RetryPolicies) Get(name string) (RetryPolicy, error) {
 		known = append(known, n)
 	}
 	sort.Strings(known)
-	return RetryPolicy{}, fmt.Errorf("retry policy %q is not defined (known: %s)", name, strings.Join(known, ", "))
+	return RetryPolicy{}, fmt.Errorf("sluice: retry policy %q is not defined (known: %s)", name, strings.Join(known, ", "))
 }
 
 func envName(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-", "_")) }
@@ -122,7 +122,7 @@ func (ps RetryPolicies) applyEnv(environ []string) error {
 		ps[name] = p
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("retry policies from the environment: %w", errors.Join(errs...))
+		return fmt.Errorf("sluice: retry policies from the environment: %w", errors.Join(errs...))
 	}
 	return nil
 }

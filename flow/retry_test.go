@@ -361,7 +361,7 @@ func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
 		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: flow.Duration(ms(10))}
-		a := flow.MapAsync(8, fn, flow.Retry(p), flow.LogRetries(logger))
+		a := flow.MapAsync(8, fn, flow.Retry(p), flow.WithLogger(logger))
 		g := stream.New()
 		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), stream.Flow[int, int](a)), sink.Discard[int]())
 		run(t, g)
@@ -371,6 +371,27 @@ func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
 		// 100 retries in a burst: 5 lines, not 100.
 		if len(lines) != 5 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "HTTP 503") {
 			t.Fatalf("%d lines:\n%s", len(lines), buf.String())
+		}
+	})
+}
+
+// A stage given no logger of its own logs to the pipeline's, with its
+// stage name: one way to set a logger (stream.WithLogger), overridable per
+// stage (flow.WithLogger).
+func TestRetriesGoToThePipelinesLoggerByDefault(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf strings.Builder
+		var mu sync.Mutex
+		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: flow.Duration(ms(10))}
+		g := stream.New(stream.WithLogger(logger))
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), stream.Flow[int, int](flow.MapAsync(8, fn, flow.Retry(p))), stream.Name("call")), sink.Discard[int]())
+		run(t, g)
+		mu.Lock()
+		defer mu.Unlock()
+		if !strings.Contains(buf.String(), "stage=call") || !strings.Contains(buf.String(), "level=WARN") {
+			t.Fatalf("the pipeline's logger got:\n%s", buf.String())
 		}
 	})
 }

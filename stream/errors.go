@@ -25,15 +25,24 @@ type StageError struct {
 func (e *StageError) Error() string { return fmt.Sprintf("sluice: stage %q: %v", e.Stage, e.Err) }
 func (e *StageError) Unwrap() error { return e.Err }
 
-// ConfigError reports a bad argument to a stage or pipeline.
+// ConfigError reports a bad argument to a stage, a component or the
+// pipeline. Every constructor and option error of sluice is one.
 type ConfigError struct {
-	Stage    string
+	// Stage is the stage's name in the pipeline, or the component's when
+	// it is built outside one ("kafka source", "breaker drones"); empty
+	// for an option of the pipeline itself.
+	Stage string
+	// Argument is the argument, option or field that is wrong.
 	Argument string
-	Reason   string
+	// Reason says what is wrong with it.
+	Reason string
 }
 
 func (e *ConfigError) Error() string {
-	return fmt.Sprintf("stage %q: argument %s: %s", e.Stage, e.Argument, e.Reason)
+	if e.Stage == "" {
+		return fmt.Sprintf("sluice: invalid pipeline option %s: %s", e.Argument, e.Reason)
+	}
+	return fmt.Sprintf("sluice: invalid %s of %q: %s", e.Argument, e.Stage, e.Reason)
 }
 
 // Is makes every ConfigError match ErrInvalid.

@@ -52,15 +52,15 @@ func New(opts ...Option) *Graph {
 		o(g)
 	}
 	if g.capacity < 1 {
-		g.errorf("pipeline", "WithCapacity", "must be at least 1, got %d", g.capacity)
+		g.errorf("", "WithCapacity", "must be at least 1, got %d", g.capacity)
 		g.capacity = DefaultCapacity
 	}
 	if g.batchSize < 1 {
-		g.errorf("pipeline", "WithBatchSize", "must be at least 1, got %d", g.batchSize)
+		g.errorf("", "WithBatchSize", "must be at least 1, got %d", g.batchSize)
 		g.batchSize = DefaultBatchSize
 	}
 	if g.drainTimeout < 0 {
-		g.errorf("pipeline", "WithDrainTimeout", "must not be negative, got %v", g.drainTimeout)
+		g.errorf("", "WithDrainTimeout", "must not be negative, got %v", g.drainTimeout)
 	}
 	if g.logger == nil {
 		g.logger = slog.Default()

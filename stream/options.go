@@ -22,8 +22,10 @@ func WithBatchSize(n int) Option { return func(g *Graph) { g.batchSize = n } }
 // after its context is cancelled (default 10s). Sources stop at once.
 func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainTimeout = d } }
 
-// WithLogger sets the logger of the default dead letter and of the runner
-// (default slog.Default()).
+// WithLogger sets the pipeline's logger (default slog.Default()): the
+// runner's, the default dead letter's, and that of every stage that logs
+// and was given no logger of its own (flow.WithLogger,
+// checkpoint.WithLogger), with the stage's name.
 func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
 
 // WithPipeline names the pipeline in logs and metric labels (default
@@ -38,8 +40,11 @@ type stageConfig struct {
 	capacity int
 }
 
-// Name names the stage in errors, logs and statistics. The default is the
-// stage's own Name() or its type, made unique with a #n suffix.
+// Name names the stage in errors, logs, statistics and metric labels. The
+// default is the stage's own Name() — by convention what its constructor
+// makes, in kebab-case: "map", "map-async", "flat-map", "partition-limit",
+// "kafka", "checkpoint" — or its Go type, made unique with a #n suffix
+// ("map#2").
 func Name(name string) StageOption { return func(c *stageConfig) { c.name = name } }
 
 // Buffer sets the capacity, in messages, of the pipe feeding the stage

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,6 +144,11 @@ func (in *Inlet[T]) C() <-chan *Batch[T] { return in.p.ch }
 // that holds messages only to wait for them (a delay) should stop waiting
 // and let them go unsettled, to be replayed, rather than hold the drain up.
 func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
+
+// Logger returns the pipeline's logger (stream.WithLogger) with the
+// stage's name: a stage that logs and was given no logger of its own logs
+// here.
+func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
 
 // FlushOutputs hands on what every output of the stage (its failure output
 // included) has built. Stages that wait on C must call it before blocking;

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,7 @@ type node struct {
 	failPort    *port[Failure]
 	stats       nodeStats
 	obs         StageObserver // nil without a pipeline Observer
+	log         atomic.Pointer[slog.Logger]
 }
 
 type flusher interface {
@@ -216,12 +219,19 @@ func (g *Graph) prepare() error {
 	}
 	for _, p := range g.ports {
 		if !p.isConnected() && !p.isOptional() {
-			errs = append(errs, &ConfigError{Stage: fmt.Sprint(p.writerNames()), Argument: "output",
+			errs = append(errs, &ConfigError{Stage: strings.Join(p.writerNames(), ", "), Argument: "output",
 				Reason: "is not connected to any stage (end it with To)"})
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errors.Join(errs...))
+		// Each error is one line naming its stage and argument; those
+		// that are not a ConfigError are marked ErrInvalid too.
+		for i, err := range errs {
+			if !errors.Is(err, ErrInvalid) {
+				errs[i] = fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
+		return errors.Join(errs...)
 	}
 	if len(g.nodes) == 0 {
 		return fmt.Errorf("%w: pipeline has no stages", ErrInvalid)
@@ -252,4 +262,14 @@ func (g *Graph) prepare() error {
 		p.closeIfUnwritten()
 	}
 	return nil
+}
+
+// logger returns the pipeline's logger with the stage's name, made once.
+func (n *node) logger() *slog.Logger {
+	if l := n.log.Load(); l != nil {
+		return l
+	}
+	l := n.g.logger.With("stage", n.name)
+	n.log.Store(l)
+	return l
 }

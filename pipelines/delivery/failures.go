@@ -142,7 +142,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 		stream.To(f, k, stream.Name(verdictStage[v]))
 	}
 	to(deadLetter, kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic), failure)
-	to(compensate, kafkasink.NewSink(cfg.Producer, compensationRecord(cfg.FailuresTopic)).SettleAs(stream.DeadLettered), failure)
+	to(compensate, kafkasink.NewFailureSink(cfg.Producer, compensationRecord(cfg.FailuresTopic)), failure)
 	to(alreadyDelivered, sink.Discard[stream.Failure](), failure)
 	to(alreadyCancelled, sink.Discard[stream.Failure](), failure)
 	if j.parkTopic == "" {

@@ -39,8 +39,9 @@ func Interval(d time.Duration) Option { return func(s *settings) { s.interval = 
 // FinalTimeout bounds the commit made when the input ends (default 10s).
 func FinalTimeout(d time.Duration) Option { return func(s *settings) { s.final = d } }
 
-// Logger receives failed commits as warnings (default slog.Default()).
-func Logger(l *slog.Logger) Option { return func(s *settings) { s.log = l } }
+// WithLogger receives failed commits as warnings (default: the pipeline's
+// logger, stream.WithLogger).
+func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.log = l } }
 
 // Sink settles messages and drives commits.
 type Sink[T any] struct {
@@ -53,7 +54,7 @@ type Sink[T any] struct {
 
 // New returns a checkpoint sink that commits through c.
 func New[T any](c stream.Committer, opts ...Option) *Sink[T] {
-	s := &Sink[T]{c: c, settings: settings{every: 100_000, interval: time.Second, final: 10 * time.Second, log: slog.Default()}}
+	s := &Sink[T]{c: c, settings: settings{every: 100_000, interval: time.Second, final: 10 * time.Second}}
 	for _, o := range opts {
 		o(&s.settings)
 	}
@@ -103,7 +104,11 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	trigger := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go s.committer(ctx, trigger, stop, done)
+	log := s.log
+	if log == nil {
+		log = in.Logger()
+	}
+	go s.committer(ctx, log, trigger, stop, done)
 
 	count := 0
 	err := stage.Loop(ctx, in, func(b *stream.Batch[T]) (bool, error) {
@@ -132,11 +137,11 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	return nil
 }
 
-func (s *Sink[T]) committer(ctx context.Context, trigger, stop <-chan struct{}, done chan<- struct{}) {
+func (s *Sink[T]) committer(ctx context.Context, log *slog.Logger, trigger, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
-	limited := logx.NewLimited(s.log, time.Minute, 3)
+	limited := logx.NewLimited(log, time.Minute, 3)
 	for {
 		select {
 		case <-trigger:

@@ -87,8 +87,7 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 // broker refuses even that, or the broker or the topic fails, does the
 // pipeline stop.
 func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, nil)).Shrink(shrinkFailure(topic, nil))
-	s.outcome = stream.DeadLettered
+	s := NewFailureSink(cl, failureRecord(topic, nil), WithShrinker(shrinkFailure(topic, nil)))
 	s.name = "kafka-dead-letter"
 	return s
 }
@@ -117,7 +116,7 @@ func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[s
 // record due later holds back the records behind it in its partition, so
 // with delays that differ the later ones set the pace.
 func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, replayAfter)).Shrink(shrinkFailure(topic, replayAfter))
+	s := NewSink(cl, failureRecord(topic, replayAfter), WithShrinker(shrinkFailure(topic, replayAfter)))
 	s.outcome = stream.Parked
 	s.name = "kafka-parking"
 	if replayAfter == nil {

@@ -122,13 +122,13 @@ var idWord = regexp.MustCompile(`[^\s]*[0-9][^\s]*`)
 // is an error saying why.
 func (d DeadLetterRecord) Replay(topic string) (*kgo.Record, error) {
 	if d.Incomplete != "" {
-		return nil, fmt.Errorf("dead letter %s is not the message as it came: %s", d.Position(), d.Incomplete)
+		return nil, fmt.Errorf("sluice: dead letter %s is not the message as it came: %s", d.Position(), d.Incomplete)
 	}
 	if topic == "" {
 		topic = d.SourceTopic
 	}
 	if topic == "" {
-		return nil, fmt.Errorf("dead letter %s names no original topic (%s): say where to send it", d.Position(), HeaderTopic)
+		return nil, fmt.Errorf("sluice: dead letter %s names no original topic (%s): say where to send it", d.Position(), HeaderTopic)
 	}
 	r := &kgo.Record{Topic: topic, Key: d.Record.Key, Value: d.Record.Value}
 	for _, h := range d.Record.Headers {

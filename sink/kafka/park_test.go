@@ -102,7 +102,7 @@ func TestParkAndReplay(t *testing.T) {
 		if err := src.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		return park.Produced(), dead.Produced()
+		return park.Stats().Produced, dead.Stats().Produced
 	}
 	count := func(which string) int {
 		mu.Lock()

@@ -116,8 +116,8 @@ func TestDeadLetterTooLargeIsWrittenTruncated(t *testing.T) {
 	if _, ok := h[kafkasink.HeaderHeadersDropped]; ok {
 		t.Fatalf("headers %v: the original headers were kept", h)
 	}
-	if dl.Produced() != 1 || dl.Shrunk() != 1 {
-		t.Fatalf("produced %d, shrunk %d", dl.Produced(), dl.Shrunk())
+	if dl.Stats().Produced != 1 || dl.Stats().Shrunk != 1 {
+		t.Fatalf("produced %d, shrunk %d", dl.Stats().Produced, dl.Stats().Shrunk)
 	}
 }
 
@@ -222,8 +222,8 @@ func TestShrinkerOfAnOrdinarySink(t *testing.T) {
 	g := stream.New()
 	vals := [][]byte{[]byte("a"), bytes.Repeat([]byte("x"), 2<<20), bytes.Repeat([]byte("y"), 2<<20), bytes.Repeat([]byte("z"), 2<<20)}
 	var steps []int
-	out := kafkasink.NewSink(client(t, brokers, kgo.ProducerBatchMaxBytes(1<<20)), kafkasink.Records("out")).
-		Shrink(func(m *stream.Message[[]byte], rec *kgo.Record, step int, err error) *kgo.Record {
+	out := kafkasink.NewSink(client(t, brokers, kgo.ProducerBatchMaxBytes(1<<20)), kafkasink.Records("out"),
+		kafkasink.WithShrinker(func(m *stream.Message[[]byte], rec *kgo.Record, step int, err error) *kgo.Record {
 			steps = append(steps, step)
 			switch m.Value[0] {
 			case 'x':
@@ -236,7 +236,7 @@ func TestShrinkerOfAnOrdinarySink(t *testing.T) {
 			default:
 				panic("shrinker bug")
 			}
-		})
+		}))
 	src := stream.SourceFunc[[]byte](func(ctx context.Context, o *stream.Outlet[[]byte]) error {
 		for _, v := range vals {
 			if err := o.Send(ctx, stream.NewMessage(v, tr.Track())); err != nil {
@@ -279,7 +279,7 @@ func TestShrinkerOfAnOrdinarySink(t *testing.T) {
 		got = append(got, string(r.Value))
 	}
 	slices.Sort(got)
-	if !slices.Equal(got, []string{"a", "xxxxxxxxxx"}) || out.Shrunk() != 1 {
-		t.Fatalf("records %q, shrunk %d", got, out.Shrunk())
+	if !slices.Equal(got, []string{"a", "xxxxxxxxxx"}) || out.Stats().Shrunk != 1 {
+		t.Fatalf("records %q, shrunk %d", got, out.Stats().Shrunk)
 	}
 }

@@ -65,27 +65,34 @@ type Sink[T any] struct {
 // owns cl and closes it after the pipeline's Run returns. A record refused
 // for a reason of its own (too large, invalid) fails its message; the sink
 // stops the pipeline, leaving the message unsettled, only when the broker
-// or the topic is the problem. Default: no Shrinker.
-func NewSink[T any](cl *kgo.Client, encode Encoder[T]) *Sink[T] {
-	return &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
-}
-
-// SettleAs makes the sink settle acknowledged messages with outcome o
-// instead of stream.Completed (a failure queue settles as
-// stream.DeadLettered) and returns the sink.
-func (s *Sink[T]) SettleAs(o stream.Outcome) *Sink[T] {
-	s.outcome = o
+// or the topic is the problem. Options: WithShrinker (default: none).
+func NewSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[T] {
+	s := &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
+	for _, o := range opts {
+		o(s)
+	}
 	return s
 }
 
-// Shrink makes the sink ask fn for a smaller record when a message's record
-// cannot be written, or cannot be encoded, instead of failing the message
-// at once (see Shrinker), and returns the sink. A message written smaller
-// is settled as one written whole.
-func (s *Sink[T]) Shrink(fn Shrinker[T]) *Sink[T] {
-	s.shrink = fn
+// NewFailureSink is NewSink for a failure queue: its records are failures
+// (failure events a supervisor reads, say), so it settles each message as
+// stream.DeadLettered once the broker acknowledged it, not as Completed.
+// NewDeadLetter is the failure queue of stream.Failure messages.
+func NewFailureSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[T] {
+	s := NewSink(cl, encode, opts...)
+	s.outcome = stream.DeadLettered
+	s.name = "kafka-failures"
 	return s
 }
+
+// Option configures a producer sink.
+type Option[T any] func(*Sink[T])
+
+// WithShrinker makes the sink ask fn for a smaller record when a message's
+// record cannot be written, or cannot be encoded, instead of failing the
+// message at once (see Shrinker). A message written smaller is settled as
+// one written whole. Default: none.
+func WithShrinker[T any](fn Shrinker[T]) Option[T] { return func(s *Sink[T]) { s.shrink = fn } }
 
 // Records is the Encoder for byte messages: the record keeps the message's
 // key, value and headers and goes to topic.
@@ -115,17 +122,23 @@ func (s *Sink[T]) Validate() error {
 	return nil
 }
 
-// Produced returns how many records the broker acknowledged, those written
-// in place of a failed one included.
-func (s *Sink[T]) Produced() int64 { return s.produced.Load() }
+// Stats is a snapshot of a producer sink's counters.
+type Stats struct {
+	// Produced counts records the broker acknowledged, those written in
+	// place of a failed one included.
+	Produced int64
+	// Failed counts records that could not be produced (a record that a
+	// smaller one then replaced included).
+	Failed int64
+	// Shrunk counts messages written as the smaller record a Shrinker
+	// gave.
+	Shrunk int64
+}
 
-// Failed returns how many records could not be produced (a record that a
-// smaller one then replaced included).
-func (s *Sink[T]) Failed() int64 { return s.failed.Load() }
-
-// Shrunk returns how many messages were written as the smaller record a
-// Shrinker gave.
-func (s *Sink[T]) Shrunk() int64 { return s.shrunk.Load() }
+// Stats returns the sink's counters; it can be read while the sink runs.
+func (s *Sink[T]) Stats() Stats {
+	return Stats{Produced: s.produced.Load(), Failed: s.failed.Load(), Shrunk: s.shrunk.Load()}
+}
 
 // Run produces every message. A record that fails is handled as soon as
 // its failure is known, not when more input comes: on a quiet failure

@@ -107,8 +107,27 @@ func TestDeadLetterRecordsReasonAndPosition(t *testing.T) {
 		h[kafkasink.HeaderAttempt] != "0" || h[kafkasink.HeaderFailedAt] == "" {
 		t.Fatalf("dead letter %q with headers %v", r.Value, h)
 	}
-	if st := tr.Stats(); st.Settled[stream.DeadLettered] != 1 || st.Settled[stream.Completed] != 1 || dl.Produced() != 1 {
-		t.Fatalf("settled %+v, produced %d", st.Settled, dl.Produced())
+	if st := tr.Stats(); st.Settled[stream.DeadLettered] != 1 || st.Settled[stream.Completed] != 1 || dl.Stats().Produced != 1 {
+		t.Fatalf("settled %+v, produced %d", st.Settled, dl.Stats().Produced)
+	}
+}
+
+// A failure sink writes what it is given as NewSink does and settles it
+// as dead-lettered: its records are failures, not completed work.
+func TestFailureSinkSettlesDeadLettered(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "events")
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	fs := kafkasink.NewFailureSink(client(t, brokers), kafkasink.Records("events"))
+	stream.To(stream.From(g, source.Slice([][]byte{[]byte("a"), []byte("b")}, source.Track(tr))), fs)
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Settled[stream.DeadLettered] != 2 || st.Settled[stream.Completed] != 0 || fs.Stats().Produced != 2 {
+		t.Fatalf("settled %+v, produced %d", st.Settled, fs.Stats().Produced)
+	}
+	if n := len(readAll(t, brokers, "events", 1)); n != 2 {
+		t.Fatalf("%d records on the topic, want 2", n)
 	}
 }
 

@@ -313,7 +313,7 @@ func startChurnMember(t *testing.T, brokers []string, group, topic string, balan
 		w.process(i)
 		return v, nil
 	})))
-	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(time.Duration(20+rng.IntN(80))*time.Millisecond), checkpoint.Every(500), checkpoint.Logger(quiet)))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(time.Duration(20+rng.IntN(80))*time.Millisecond), checkpoint.Every(500), checkpoint.WithLogger(quiet)))
 	go func() { m.done <- g.Run(ctx) }()
 	return m
 }

@@ -86,7 +86,7 @@ func (s *Source) commitParts(ctx context.Context, parts []*partition, revoking b
 	}
 	if err != nil {
 		s.commitErrors.Add(1)
-		return fmt.Errorf("kafka source: commit (generation %d): %w", gen, err)
+		return fmt.Errorf("sluice: kafka source: commit (generation %d): %w", gen, err)
 	}
 	s.commits.Add(1)
 	for _, t := range todo {

@@ -19,14 +19,14 @@ import (
 // ErrConfig is wrapped by every configuration error of this package; each
 // bad field is a *stream.ConfigError (stage "kafka-source", the field as
 // its argument), which matches stream.ErrInvalid too.
-var ErrConfig = errors.New("kafka source: invalid configuration")
+var ErrConfig = errors.New("sluice: kafka source: invalid configuration")
 
 // ErrBrokerUnreachable is wrapped when no broker answered within
 // Config.ConnectTimeout.
-var ErrBrokerUnreachable = errors.New("kafka: no broker reachable")
+var ErrBrokerUnreachable = errors.New("sluice: kafka: no broker reachable")
 
 // ErrUnknownTopic is wrapped when a configured topic does not exist.
-var ErrUnknownTopic = errors.New("kafka: unknown topic")
+var ErrUnknownTopic = errors.New("sluice: kafka: unknown topic")
 
 // StartOffset says where a group with no committed offset starts reading.
 type StartOffset int
@@ -219,5 +219,5 @@ func (c Conn) ClientOpts() []kgo.Opt {
 
 // configError is a *stream.ConfigError of the source naming field.
 func configError(field, format string, a ...any) error {
-	return &stream.ConfigError{Stage: "kafka-source", Argument: field, Reason: fmt.Sprintf(format, a...)}
+	return &stream.ConfigError{Stage: "kafka source", Argument: field, Reason: fmt.Sprintf(format, a...)}
 }

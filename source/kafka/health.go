@@ -14,11 +14,11 @@ import (
 
 // ErrBrokerLost is wrapped by the error that ends Run when no broker has
 // answered any request for longer than Config.MaxBrokerLoss.
-var ErrBrokerLost = errors.New("kafka source: brokers unreachable")
+var ErrBrokerLost = errors.New("sluice: kafka source: brokers unreachable")
 
 // ErrCommitsFailing is wrapped by the error that ends Run when offset
 // commits have failed for longer than Config.MaxCommitFailure.
-var ErrCommitsFailing = errors.New("kafka source: offset commits failing")
+var ErrCommitsFailing = errors.New("sluice: kafka source: offset commits failing")
 
 // health follows the source's contact with the cluster: when a broker last
 // answered a request, when a request or a dial last failed, when a commit
@@ -187,10 +187,10 @@ func (c *Config) readyLoss() time.Duration {
 // of its own.
 func (s *Source) Ready(context.Context) error {
 	if d, err := s.health.lostFor(time.Now()); d > s.cfg.readyLoss() {
-		return fmt.Errorf("kafka source: requests failing for %v with no answer: %v", d.Round(time.Millisecond), err)
+		return fmt.Errorf("sluice: kafka source: requests failing for %v with no answer: %v", d.Round(time.Millisecond), err)
 	}
 	if _, gen := s.cl.GroupMetadata(); gen < 0 {
-		return errors.New("kafka source: not in the consumer group yet")
+		return errors.New("sluice: kafka source: not in the consumer group yet")
 	}
 	return nil
 }

@@ -55,7 +55,7 @@ func startOutageMember(t *testing.T, src *kafka.Source) *outageMember {
 				}
 			}
 		}))
-	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond), checkpoint.Logger(quiet)))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond), checkpoint.WithLogger(quiet)))
 	go func() { m.done <- g.Run(ctx) }()
 	return m
 }

@@ -54,7 +54,7 @@ func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 			return ctx.Err()
 		}
 		if fs.IsClientClosed() {
-			return errors.New("kafka source: client closed while the pipeline runs")
+			return errors.New("sluice: kafka source: client closed while the pipeline runs")
 		}
 		if err := s.fetchErrors(ctx, fs); err != nil {
 			return err
@@ -129,7 +129,7 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches) error {
 			return
 		}
 		if fatal == nil {
-			fatal = fmt.Errorf("kafka source: fetching %s/%d: %w", t, p, err)
+			fatal = fmt.Errorf("sluice: kafka source: fetching %s/%d: %w", t, p, err)
 		}
 	})
 	return fatal

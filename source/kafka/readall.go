@@ -40,7 +40,7 @@ func ReadToEnd(ctx context.Context, opts []kgo.Opt, topic string, since time.Tim
 	}
 	admin.Close()
 	if err != nil {
-		return fmt.Errorf("kafka: the offsets of %s: %w%s", topic, err, saslHint(err))
+		return fmt.Errorf("sluice: kafka: the offsets of %s: %w%s", topic, err, saslHint(err))
 	}
 	if _, ok := ends[topic]; !ok {
 		return fmt.Errorf("%w %q", ErrUnknownTopic, topic)
@@ -69,12 +69,12 @@ func ReadToEnd(ctx context.Context, opts []kgo.Opt, topic string, since time.Tim
 	for len(toRead) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("kafka: reading %s: %d partitions not read to their end: %w", topic, len(toRead), err)
+			return fmt.Errorf("sluice: kafka: reading %s: %d partitions not read to their end: %w", topic, len(toRead), err)
 		}
 		var ferr error
 		fs.EachError(func(_ string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) {
-				ferr = errors.Join(ferr, fmt.Errorf("kafka: reading %s partition %d: %w", topic, p, err))
+				ferr = errors.Join(ferr, fmt.Errorf("sluice: kafka: reading %s partition %d: %w", topic, p, err))
 			}
 		})
 		if ferr != nil {

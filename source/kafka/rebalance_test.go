@@ -247,7 +247,7 @@ func TestHeldPollIsNotTrackedIntoTheNextAssignment(t *testing.T) {
 			}
 		}
 	}))
-	ck := checkpoint.New[[]byte](src, checkpoint.Interval(10*time.Millisecond), checkpoint.Logger(quiet))
+	ck := checkpoint.New[[]byte](src, checkpoint.Interval(10*time.Millisecond), checkpoint.WithLogger(quiet))
 	stream.To(s, stream.Sink[[]byte](ck))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -200,7 +200,7 @@ func TestBadConfigAndUnreachableBrokers(t *testing.T) {
 		if j, ok := e.(interface{ Unwrap() []error }); ok {
 			for _, f := range j.Unwrap() {
 				var ce *stream.ConfigError
-				if errors.As(f, &ce) && ce.Stage == "kafka-source" {
+				if errors.As(f, &ce) && ce.Stage == "kafka source" {
 					named[ce.Argument] = true
 				}
 			}

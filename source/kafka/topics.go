@@ -27,7 +27,7 @@ func (s *Source) check(ctx context.Context) error {
 		var kerrErr *kerr.Error
 		if errors.As(err, &kerrErr) {
 			// The broker answered with an error (authentication, ACLs).
-			return fmt.Errorf("kafka source: brokers %v: %w%s", s.cfg.Brokers, err, saslHint(err))
+			return fmt.Errorf("sluice: kafka source: brokers %v: %w%s", s.cfg.Brokers, err, saslHint(err))
 		}
 		hint := ""
 		if s.cfg.SASL != nil && errors.Is(err, io.EOF) {
@@ -68,7 +68,7 @@ func unknownTopics(resp *kmsg.MetadataResponse, brokers []string) error {
 				errs = append(errs, fmt.Errorf("%w %q on brokers %v", ErrUnknownTopic, name, brokers))
 				continue
 			}
-			errs = append(errs, fmt.Errorf("kafka: topic %q: %w", name, err))
+			errs = append(errs, fmt.Errorf("sluice: kafka: topic %q: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -88,7 +88,7 @@ func CheckTopics(ctx context.Context, cl *kgo.Client, topics ...string) error {
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("kafka: checking topics %v: %w%s", topics, err, saslHint(err))
+		return fmt.Errorf("sluice: kafka: checking topics %v: %w%s", topics, err, saslHint(err))
 	}
 	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
 	return unknownTopics(resp, seeds)
