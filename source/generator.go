@@ -11,8 +11,9 @@ import (
 
 // Generator returns a source that emits fn(0), fn(1), ... with Offset set to
 // the sequence number, optionally rate limited (Rate) and bounded (Count).
-// It runs until Count is reached or the pipeline is cancelled.
-func Generator[T any](fn func(seq int64) T, opts ...Option) stream.Source[T] {
+// It runs until Count is reached or the pipeline is cancelled. It takes
+// GeneratorOptions: Rate, Count, and any Option (Track).
+func Generator[T any](fn func(seq int64) T, opts ...GeneratorOption) stream.Source[T] {
 	return &generator[T]{fn: fn, c: newConfig("generator", opts)}
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // Slice returns a source that emits the values of vs in order, then ends.
-// Offsets are the values' indexes (or tracker ids with Track).
+// Offsets are the values' indexes (or tracker ids with Track). It takes
+// Options only: Rate and Count are Generator's and do not compile here.
 func Slice[T any](vs []T, opts ...Option) stream.Source[T] {
 	return &sliceSource[T]{vs: vs, c: newConfig("slice", opts)}
 }
@@ -40,7 +41,7 @@ func (s *sliceSource[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 }
 
 // Channel returns a source that emits the values received from ch until ch
-// is closed or the pipeline is cancelled.
+// is closed or the pipeline is cancelled. It takes Options only, as Slice.
 func Channel[T any](ch <-chan T, opts ...Option) stream.Source[T] {
 	return &chanSource[T]{ch: ch, c: newConfig("channel", opts)}
 }

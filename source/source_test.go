@@ -1,6 +1,7 @@
 package source_test
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/reugn/go-streams/extension"
@@ -71,4 +72,32 @@ func TestGoStreamsContract(t *testing.T) {
 		},
 		Bounded: true,
 	})
+}
+
+// Rate and Count are Generator's options: a Slice or a Channel would ignore
+// them, so their type must not be an Option (passing one there does not
+// compile), while Track must serve every source.
+func TestOptionsAreTypedBySource(t *testing.T) {
+	option := reflect.TypeFor[source.Option]()
+	generatorOption := reflect.TypeFor[source.GeneratorOption]()
+	if generatorOption.AssignableTo(option) {
+		t.Fatal("a GeneratorOption is assignable to Option: Slice and Channel would accept Rate and Count")
+	}
+	for name, o := range map[string]source.GeneratorOption{
+		"Rate":  source.Rate(1, 1),
+		"Count": source.Count(1),
+	} {
+		if reflect.TypeOf(o).Implements(option) {
+			t.Errorf("%s's value implements Option", name)
+		}
+	}
+	if !option.AssignableTo(generatorOption) {
+		t.Error("an Option is not a GeneratorOption: Track would not reach Generator")
+	}
+	sliceOpts := reflect.TypeOf(source.Slice[int]).In(1).Elem()
+	chanOpts := reflect.TypeOf(source.Channel[int]).In(1).Elem()
+	genOpts := reflect.TypeOf(source.Generator[int]).In(1).Elem()
+	if sliceOpts != option || chanOpts != option || genOpts != generatorOption {
+		t.Errorf("option parameters: Slice %v, Channel %v, Generator %v", sliceOpts, chanOpts, genOpts)
+	}
 }
