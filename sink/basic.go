@@ -30,19 +30,29 @@ type Collector[T any] struct {
 	msgs []stream.Message[T]
 }
 
-// Collect returns an empty Collector.
+// Collect returns an empty Collector. It settles each message it keeps as
+// stream.Completed, except that a Collector of stream.Failure (connected to
+// Graph.Failures or a stage's Errors) settles as stream.DeadLettered: a
+// failure kept for inspection left the pipeline as a dead letter, not as
+// completed work, and the source's counts and the stage's SettledBy say
+// so. Collect[stream.Failure]() is therefore a DeadLetter for tests.
 func Collect[T any]() *Collector[T] { return &Collector[T]{} }
 
 // Name returns "collect".
 func (c *Collector[T]) Name() string { return "collect" }
 
-// Run stores and settles each message.
+// Run stores and settles each message (see Collect for the outcome).
 func (c *Collector[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
+	outcome := stream.Completed
+	var zero T
+	if _, ok := any(zero).(stream.Failure); ok {
+		outcome = stream.DeadLettered
+	}
 	return stage.ForEach(ctx, in, func(m *stream.Message[T]) error {
 		c.mu.Lock()
 		c.msgs = append(c.msgs, *m)
 		c.mu.Unlock()
-		in.Settle(m, stream.Completed)
+		in.Settle(m, outcome)
 		return nil
 	})
 }

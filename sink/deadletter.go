@@ -12,6 +12,8 @@ import (
 // it records each failed message with its reason somewhere durable and then
 // settles it as stream.DeadLettered. If it cannot record a failure it must
 // end the pipeline rather than settle it, so the message is replayed.
+// DeadLetterFunc, sink/kafka.NewDeadLetter and, for tests, Collect[stream.Failure]
+// are DeadLetters.
 type DeadLetter = stream.Sink[stream.Failure]
 
 // DeadLetterFunc returns a dead letter that calls record for each failure

@@ -30,6 +30,30 @@ func ExampleCollect() {
 	// Output: [1 2]
 }
 
+// A Collector of failures keeps them for inspection and settles them as
+// dead-lettered.
+func ExampleCollect_failures() {
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	stream.To(stream.From(g, source.Slice([]int{1, 2}, source.Track(tr))), sink.Func(func(_ context.Context, n int) error {
+		if n == 2 {
+			return errors.New("cannot store 2")
+		}
+		return nil
+	}), stream.Name("store"))
+	failures := sink.Collect[stream.Failure]()
+	stream.To(g.Failures(), failures)
+	_ = g.Run(context.Background())
+	for _, f := range failures.Values() {
+		fmt.Println(f)
+	}
+	st := tr.Stats()
+	fmt.Println(st.Settled[stream.Completed], "completed,", st.Settled[stream.DeadLettered], "dead-lettered")
+	// Output:
+	// stage "store": cannot store 2
+	// 1 completed, 1 dead-lettered
+}
+
 func ExampleFunc() {
 	g := stream.New()
 	stream.To(stream.From(g, source.Slice([]string{"hello", "world"})), sink.Func(func(_ context.Context, s string) error {

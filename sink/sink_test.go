@@ -121,3 +121,41 @@ func TestDeadLetterThatCannotRecordEndsRunUnsettled(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// Failures kept by a Collector for inspection have left the pipeline as
+// dead letters, not as completed work: the source's tracker, and the
+// collector stage's own counts, must say DeadLettered.
+func TestCollectOfFailuresSettlesDeadLettered(t *testing.T) {
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	stream.To(stream.From(g, source.Slice([]int{0, 1, 2, 3}, source.Track(tr))), sink.Func(func(_ context.Context, x int) error {
+		if x%2 == 1 {
+			return errors.New("rejected")
+		}
+		return nil
+	}))
+	failures := sink.Collect[stream.Failure]()
+	stream.To(g.Failures(), failures, stream.Name("failures"))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(failures.Values()); n != 2 {
+		t.Fatalf("collected %d failures, want 2", n)
+	}
+	if st := tr.Stats(); st.Settled[stream.Completed] != 2 || st.Settled[stream.DeadLettered] != 2 {
+		t.Fatalf("tracker settled %+v; want 2 completed (the sink) and 2 dead-lettered (the collected failures)", st.Settled)
+	}
+	found := false
+	for _, s := range g.Stats() {
+		if s.Name != "failures" {
+			continue
+		}
+		found = true
+		if s.SettledBy[stream.DeadLettered] != 2 || s.SettledBy[stream.Completed] != 0 {
+			t.Fatalf("failures stage settled %+v; want 2 dead-lettered", s.SettledBy)
+		}
+	}
+	if !found {
+		t.Fatal("no stage named failures in Graph.Stats")
+	}
+}
