@@ -32,8 +32,8 @@ const (
 // out) or failed; lost must be 0: every message completed, parked or failed.
 func BenchmarkRetryStorm(b *testing.B) {
 	base := flow.RetryPolicy{Strategy: flow.Exponential, MaxAttempts: 10,
-		BaseDelay: flow.Duration(100 * time.Millisecond), MaxDelay: flow.Duration(2 * time.Second),
-		AttemptTimeout: flow.Duration(time.Second), MaxElapsed: flow.Duration(20 * time.Second)}
+		BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second,
+		AttemptTimeout: time.Second, MaxElapsed: 20 * time.Second}
 	variants := []struct {
 		name   string
 		policy *flow.RetryPolicy

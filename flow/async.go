@@ -130,7 +130,7 @@ func (a *Async[In, Out]) Validate() error {
 // CallTimeout's, else none.
 func (a *Async[In, Out]) attemptTimeout() time.Duration {
 	if a.o.retry != nil && a.o.retry.AttemptTimeout > 0 {
-		return time.Duration(a.o.retry.AttemptTimeout)
+		return a.o.retry.AttemptTimeout
 	}
 	return a.o.timeout
 }

@@ -45,6 +45,11 @@ const (
 // MaxAttempts calls in all, and never past MaxElapsed after the first
 // attempt started: attempts, waits and attempt timeouts all count, so the
 // end-to-end latency budget holds whatever the service does.
+//
+// The zero RetryPolicy is not valid (MaxAttempts 0, no strategy): start
+// from Background or Interactive. In JSON (the retry-policy file, see
+// LoadRetryPolicies) fields have the names of their tags and durations are
+// strings in Go's form ("250ms", "1m30s"); see MarshalJSON.
 type RetryPolicy struct {
 	Strategy Strategy `json:"strategy"`
 	Jitter   Jitter   `json:"jitter"`
@@ -52,40 +57,24 @@ type RetryPolicy struct {
 	MaxAttempts int `json:"max_attempts"`
 	// BaseDelay is the first wait; Increment what Incremental adds each
 	// time; MaxDelay caps any wait (Retry-After included).
-	BaseDelay Duration `json:"base_delay"`
-	Increment Duration `json:"increment"`
-	MaxDelay  Duration `json:"max_delay"`
+	BaseDelay time.Duration `json:"base_delay"`
+	Increment time.Duration `json:"increment"`
+	MaxDelay  time.Duration `json:"max_delay"`
 	// AttemptTimeout bounds each call (0: the stage's CallTimeout, if
 	// any), counted as CallTimeout is: from the call's start, or from its
 	// send in a stage with TimeoutFromSend.
-	AttemptTimeout Duration `json:"attempt_timeout"`
+	AttemptTimeout time.Duration `json:"attempt_timeout"`
 	// MaxElapsed bounds the whole: no retry is scheduled that could end
 	// after it (0: no bound but MaxAttempts). It counts from the first
 	// attempt's start, with TimeoutFromSend too: it is the latency the
 	// message's sender sees, and the earlier attempts' waits before sending
 	// count against it (the next attempt's own wait, unknown when the
 	// retry is scheduled, does not).
-	MaxElapsed Duration `json:"max_elapsed"`
+	MaxElapsed time.Duration `json:"max_elapsed"`
 	// HonorRetryAfter waits at least what the service asked (429/503
 	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so
 	// that clients told the same time do not wake together.
 	HonorRetryAfter bool `json:"honor_retry_after"`
-}
-
-// Duration is a time.Duration that reads and writes as a string ("250ms").
-type Duration time.Duration
-
-// MarshalText writes the duration as Go's time.Duration string.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText reads "250ms", "2s", "1m30s".
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (like 250ms or 2s)", b)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 // Background is the default policy for background work: exponential
@@ -93,16 +82,16 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // within 5 minutes.
 func Background() RetryPolicy {
 	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 8,
-		BaseDelay: Duration(100 * time.Millisecond), MaxDelay: Duration(30 * time.Second),
-		MaxElapsed: Duration(5 * time.Minute), HonorRetryAfter: true}
+		BaseDelay: 100 * time.Millisecond, MaxDelay: 30 * time.Second,
+		MaxElapsed: 5 * time.Minute, HonorRetryAfter: true}
 }
 
 // Interactive is the default policy for work someone waits for: 3 fast
 // attempts, 50 to 250 ms apart with full jitter, within 2 seconds.
 func Interactive() RetryPolicy {
 	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 3,
-		BaseDelay: Duration(50 * time.Millisecond), MaxDelay: Duration(250 * time.Millisecond),
-		AttemptTimeout: Duration(500 * time.Millisecond), MaxElapsed: Duration(2 * time.Second), HonorRetryAfter: true}
+		BaseDelay: 50 * time.Millisecond, MaxDelay: 250 * time.Millisecond,
+		AttemptTimeout: 500 * time.Millisecond, MaxElapsed: 2 * time.Second, HonorRetryAfter: true}
 }
 
 // Validate reports every bad field, by its JSON name.
@@ -130,18 +119,18 @@ func (p RetryPolicy) Validate() error {
 	}
 	for _, d := range []struct {
 		name string
-		v    Duration
+		v    time.Duration
 	}{{"base_delay", p.BaseDelay}, {"increment", p.Increment}, {"max_delay", p.MaxDelay},
 		{"attempt_timeout", p.AttemptTimeout}, {"max_elapsed", p.MaxElapsed}} {
 		if d.v < 0 {
-			bad(d.name, "must not be negative, got %v", time.Duration(d.v))
+			bad(d.name, "must not be negative, got %v", d.v)
 		}
 	}
 	if p.Strategy != Immediate && p.MaxAttempts > 1 && p.BaseDelay == 0 {
 		bad("base_delay", "must be positive for the %s strategy", p.Strategy)
 	}
 	if p.MaxDelay > 0 && p.MaxDelay < p.BaseDelay {
-		bad("max_delay", "%v is below base_delay %v", time.Duration(p.MaxDelay), time.Duration(p.BaseDelay))
+		bad("max_delay", "%v is below base_delay %v", p.MaxDelay, p.BaseDelay)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -156,7 +145,7 @@ func (p RetryPolicy) Delay(next int, prev, retryAfter time.Duration, rnd func() 
 	if p.Strategy == Immediate {
 		return 0
 	}
-	base, maxD := time.Duration(p.BaseDelay), time.Duration(p.MaxDelay)
+	base, maxD := p.BaseDelay, p.MaxDelay
 	if maxD == 0 {
 		maxD = time.Duration(math.MaxInt64)
 	}
@@ -171,7 +160,7 @@ func (p RetryPolicy) Delay(next int, prev, retryAfter time.Duration, rnd func() 
 			d = time.Duration(f * float64(base))
 		}
 	case Incremental:
-		d = base + time.Duration(n-1)*time.Duration(p.Increment)
+		d = base + time.Duration(n-1)*p.Increment
 	case Regular:
 		d = base
 	}

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RetryPolicies are retry policies by name, loaded once at start from one
@@ -59,9 +60,7 @@ func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
 			if !ok {
 				p = Background()
 			}
-			d := json.NewDecoder(bytes.NewReader(raw))
-			d.DisallowUnknownFields()
-			if err := d.Decode(&p); err != nil {
+			if err := p.decode(raw, true); err != nil {
 				return nil, fmt.Errorf("sluice: retry policies %s: policy %q: %w", path, name, err)
 			}
 			ps[name] = p
@@ -193,12 +192,12 @@ func setField(p *RetryPolicy, field, val string) error {
 		}
 		f := v.Field(i)
 		switch f.Interface().(type) {
-		case Duration:
-			var d Duration
-			if err := d.UnmarshalText([]byte(val)); err != nil {
+		case time.Duration:
+			d, err := parseDuration(val)
+			if err != nil {
 				return err
 			}
-			f.Set(reflect.ValueOf(d))
+			f.SetInt(int64(d))
 		case int:
 			n, err := strconv.Atoi(val)
 			if err != nil {

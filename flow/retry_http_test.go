@@ -86,8 +86,8 @@ func runAgainst(t *testing.T, srv *faultserver.Server, n, parallelism int, p flo
 
 func fastPolicy() flow.RetryPolicy {
 	return flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.FullJitter, MaxAttempts: 6,
-		BaseDelay: flow.Duration(10 * time.Millisecond), MaxDelay: flow.Duration(1500 * time.Millisecond),
-		AttemptTimeout: flow.Duration(200 * time.Millisecond), HonorRetryAfter: true}
+		BaseDelay: 10 * time.Millisecond, MaxDelay: 1500 * time.Millisecond,
+		AttemptTimeout: 200 * time.Millisecond, HonorRetryAfter: true}
 }
 
 func TestFaultServerEveryPath(t *testing.T) {

@@ -26,7 +26,7 @@ func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 func TestRetryDelays(t *testing.T) {
 	half := func() float64 { return 0.5 }
 	p := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.NoJitter, MaxAttempts: 10,
-		BaseDelay: flow.Duration(ms(100)), MaxDelay: flow.Duration(ms(1000))}
+		BaseDelay: ms(100), MaxDelay: ms(1000)}
 	var got []time.Duration
 	for next := 2; next <= 7; next++ {
 		got = append(got, p.Delay(next, 0, 0, half))
@@ -50,11 +50,11 @@ func TestRetryDelays(t *testing.T) {
 		t.Fatalf("decorrelated after 300ms at 0.5 = %v", d)
 	}
 	inc := flow.RetryPolicy{Strategy: flow.Incremental, Jitter: flow.NoJitter, MaxAttempts: 5,
-		BaseDelay: flow.Duration(ms(100)), Increment: flow.Duration(ms(50))}
+		BaseDelay: ms(100), Increment: ms(50)}
 	if a, b := inc.Delay(2, 0, 0, half), inc.Delay(4, 0, 0, half); a != ms(100) || b != ms(200) {
 		t.Fatalf("incremental %v %v", a, b)
 	}
-	reg := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(ms(70))}
+	reg := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: ms(70)}
 	if reg.Delay(5, 0, 0, half) != ms(70) {
 		t.Fatal("regular")
 	}
@@ -64,7 +64,7 @@ func TestRetryDelays(t *testing.T) {
 	}
 	// Retry-After is honoured, jittered upward by up to 20%, and capped.
 	ra := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.FullJitter, MaxAttempts: 5,
-		BaseDelay: flow.Duration(ms(10)), MaxDelay: flow.Duration(5 * time.Second), HonorRetryAfter: true}
+		BaseDelay: ms(10), MaxDelay: 5 * time.Second, HonorRetryAfter: true}
 	if d := ra.Delay(2, 0, 2*time.Second, half); d != 2200*time.Millisecond {
 		t.Fatalf("retry-after 2s at 0.5 = %v, want 2.2s", d)
 	}
@@ -110,10 +110,10 @@ func TestLoadRetryPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := ps.Get("backend")
-	if b.MaxAttempts != 5 || time.Duration(b.BaseDelay) != ms(200) || b.Jitter != flow.EqualJitter || b.Strategy != flow.Exponential {
+	if b.MaxAttempts != 5 || b.BaseDelay != ms(200) || b.Jitter != flow.EqualJitter || b.Strategy != flow.Exponential {
 		t.Fatalf("backend %+v: file values, env override and background defaults", b)
 	}
-	if i, _ := ps.Get("interactive"); i.MaxAttempts != 2 || time.Duration(i.MaxElapsed) != 2*time.Second {
+	if i, _ := ps.Get("interactive"); i.MaxAttempts != 2 || i.MaxElapsed != 2*time.Second {
 		t.Fatalf("interactive %+v: keeps its own defaults", i)
 	}
 	if _, err := ps.Get("nope"); err == nil || !strings.Contains(err.Error(), "backend") {
@@ -167,7 +167,7 @@ func flaky(n int, err error) (func(context.Context, int) (int, error), *sync.Map
 func TestMapAsyncRetriesTransientFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fn, _ := flaky(2, stream.Throttled(errors.New("slow down"), 0))
-		p := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(ms(100))}
+		p := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: ms(100)}
 		var done []flow.DoneInfo
 		a := flow.MapAsync(4, fn, flow.Retry(p), flow.Window(16), flow.OnDone(func(d flow.DoneInfo) { done = append(done, d) }))
 		tr := stream.NewTracker(0)
@@ -213,7 +213,7 @@ func TestMapAsyncDoesNotRetryPermanentFailures(t *testing.T) {
 func TestMapAsyncExhaustedRetriesAreMarkedTransient(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fn, _ := flaky(100, &flow.HTTPError{Status: 503})
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 4, BaseDelay: flow.Duration(ms(10))}
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 4, BaseDelay: ms(10)}
 		a := flow.MapAsync(4, fn, flow.Retry(p))
 		g := stream.New()
 		var fails []stream.Failure
@@ -236,7 +236,7 @@ func TestMapAsyncRetryRespectsMaxElapsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fn, _ := flaky(100, stream.Transient(errors.New("glitch")))
 		p := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.NoJitter, MaxAttempts: 100,
-			BaseDelay: flow.Duration(ms(100)), MaxElapsed: flow.Duration(time.Second)}
+			BaseDelay: ms(100), MaxElapsed: time.Second}
 		a := flow.MapAsync(1, fn, flow.Retry(p))
 		g := stream.New()
 		stream.To(stream.Via(stream.From(g, source.Slice(ints(1))), stream.Flow[int, int](a)), sink.Discard[int]())
@@ -261,7 +261,7 @@ func TestWaitingForARetryHoldsNoWorker(t *testing.T) {
 			return x, nil
 		}
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2,
-			BaseDelay: flow.Duration(ms(1)), MaxDelay: flow.Duration(2 * time.Hour), HonorRetryAfter: true}
+			BaseDelay: ms(1), MaxDelay: 2 * time.Hour, HonorRetryAfter: true}
 		a := flow.MapAsync(1, fn, flow.Retry(p))
 		g := stream.New()
 		out := sink.Collect[int]()
@@ -287,7 +287,7 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 10, BaseDelay: flow.Duration(ms(10))}
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 10, BaseDelay: ms(10)}
 		a := flow.MapAsync(8, fn, flow.Retry(p), flow.Budget(budget))
 		g := stream.New()
 		stream.To(stream.Via(stream.From(g, source.Slice(ints(1000))), stream.Flow[int, int](a)), sink.Discard[int]())
@@ -317,8 +317,8 @@ func TestBreakerFailsFastAndRetriesWaitForIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 1000, BaseDelay: flow.Duration(ms(100)),
-			MaxDelay: flow.Duration(time.Minute), HonorRetryAfter: true}
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 1000, BaseDelay: ms(100),
+			MaxDelay: time.Minute, HonorRetryAfter: true}
 		a := flow.MapAsync(4, fn, flow.Retry(p), flow.Breaker(br))
 		g := stream.New()
 		out := sink.Collect[int]()
@@ -360,7 +360,7 @@ func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
 		var mu sync.Mutex
 		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: flow.Duration(ms(10))}
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
 		a := flow.MapAsync(8, fn, flow.Retry(p), flow.WithLogger(logger))
 		g := stream.New()
 		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), stream.Flow[int, int](a)), sink.Discard[int]())
@@ -384,7 +384,7 @@ func TestRetriesGoToThePipelinesLoggerByDefault(t *testing.T) {
 		var mu sync.Mutex
 		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: flow.Duration(ms(10))}
+		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
 		g := stream.New(stream.WithLogger(logger))
 		stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), stream.Flow[int, int](flow.MapAsync(8, fn, flow.Retry(p))), stream.Name("call")), sink.Discard[int]())
 		run(t, g)
@@ -463,7 +463,7 @@ func TestRetryPolicyEnvPicksThePolicyWithThatField(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	if ps["drone"].MaxAttempts != 7 || ps["drone-max"].MaxAttempts != 4 || time.Duration(ps["drone-max"].BaseDelay) != time.Second {
+	if ps["drone"].MaxAttempts != 7 || ps["drone-max"].MaxAttempts != 4 || ps["drone-max"].BaseDelay != time.Second {
 		t.Fatalf("drone %+v, drone-max %+v", ps["drone"], ps["drone-max"])
 	}
 }

@@ -48,7 +48,7 @@ func runSent(t *testing.T, n int, fn func(context.Context, int) (int, error), op
 // a timeout fails the message at once).
 func attemptTimeouts(d time.Duration) map[string]flow.AsyncOption {
 	p := flow.Interactive()
-	p.MaxAttempts, p.AttemptTimeout = 1, flow.Duration(d)
+	p.MaxAttempts, p.AttemptTimeout = 1, d
 	return map[string]flow.AsyncOption{"CallTimeout": flow.CallTimeout(d), "AttemptTimeout": flow.Retry(p)}
 }
 

@@ -152,8 +152,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Retry == nil {
 		p := flow.Interactive()
 		p.MaxAttempts = 5
-		p.AttemptTimeout = flow.Duration(200 * time.Millisecond)
-		p.MaxElapsed = flow.Duration(400 * time.Millisecond)
+		p.AttemptTimeout = 200 * time.Millisecond
+		p.MaxElapsed = 400 * time.Millisecond
 		cfg.Retry = &p
 	}
 	if cfg.Logger == nil {

@@ -166,8 +166,8 @@ func (c Config) withDefaults() Config {
 	if c.Retry == nil {
 		p := flow.Background()
 		p.MaxAttempts = 10
-		p.MaxDelay = flow.Duration(2 * time.Second)
-		p.MaxElapsed = flow.Duration(time.Minute)
+		p.MaxDelay = 2 * time.Second
+		p.MaxElapsed = time.Minute
 		c.Retry = &p
 	}
 	if c.Logger == nil {

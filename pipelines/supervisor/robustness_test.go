@@ -16,7 +16,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -56,7 +55,7 @@ func TestHungUndoDoesNotStarveTheOthers(t *testing.T) {
 	b.Deliveries = dels
 	src, _ := eventSource(t, id)
 	policy := quickRetry(3)
-	policy.AttemptTimeout = flow.Duration(50 * time.Millisecond)
+	policy.AttemptTimeout = 50 * time.Millisecond
 	g, err := supervisor.New(supervisor.Config{Source: src, Committer: noCommit, Backends: b,
 		Notifier: supervisor.NewNotifications(), Retry: policy, Logger: quiet})
 	if err != nil {

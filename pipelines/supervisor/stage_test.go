@@ -74,7 +74,7 @@ func compensationEvent(t *testing.T, id string) []byte {
 // quickRetry retries a few times within milliseconds.
 func quickRetry(attempts int) *flow.RetryPolicy {
 	return &flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: attempts,
-		BaseDelay: flow.Duration(time.Millisecond), MaxDelay: flow.Duration(5 * time.Millisecond)}
+		BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
 }
 
 // answeringDrones answers each cancel with the next of errs (nil: the

@@ -63,7 +63,7 @@ func TestParkAndReplay(t *testing.T) {
 		}
 	}
 	policy := flow.RetryPolicy{Strategy: flow.Exponential, Jitter: flow.FullJitter, MaxAttempts: 3,
-		BaseDelay: flow.Duration(20 * time.Millisecond), MaxDelay: flow.Duration(100 * time.Millisecond)}
+		BaseDelay: 20 * time.Millisecond, MaxDelay: 100 * time.Millisecond}
 	producer := client(t, brokers)
 	quiet := slog.New(slog.DiscardHandler)
 

@@ -89,7 +89,7 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		}
 		return v, nil
 	}
-	policy := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: flow.Duration(time.Millisecond)}
+	policy := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: time.Millisecond}
 	async := flow.MapAsync(16, fn, flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget))
 	ck := checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond))
 
