@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -126,13 +127,33 @@ func (a *Async[In, Out]) Validate() error {
 	return nil
 }
 
-// attemptTimeout is the bound on one call: the retry policy's, else
-// CallTimeout's, else none.
+// attemptTimeout is the bound on one call: CallTimeout's, else the retry
+// policy's AttemptTimeout, else none. The stage's own option wins: it is
+// the one written for this stage's calls, where a policy (Interactive's
+// 500 ms, a file's) is shared by many.
 func (a *Async[In, Out]) attemptTimeout() time.Duration {
-	if a.o.retry != nil && a.o.retry.AttemptTimeout > 0 {
+	if a.o.timeout > 0 {
+		return a.o.timeout
+	}
+	if a.o.retry != nil {
 		return a.o.retry.AttemptTimeout
 	}
-	return a.o.timeout
+	return 0
+}
+
+// noteTimeoutOverride logs, once per Run, that CallTimeout overrides a
+// different AttemptTimeout of the retry policy, so that the policy's value
+// is not ignored unseen.
+func (a *Async[In, Out]) noteTimeoutOverride(ctx context.Context) {
+	if a.o.retry == nil || a.o.timeout <= 0 || a.o.retry.AttemptTimeout <= 0 || a.o.retry.AttemptTimeout == a.o.timeout {
+		return
+	}
+	l := a.o.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	l.WarnContext(ctx, "mapasync: CallTimeout overrides the retry policy's attempt timeout",
+		slog.Duration("call_timeout", a.o.timeout), slog.Duration("policy_attempt_timeout", a.o.retry.AttemptTimeout))
 }
 
 // currentLimit is the cap on calls in flight now.
@@ -161,6 +182,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.pool = newWorkers(r, a.parallelism)
+	a.noteTimeoutOverride(ctx)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
 	}

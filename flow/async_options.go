@@ -60,8 +60,16 @@ func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPa
 
 // CallTimeout cancels each call's context after d; the message fails with
 // an error wrapping ErrCallTimeout (and context.DeadlineExceeded). Default:
-// no per-call timeout. The clock starts when the call starts, or, with
-// TimeoutFromSend, when it says it sent its request.
+// no per-call timeout, or the Retry policy's AttemptTimeout if it has one.
+// The clock starts when the call starts, or, with TimeoutFromSend, when it
+// says it sent its request.
+//
+// CallTimeout wins over the Retry policy's AttemptTimeout, whatever the
+// order of the options: it is written for this stage's calls, where a
+// policy (Interactive's 500 ms, a file's) is shared. When both are set and
+// differ, Run logs a warning naming both, to the LogRetries logger or else
+// slog.Default(); set the policy's AttemptTimeout to 0 (or to d) to say
+// the override is meant.
 func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o.timeout = d } }
 
 // TimeoutFromSend starts each attempt's clock — its timeout (CallTimeout, or

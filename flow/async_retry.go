@@ -21,10 +21,7 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 	delay := p.Delay(j.attempts+1, j.lastDelay, j.class.RetryAfter, defaultRand)
 	if p.MaxElapsed > 0 {
 		// The next attempt must be able to finish within the budget.
-		timeout := p.AttemptTimeout
-		if timeout == 0 {
-			timeout = r.a.o.timeout
-		}
+		timeout := r.a.attemptTimeout()
 		if now.Add(delay+timeout).Sub(j.first) > p.MaxElapsed {
 			r.a.exhausted.Add(1)
 			return false

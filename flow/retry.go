@@ -60,9 +60,10 @@ type RetryPolicy struct {
 	BaseDelay time.Duration `json:"base_delay"`
 	Increment time.Duration `json:"increment"`
 	MaxDelay  time.Duration `json:"max_delay"`
-	// AttemptTimeout bounds each call (0: the stage's CallTimeout, if
-	// any), counted as CallTimeout is: from the call's start, or from its
-	// send in a stage with TimeoutFromSend.
+	// AttemptTimeout bounds each call (0: no bound), counted as
+	// CallTimeout is: from the call's start, or from its send in a stage
+	// with TimeoutFromSend. A stage's CallTimeout wins over it, whatever
+	// the options' order (MapAsync logs a warning when the two differ).
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
 	// MaxElapsed bounds the whole: no retry is scheduled that could end
 	// after it (0: no bound but MaxAttempts). It counts from the first
@@ -87,7 +88,8 @@ func Background() RetryPolicy {
 }
 
 // Interactive is the default policy for work someone waits for: 3 fast
-// attempts, 50 to 250 ms apart with full jitter, within 2 seconds.
+// attempts of at most 500 ms each (AttemptTimeout; a stage's CallTimeout
+// wins over it), 50 to 250 ms apart with full jitter, within 2 seconds.
 func Interactive() RetryPolicy {
 	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 3,
 		BaseDelay: 50 * time.Millisecond, MaxDelay: 250 * time.Millisecond,

@@ -467,3 +467,80 @@ func TestRetryPolicyEnvPicksThePolicyWithThatField(t *testing.T) {
 		t.Fatalf("drone %+v, drone-max %+v", ps["drone"], ps["drone-max"])
 	}
 }
+
+// A stage's CallTimeout wins over its retry policy's AttemptTimeout
+// (Interactive's 500 ms here), whatever the order of the options, and Run
+// says so in a warning naming both. (Found in review: the policy's value
+// silently overrode CallTimeout.)
+func TestCallTimeoutWinsOverPolicyAttemptTimeout(t *testing.T) {
+	policy := flow.Interactive()
+	policy.MaxAttempts = 1
+	for _, order := range []string{"CallTimeout first", "Retry first"} {
+		t.Run(order, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var buf strings.Builder
+				var mu sync.Mutex
+				logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+				opts := []flow.AsyncOption{flow.CallTimeout(2 * time.Second), flow.Retry(policy), flow.LogRetries(logger)}
+				if order == "Retry first" {
+					opts[0], opts[1] = opts[1], opts[0]
+				}
+				// One second: past the policy's 500 ms, within CallTimeout's 2 s.
+				ok, errs := runSent(t, 1, func(ctx context.Context, x int) (int, error) {
+					select {
+					case <-time.After(time.Second):
+						return x, nil
+					case <-ctx.Done():
+						return 0, ctx.Err()
+					}
+				}, opts...)
+				if ok != 1 || len(errs) != 0 {
+					t.Fatalf("%d succeeded, errors %v; want the 1 s call to succeed under CallTimeout's 2 s", ok, errs)
+				}
+				// And a call past CallTimeout fails at 2 s, not at 500 ms.
+				start := time.Now()
+				ok, errs = runSent(t, 1, func(ctx context.Context, x int) (int, error) {
+					<-ctx.Done()
+					return 0, ctx.Err()
+				}, opts...)
+				if ok != 0 || len(errs) != 1 || !errors.Is(errs[0], flow.ErrCallTimeout) || time.Since(start) != 2*time.Second {
+					t.Fatalf("%d succeeded, errors %v after %v; want ErrCallTimeout after 2s", ok, errs, time.Since(start))
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				log := buf.String()
+				if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "CallTimeout overrides") ||
+					!strings.Contains(log, "call_timeout=2s") || !strings.Contains(log, "policy_attempt_timeout=500ms") {
+					t.Fatalf("log:\n%s\nwant a warning naming both timeouts", log)
+				}
+			})
+		})
+	}
+}
+
+// No warning when nothing is overridden: the policy alone, CallTimeout
+// alone, or both equal.
+func TestNoTimeoutOverrideWarningWithoutAConflict(t *testing.T) {
+	same := flow.Interactive()
+	same.AttemptTimeout = time.Second
+	noAttempt := flow.Interactive()
+	noAttempt.AttemptTimeout = 0
+	for name, opts := range map[string][]flow.AsyncOption{
+		"policy only":        {flow.Retry(flow.Interactive())},
+		"CallTimeout only":   {flow.CallTimeout(time.Second)},
+		"equal":              {flow.CallTimeout(time.Second), flow.Retry(same)},
+		"policy without one": {flow.CallTimeout(time.Second), flow.Retry(noAttempt)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var buf strings.Builder
+			var mu sync.Mutex
+			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+			ok, errs := runSent(t, 3, func(_ context.Context, x int) (int, error) { return x, nil }, append(opts, flow.LogRetries(logger))...)
+			mu.Lock()
+			defer mu.Unlock()
+			if ok != 3 || len(errs) != 0 || buf.Len() != 0 {
+				t.Fatalf("%d succeeded, errors %v, log %q; want 3, none, nothing logged", ok, errs, buf.String())
+			}
+		})
+	}
+}
