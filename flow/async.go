@@ -144,15 +144,11 @@ func (a *Async[In, Out]) attemptTimeout() time.Duration {
 // noteTimeoutOverride logs, once per Run, that CallTimeout overrides a
 // different AttemptTimeout of the retry policy, so that the policy's value
 // is not ignored unseen.
-func (a *Async[In, Out]) noteTimeoutOverride(ctx context.Context) {
+func (a *Async[In, Out]) noteTimeoutOverride(ctx context.Context, l *slog.Logger) {
 	if a.o.retry == nil || a.o.timeout <= 0 || a.o.retry.AttemptTimeout <= 0 || a.o.retry.AttemptTimeout == a.o.timeout {
 		return
 	}
-	l := a.o.logger
-	if l == nil {
-		l = slog.Default()
-	}
-	l.WarnContext(ctx, "mapasync: CallTimeout overrides the retry policy's attempt timeout",
+	l.WarnContext(ctx, "CallTimeout overrides the retry policy's attempt timeout",
 		slog.Duration("call_timeout", a.o.timeout), slog.Duration("policy_attempt_timeout", a.o.retry.AttemptTimeout))
 }
 
@@ -182,7 +178,6 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.pool = newWorkers(r, a.parallelism)
-	a.noteTimeoutOverride(ctx)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
 	}
@@ -190,6 +185,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	if logger == nil {
 		logger = in.Logger()
 	}
+	a.noteTimeoutOverride(ctx, logger)
 	r.log = logx.NewLimited(logger, time.Second, 5)
 	defer func() {
 		if r.timer != nil {

@@ -67,9 +67,9 @@ func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPa
 // CallTimeout wins over the Retry policy's AttemptTimeout, whatever the
 // order of the options: it is written for this stage's calls, where a
 // policy (Interactive's 500 ms, a file's) is shared. When both are set and
-// differ, Run logs a warning naming both, to the LogRetries logger or else
-// slog.Default(); set the policy's AttemptTimeout to 0 (or to d) to say
-// the override is meant.
+// differ, Run logs a warning naming both, to the stage's logger
+// (WithLogger, or the pipeline's); set the policy's AttemptTimeout to 0 (or
+// to d) to say the override is meant.
 func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o.timeout = d } }
 
 // TimeoutFromSend starts each attempt's clock — its timeout (CallTimeout, or

@@ -481,7 +481,7 @@ func TestCallTimeoutWinsOverPolicyAttemptTimeout(t *testing.T) {
 				var buf strings.Builder
 				var mu sync.Mutex
 				logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
-				opts := []flow.AsyncOption{flow.CallTimeout(2 * time.Second), flow.Retry(policy), flow.LogRetries(logger)}
+				opts := []flow.AsyncOption{flow.CallTimeout(2 * time.Second), flow.Retry(policy), flow.WithLogger(logger)}
 				if order == "Retry first" {
 					opts[0], opts[1] = opts[1], opts[0]
 				}
@@ -535,7 +535,7 @@ func TestNoTimeoutOverrideWarningWithoutAConflict(t *testing.T) {
 			var buf strings.Builder
 			var mu sync.Mutex
 			logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
-			ok, errs := runSent(t, 3, func(_ context.Context, x int) (int, error) { return x, nil }, append(opts, flow.LogRetries(logger))...)
+			ok, errs := runSent(t, 3, func(_ context.Context, x int) (int, error) { return x, nil }, append(opts, flow.WithLogger(logger))...)
 			mu.Lock()
 			defer mu.Unlock()
 			if ok != 3 || len(errs) != 0 || buf.Len() != 0 {
