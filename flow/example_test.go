@@ -155,3 +155,24 @@ func ExampleMapAsyncByKey() {
 	fmt.Println(perAccount["a"], perAccount["b"])
 	// Output: [1 2 3] [1 2]
 }
+
+// Delay holds each message until due says: here 30 ms apart by offset. A
+// replay pipeline uses sink/kafka.ReplayAt as due, the replay time that
+// kafkasink.NewParking wrote in the record's headers.
+func ExampleDelay() {
+	start := time.Now()
+	due := func(e *stream.Envelope) time.Time { return start.Add(time.Duration(e.Offset) * 30 * time.Millisecond) }
+	g := stream.New()
+	waits := []time.Duration{0, 30 * time.Millisecond, 60 * time.Millisecond}
+	held := stream.Via(stream.From(g, source.Slice(waits)), flow.Delay[time.Duration](due))
+	passed := stream.Via(held, flow.Map(func(wait time.Duration) (string, error) {
+		return fmt.Sprintf("due after %v, passed on after at least that: %v", wait, time.Since(start) >= wait), nil
+	}))
+	for _, line := range collect(g, passed).Values() {
+		fmt.Println(line)
+	}
+	// Output:
+	// due after 0s, passed on after at least that: true
+	// due after 30ms, passed on after at least that: true
+	// due after 60ms, passed on after at least that: true
+}
