@@ -27,7 +27,7 @@ func gatedRun(t *testing.T, buf *backpressure.Buffer[int], tr *stream.Tracker, w
 	gate := make(chan struct{})
 	var got []int
 	g := stream.New(stream.WithCapacity(256), stream.WithBatchSize(64))
-	s := stream.Via(stream.From(g, source.Slice(vs, source.Track(tr))), stream.Flow[int, int](buf))
+	s := stream.Via(stream.From(g, source.Slice(vs, source.Track(tr))), buf)
 	stream.To(s, sink.Func(func(_ context.Context, x int) error {
 		if len(got) == 0 {
 			<-gate
@@ -131,7 +131,7 @@ func TestBufferConfigErrors(t *testing.T) {
 		backpressure.NewBuffer[int](10, backpressure.Overflow(9)),
 	} {
 		g := stream.New()
-		s := stream.Via(stream.From(g, source.Slice([]int{1})), stream.Flow[int, int](buf))
+		s := stream.Via(stream.From(g, source.Slice([]int{1})), buf)
 		stream.To(s, sink.Discard[int]())
 		if err := g.Run(context.Background()); !errors.Is(err, stream.ErrInvalid) {
 			t.Fatalf("Run = %v, want ErrInvalid", err)

@@ -16,7 +16,7 @@ import (
 func ExampleNewBuffer() {
 	buf := backpressure.NewBuffer[int](1000, backpressure.DropOldest)
 	g := stream.New()
-	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3})), stream.Flow[int, int](buf))
+	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3})), buf)
 	out := sink.Collect[int]()
 	stream.To(s, out)
 	_ = g.Run(context.Background())
@@ -53,7 +53,7 @@ func ExampleNewPartitionLimit() {
 		return nil
 	})
 	g := stream.New()
-	s := stream.Via(stream.From(g, src), stream.Flow[string, string](backpressure.NewPartitionLimit[string](2, 0)))
+	s := stream.Via(stream.From(g, src), backpressure.NewPartitionLimit[string](2, 0))
 	out := sink.Collect[string]()
 	stream.To(s, out)
 	_ = g.Run(context.Background())

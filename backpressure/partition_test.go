@@ -39,7 +39,7 @@ func TestPartitionLimitIsolatesASlowPartition(t *testing.T) {
 		// once it is full, which bounds its memory.)
 		lim := backpressure.NewPartitionLimit[int](limit, perPartition)
 		g := stream.New()
-		s := stream.Via(stream.From(g, src), stream.Flow[int, int](lim))
+		s := stream.Via(stream.From(g, src), lim)
 		// Partition 0 goes to a sink that is stuck until the gate opens.
 		p0, others := stream.Split(s, func(x int) bool { return x%3 == 0 })
 		stream.To(p0, sink.Func(func(ctx context.Context, x int) error {
@@ -95,7 +95,7 @@ func TestPartitionLimitCountsUnsettledPerPartition(t *testing.T) {
 		})
 		lim := backpressure.NewPartitionLimit[int](limit, 100)
 		g := stream.New()
-		stream.To(stream.Via(stream.From(g, src), stream.Flow[int, int](lim)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+		stream.To(stream.Via(stream.From(g, src), lim), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
 			for {
 				b, err := in.Recv(ctx)
 				if err != nil {
@@ -140,7 +140,7 @@ func TestPartitionLimitCountsUnsettledPerPartition(t *testing.T) {
 func TestPartitionLimitConfig(t *testing.T) {
 	g := stream.New()
 	stream.To(stream.Via(stream.From(g, stream.SourceFunc[int](func(context.Context, *stream.Outlet[int]) error { return nil })),
-		stream.Flow[int, int](backpressure.NewPartitionLimit[int](0, 0))), sink.Discard[int]())
+		backpressure.NewPartitionLimit[int](0, 0)), sink.Discard[int]())
 	if err := g.Run(context.Background()); !errors.Is(err, stream.ErrInvalid) {
 		t.Fatalf("Run = %v", err)
 	}

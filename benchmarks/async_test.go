@@ -186,7 +186,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		for b.Loop() {
 			g := stream.New()
 			s := stream.Via(stream.From(g, source.Slice(make([]int, m))),
-				stream.Flow[int, int](flow.MapAsync(64, func(_ context.Context, x int) (int, error) { return x, nil })))
+				flow.MapAsync(64, func(_ context.Context, x int) (int, error) { return x, nil }))
 			stream.To(s, sink.Discard[int]())
 			t0 := time.Now()
 			if err := g.Run(context.Background()); err != nil {

@@ -96,13 +96,13 @@ func sluiceConsume(b *testing.B, brokers []string, group string) time.Duration {
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
 	// Once every record was called, cancel: the pipeline drains (the rest
 	// reaches the checkpoint sink and is committed) within the timed Run.
-	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](flow.MapAsync(64,
+	s := stream.Via(stream.From(g, src), flow.MapAsync(64,
 		func(_ context.Context, v []byte) ([]byte, error) {
 			if n.Add(1) == kafkaRecords {
 				cancel()
 			}
 			return v, nil
-		})))
+		}))
 	stream.To(s, checkpoint.New[[]byte](src))
 	t0 := time.Now()
 	if err := g.Run(ctx); err != nil {

@@ -120,7 +120,7 @@ func storm(b *testing.B, policy *flow.RetryPolicy, budget bool) stormResult {
 	tracker := stream.NewTracker(0)
 	g := stream.New()
 	src := source.Generator(func(i int64) int64 { return i }, source.Rate(rate, stormClients), source.Count(total), source.Track(tracker))
-	s := stream.Via(stream.From(g, src), stream.Flow[int64, int64](flow.MapAsync(512, call, opts...)))
+	s := stream.Via(stream.From(g, src), flow.MapAsync(512, call, opts...))
 	stream.To(s, sink.Func(func(context.Context, int64) error { completed.Add(1); return nil }))
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		if m.Value.Transient {

@@ -53,7 +53,7 @@ func TestMapAsyncModesUnderRandomLatency(t *testing.T) {
 						a = flow.MapAsyncByKey(16, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 7) }, randomSleep(seed))
 					}
 					g := stream.New()
-					s := stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))), stream.Flow[int, int](a))
+					s := stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))), a)
 					out := sink.Collect[int]()
 					stream.To(s, out)
 					run(t, g)
@@ -116,7 +116,7 @@ func TestMapAsyncKeyedRunsOneCallPerKey(t *testing.T) {
 		}
 		g := stream.New()
 		s := stream.Via(stream.From(g, source.Slice(ints(200))),
-			stream.Flow[int, int](flow.MapAsyncByKey(64, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 5) }, fn)))
+			flow.MapAsyncByKey(64, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 5) }, fn))
 		stream.To(s, sink.Discard[int]())
 		run(t, g)
 		if maxSeen != 1 {
@@ -156,7 +156,7 @@ func TestMapAsyncMaxPerPartition(t *testing.T) {
 			return x, nil
 		}, flow.MaxPerPartition(4))
 		out := sink.Collect[int]()
-		stream.To(stream.Via(stream.From(g, src), stream.Flow[int, int](a)), out)
+		stream.To(stream.Via(stream.From(g, src), a), out)
 		run(t, g)
 		if worst != 4 || len(out.Values()) != 300 {
 			t.Fatalf("worst per-partition concurrency %d (want 4), %d results", worst, len(out.Values()))
@@ -181,7 +181,7 @@ func TestMapAsyncTimeoutsPanicsAndErrorsAreDeadLettered(t *testing.T) {
 		}
 		a := flow.MapAsync(8, fn, flow.CallTimeout(100*time.Millisecond))
 		g := stream.New()
-		s := stream.Via(stream.From(g, source.Slice(ints(100), source.Track(tr))), stream.Flow[int, int](a))
+		s := stream.Via(stream.From(g, source.Slice(ints(100), source.Track(tr))), a)
 		out := sink.Collect[int]()
 		stream.To(s, out)
 		reasons := map[string]int{}
@@ -222,7 +222,7 @@ func TestMapAsyncCancelMidFlightLeavesInFlightUnsettled(t *testing.T) {
 			}
 		}
 		s := stream.Via(stream.From(g, source.Generator(func(i int64) int { return int(i) }, source.Track(tr))),
-			stream.Flow[int, int](flow.MapAsync(32, fn)))
+			flow.MapAsync(32, fn))
 		stream.To(s, sink.Discard[int]())
 		done := make(chan error)
 		go func() { done <- g.Run(ctx) }()
@@ -242,13 +242,13 @@ func TestMapAsyncCancelMidFlightLeavesInFlightUnsettled(t *testing.T) {
 
 func TestMapAsyncFatalEndsRun(t *testing.T) {
 	g := stream.New()
-	s := stream.Via(stream.From(g, source.Slice(ints(100))), stream.Flow[int, int](flow.MapAsync(4,
+	s := stream.Via(stream.From(g, source.Slice(ints(100))), flow.MapAsync(4,
 		func(ctx context.Context, x int) (int, error) {
 			if x == 50 {
 				return 0, stream.Fatal(errors.New("credentials revoked"))
 			}
 			return x, nil
-		})), stream.Name("call"))
+		}), stream.Name("call"))
 	stream.To(s, sink.Discard[int]())
 	err := g.Run(context.Background())
 	var se *stream.StageError
@@ -297,7 +297,7 @@ func TestMapAsyncWithAdaptiveLimiterStaysWithinParallelism(t *testing.T) {
 		}
 		a := flow.MapAsync(32, fn, flow.WithLimiter(lim))
 		g := stream.New()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(5000))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(5000))), a), sink.Discard[int]())
 		run(t, g)
 		st := lim.Stats()
 		if peak.Load() > 32 || st.Increases == 0 || st.Decreases == 0 {
@@ -343,7 +343,7 @@ func TestMapAsyncSettlesEveryMessageOnceUnderRandomFailures(t *testing.T) {
 						return x, nil
 					}
 					g := stream.New()
-					s := stream.Via(stream.From(g, src), stream.Flow[int, int](flow.MapAsync(8, fn, append(opts, flow.CallTimeout(15*time.Millisecond))...)))
+					s := stream.Via(stream.From(g, src), flow.MapAsync(8, fn, append(opts, flow.CallTimeout(15*time.Millisecond))...))
 					stream.To(s, sink.Discard[int]())
 					stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
 					run(t, g)

@@ -44,7 +44,7 @@ func ExampleTimeoutFromSend() {
 	}, flow.CallTimeout(time.Second), flow.TimeoutFromSend(), flow.InOrder())
 
 	g := stream.New()
-	s := stream.Via(stream.From(g, source.Slice([]string{"a", "b", "c", "d"})), stream.Flow[string, string](upper))
+	s := stream.Via(stream.From(g, source.Slice([]string{"a", "b", "c", "d"})), upper)
 	fmt.Println(collect(g, s).Values())
 	// Output: [A B C D]
 }

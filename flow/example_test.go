@@ -89,7 +89,7 @@ func ExampleMapAsync() {
 		time.Sleep(time.Duration(5-id) * time.Millisecond) // later ids answer sooner
 		return fmt.Sprintf("account-%d", id), nil
 	}, flow.CallTimeout(time.Second))
-	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), stream.Flow[int, string](lookup))
+	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), lookup)
 	got := collect(g, s).Values()
 	slices.Sort(got)
 	fmt.Println(got, lookup.Stats().Calls)
@@ -99,11 +99,11 @@ func ExampleMapAsync() {
 // InOrder keeps input order; MapAsyncByKey keeps it per key.
 func ExampleInOrder() {
 	g := stream.New()
-	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), stream.Flow[int, int](flow.MapAsync(4,
+	s := stream.Via(stream.From(g, source.Slice([]int{1, 2, 3, 4})), flow.MapAsync(4,
 		func(ctx context.Context, n int) (int, error) {
 			time.Sleep(time.Duration(5-n) * time.Millisecond)
 			return n * 10, nil
-		}, flow.InOrder())))
+		}, flow.InOrder()))
 	fmt.Println(collect(g, s).Values())
 	// Output: [10 20 30 40]
 }
@@ -127,8 +127,8 @@ func ExampleRetry() {
 		return id + ":ok", nil
 	}
 	g := stream.New()
-	s := stream.Via(stream.From(g, source.Slice([]string{"acct-1"})), stream.Flow[string, string](
-		flow.MapAsync(1, checkAccount, flow.Retry(policy), flow.Budget(budget), flow.Breaker(breaker))))
+	s := stream.Via(stream.From(g, source.Slice([]string{"acct-1"})),
+		flow.MapAsync(1, checkAccount, flow.Retry(policy), flow.Budget(budget), flow.Breaker(breaker)))
 	fmt.Println(collect(g, s).Messages()[0].Attempt, calls)
 	// Output: 2 2
 }
@@ -143,11 +143,11 @@ func ExampleMapAsyncByKey() {
 	events := []event{{"a", 1}, {"b", 1}, {"a", 2}, {"b", 2}, {"a", 3}}
 	g := stream.New()
 	byAccount := func(m *stream.Message[event]) string { return m.Value.account }
-	s := stream.Via(stream.From(g, source.Slice(events)), stream.Flow[event, event](flow.MapAsyncByKey(8, byAccount,
+	s := stream.Via(stream.From(g, source.Slice(events)), flow.MapAsyncByKey(8, byAccount,
 		func(ctx context.Context, e event) (event, error) {
 			time.Sleep(time.Duration(4-e.n) * time.Millisecond) // later events are faster: order still holds per account
 			return e, nil
-		})))
+		}))
 	perAccount := map[string][]int{}
 	for _, e := range collect(g, s).Values() {
 		perAccount[e.account] = append(perAccount[e.account], e.n)

@@ -59,7 +59,7 @@ func runAgainst(t *testing.T, srv *faultserver.Server, n, parallelism int, p flo
 	a := flow.MapAsync(parallelism, httpCall(t, srv.URL), flow.Retry(p))
 	g := stream.New()
 	out := sink.Collect[int]()
-	stream.To(stream.Via(stream.From(g, source.Slice(ints(n))), stream.Flow[int, int](a)), out)
+	stream.To(stream.Via(stream.From(g, source.Slice(ints(n))), a), out)
 	var failed, transient atomic.Int64
 	var mu sync.Mutex
 	var permanent []string

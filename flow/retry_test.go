@@ -173,7 +173,7 @@ func TestMapAsyncRetriesTransientFailures(t *testing.T) {
 		tr := stream.NewTracker(0)
 		g := stream.New()
 		out := sink.Collect[int]()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(10), source.Track(tr))), stream.Flow[int, int](a)), out)
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(10), source.Track(tr))), a), out)
 		start := time.Now()
 		run(t, g)
 		if len(out.Values()) != 10 || time.Since(start) != 300*time.Millisecond {
@@ -198,7 +198,7 @@ func TestMapAsyncDoesNotRetryPermanentFailures(t *testing.T) {
 		a := flow.MapAsync(4, fn, flow.Retry(flow.Background()))
 		g := stream.New()
 		var fails []stream.Failure
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(3))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(3))), a), sink.Discard[int]())
 		stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 			fails = append(fails, m.Value)
 			return nil
@@ -217,7 +217,7 @@ func TestMapAsyncExhaustedRetriesAreMarkedTransient(t *testing.T) {
 		a := flow.MapAsync(4, fn, flow.Retry(p))
 		g := stream.New()
 		var fails []stream.Failure
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(2))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(2))), a), sink.Discard[int]())
 		stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 			fails = append(fails, m.Value)
 			return nil
@@ -239,7 +239,7 @@ func TestMapAsyncRetryRespectsMaxElapsed(t *testing.T) {
 			BaseDelay: ms(100), MaxElapsed: time.Second}
 		a := flow.MapAsync(1, fn, flow.Retry(p))
 		g := stream.New()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(1))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(1))), a), sink.Discard[int]())
 		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
 		start := time.Now()
 		run(t, g)
@@ -265,7 +265,7 @@ func TestWaitingForARetryHoldsNoWorker(t *testing.T) {
 		a := flow.MapAsync(1, fn, flow.Retry(p))
 		g := stream.New()
 		out := sink.Collect[int]()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(50))), stream.Flow[int, int](a)), out)
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(50))), a), out)
 		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
 		done := make(chan error)
 		go func() { done <- g.Run(context.Background()) }()
@@ -290,7 +290,7 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 10, BaseDelay: ms(10)}
 		a := flow.MapAsync(8, fn, flow.Retry(p), flow.Budget(budget))
 		g := stream.New()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(1000))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(1000))), a), sink.Discard[int]())
 		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
 		run(t, g)
 		st := a.Stats()
@@ -322,7 +322,7 @@ func TestBreakerFailsFastAndRetriesWaitForIt(t *testing.T) {
 		a := flow.MapAsync(4, fn, flow.Retry(p), flow.Breaker(br))
 		g := stream.New()
 		out := sink.Collect[int]()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(20))), stream.Flow[int, int](a)), out)
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(20))), a), out)
 		done := make(chan error)
 		go func() { done <- g.Run(context.Background()) }()
 		time.Sleep(10 * time.Second)
@@ -363,7 +363,7 @@ func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
 		a := flow.MapAsync(8, fn, flow.Retry(p), flow.WithLogger(logger))
 		g := stream.New()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), stream.Flow[int, int](a)), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), a), sink.Discard[int]())
 		run(t, g)
 		mu.Lock()
 		defer mu.Unlock()
@@ -386,7 +386,7 @@ func TestRetriesGoToThePipelinesLoggerByDefault(t *testing.T) {
 		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
 		g := stream.New(stream.WithLogger(logger))
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), stream.Flow[int, int](flow.MapAsync(8, fn, flow.Retry(p))), stream.Name("call")), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), flow.MapAsync(8, fn, flow.Retry(p)), stream.Name("call")), sink.Discard[int]())
 		run(t, g)
 		mu.Lock()
 		defer mu.Unlock()

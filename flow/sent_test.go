@@ -29,7 +29,7 @@ func runSent(t *testing.T, n int, fn func(context.Context, int) (int, error), op
 	g := stream.New()
 	out := sink.Collect[int]()
 	stream.To(stream.Via(stream.From(g, source.Slice(ints(n), source.Track(tr))),
-		stream.Flow[int, int](flow.MapAsync(n, fn, opts...))), out)
+		flow.MapAsync(n, fn, opts...)), out)
 	var mu sync.Mutex
 	var errs []error
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
@@ -115,7 +115,7 @@ func TestTimeoutFromSendCutsASlowService(t *testing.T) {
 				}
 				a := flow.MapAsync(10, fn, timeout, flow.TimeoutFromSend())
 				g := stream.New()
-				stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), stream.Flow[int, int](a)), sink.Discard[int]())
+				stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), a), sink.Discard[int]())
 				var errs []error
 				stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 					errs = append(errs, m.Value.Err)
@@ -157,7 +157,7 @@ func TestTimeoutFromSendUnsentCallEndsWithThePipeline(t *testing.T) {
 		}
 		g := stream.New(stream.WithDrainTimeout(time.Second))
 		s := stream.Via(stream.From(g, source.Slice(ints(1), source.Track(tr))),
-			stream.Flow[int, int](flow.MapAsync(1, fn, flow.CallTimeout(20*time.Millisecond), flow.TimeoutFromSend())))
+			flow.MapAsync(1, fn, flow.CallTimeout(20*time.Millisecond), flow.TimeoutFromSend()))
 		stream.To(s, sink.Discard[int]())
 		done := make(chan error)
 		go func() { done <- g.Run(ctx) }()

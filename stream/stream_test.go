@@ -382,7 +382,7 @@ func TestDefaultDeadLetterSurvivesUnprintableFailures(t *testing.T) {
 			b.Release()
 		}
 	})
-	stream.To(stream.Via(bad, stream.Flow[badString, badString](failAgain)), sink.Discard[badString]())
+	stream.To(stream.Via(bad, failAgain), sink.Discard[badString]())
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v", err)
 	}

@@ -129,11 +129,11 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	// no error (a panic in it, a bug, stops the pipeline with the failure
 	// unsettled).
 	logged := logx.NewLimited(cfg.Logger, time.Second, 10)
-	decided := stream.Via(prepared, stream.Flow[judged, judged](flow.MapAsync(judgeCalls, func(ctx context.Context, v judged) (judged, error) {
+	decided := stream.Via(prepared, flow.MapAsync(judgeCalls, func(ctx context.Context, v judged) (judged, error) {
 		v.verdict = j.decide(ctx, v)
 		logVerdict(ctx, logged, v)
 		return v, nil
-	})), stream.Name("judge-failures"))
+	}), stream.Name("judge-failures"))
 	outs, _ := stream.Route(decided, len(verdictStage), func(v judged) (int, error) { return int(v.verdict), nil },
 		stream.Name("route-failures"))
 	failure := func(v judged) (stream.Failure, error) { return v.Failure, nil }

@@ -137,7 +137,7 @@ func checkAccounts(t *testing.T, b delivery.Backends, n int) []flow.CallInfo {
 	}))
 	xs := make([]int, n)
 	g := stream.New()
-	stream.To(stream.Via(stream.From(g, source.Slice(xs)), stream.Flow[int, int](a)), sink.Discard[int]())
+	stream.To(stream.Via(stream.From(g, source.Slice(xs)), a), sink.Discard[int]())
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

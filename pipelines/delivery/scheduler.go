@@ -292,10 +292,10 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			a = flow.MapAsync(cfg.Parallelism, call, aopts...)
 		}
 		sch.Steps[step] = a
-		s = stream.Via(s, stream.Flow[*Progress, *Progress](a), stream.Name(string(step)))
+		s = stream.Via(s, a, stream.Name(string(step)))
 	}
 	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond), checkpoint.WithLogger(cfg.Logger))
-	stream.To(s, stream.Sink[*Progress](ck), stream.Name("checkpoint"))
+	stream.To(s, ck, stream.Name("checkpoint"))
 	routeFailures(g, cfg)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(g); err != nil {

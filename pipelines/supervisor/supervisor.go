@@ -111,12 +111,12 @@ func New(cfg Config) (*stream.Graph, error) {
 		compensate(cfg, due, "replay-", cfg.ReplayCommitter)
 
 		t := &triage{retryTopic: cfg.RetryTopic, maxParkings: cfg.MaxParkings, log: cfg.Logger}
-		failed := stream.Via(g.Failures(), stream.Flow[stream.Failure, stream.Failure](t), stream.Name("triage"))
+		failed := stream.Via(g.Failures(), t, stream.Name("triage"))
 		transient, permanent := stream.Split(failed, func(f stream.Failure) bool { return f.Transient })
 		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic, kafkasink.Backoff(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay))
-		stream.To(transient, stream.Sink[stream.Failure](park), stream.Name("park"))
+		stream.To(transient, park, stream.Name("park"))
 		dead := kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)
-		stream.To(permanent, stream.Sink[stream.Failure](dead), stream.Name("dead-letters"))
+		stream.To(permanent, dead, stream.Name("dead-letters"))
 	} else {
 		stream.To(g.Failures(), stream.SinkFunc[stream.Failure](stopOnFailure), stream.Name("stop-on-failure"))
 	}
@@ -136,13 +136,13 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 	undo := flow.MapAsync(undoCalls, func(ctx context.Context, ev event) (event, error) {
 		return ev, Undo(ctx, b, ev.Progress)
 	}, append(callOptions(cfg), flow.TimeoutFromSend())...)
-	undone := stream.Via(parsed, stream.Flow[event, event](undo), stream.Name(prefix+"undo"))
+	undone := stream.Via(parsed, undo, stream.Name(prefix+"undo"))
 	notify := flow.MapAsync(16, func(ctx context.Context, ev event) (event, error) {
 		return ev, n.Notify(ctx, ev.Compensation)
 	}, callOptions(cfg)...)
-	notified := stream.Via(undone, stream.Flow[event, event](notify), stream.Name(prefix+"notify"))
+	notified := stream.Via(undone, notify, stream.Name(prefix+"notify"))
 	ck := checkpoint.New[event](c, checkpoint.Interval(200*time.Millisecond), checkpoint.WithLogger(cfg.Logger))
-	stream.To(notified, stream.Sink[event](ck), stream.Name(prefix+"checkpoint"))
+	stream.To(notified, ck, stream.Name(prefix+"checkpoint"))
 }
 
 // undoCalls is the undos in flight of one compensate chain.

@@ -49,7 +49,7 @@ func TestCommitsEveryNAndOnInterval(t *testing.T) {
 		c := &counter{}
 		ch := make(chan int)
 		g := stream.New()
-		stream.To(stream.From(g, source.Channel(ch)), stream.Sink[int](checkpoint.New[int](c, checkpoint.Every(100), checkpoint.Interval(time.Second))))
+		stream.To(stream.From(g, source.Channel(ch)), checkpoint.New[int](c, checkpoint.Every(100), checkpoint.Interval(time.Second)))
 		done := make(chan error)
 		go func() { done <- g.Run(context.Background()) }()
 		for i := range 100 {
@@ -81,7 +81,7 @@ func TestSlowCommitsDoNotBlockTheSink(t *testing.T) {
 		vals := make([]int, 10_000)
 		ck := checkpoint.New[int](c, checkpoint.Every(10), checkpoint.FinalTimeout(time.Minute))
 		g := stream.New()
-		stream.To(stream.From(g, source.Slice(vals, source.Track(tr))), stream.Sink[int](ck))
+		stream.To(stream.From(g, source.Slice(vals, source.Track(tr))), ck)
 		done := make(chan error)
 		go func() { done <- g.Run(context.Background()) }()
 		synctest.Wait()
@@ -99,7 +99,7 @@ func TestFailedCommitsAreCountedAndFinalFailureReported(t *testing.T) {
 	c.fail.Store(true)
 	ck := checkpoint.New[int](c, checkpoint.Every(1))
 	g := stream.New()
-	stream.To(stream.From(g, source.Slice([]int{1, 2, 3})), stream.Sink[int](ck), stream.Name("ckpt"))
+	stream.To(stream.From(g, source.Slice([]int{1, 2, 3})), ck, stream.Name("ckpt"))
 	err := g.Run(context.Background())
 	if err == nil || ck.Stats().Failures == 0 {
 		t.Fatalf("Run = %v, stats %+v: want the final commit's failure reported", err, ck.Stats())

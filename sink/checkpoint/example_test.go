@@ -19,7 +19,7 @@ func ExampleNew() {
 	})
 	g := stream.New()
 	stream.To(stream.From(g, source.Slice([]string{"a", "b", "c"}, source.Track(tr))),
-		stream.Sink[string](checkpoint.New[string](commit, checkpoint.Every(1000))))
+		checkpoint.New[string](commit, checkpoint.Every(1000)))
 	_ = g.Run(context.Background())
 	// Output: commit up to 3
 }

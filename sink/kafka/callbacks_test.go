@@ -46,7 +46,7 @@ func TestRunWaitsForPromisesOfRecordsFailedBeforeBuffering(t *testing.T) {
 		tr := stream.NewTracker(0)
 		g := stream.New()
 		stream.To(stream.From(g, source.Slice([][]byte{bytes.Repeat([]byte("x"), 4<<10)}, source.Track(tr))),
-			stream.Sink[[]byte](kafkasink.NewSink(cl, kafkasink.Records("out"))))
+			kafkasink.NewSink(cl, kafkasink.Records("out")))
 		var (
 			mu      sync.Mutex
 			reasons []string
@@ -88,7 +88,7 @@ func TestFailureIsHandledWithoutMoreInput(t *testing.T) {
 	tr := stream.NewTracker(0)
 	ch := make(chan []byte, 1)
 	g := stream.New()
-	stream.To(stream.From(g, source.Channel(ch, source.Track(tr))), stream.Sink[[]byte](kafkasink.NewSink(cl, kafkasink.Records("out"))))
+	stream.To(stream.From(g, source.Channel(ch, source.Track(tr))), kafkasink.NewSink(cl, kafkasink.Records("out")))
 	failed := make(chan string, 1)
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		failed <- m.Value.Err.Error()

@@ -25,7 +25,7 @@ func TestRealKafkaProducerSinkReadBackByKcat(t *testing.T) {
 	}
 	g := stream.New()
 	stream.To(stream.From(g, source.Slice(vals, source.Track(tr))),
-		stream.Sink[[]byte](kafkasink.NewSink(client(t, []string{testenv.Broker().Addr}), kafkasink.Records("it-out"))))
+		kafkasink.NewSink(client(t, []string{testenv.Broker().Addr}), kafkasink.Records("it-out")))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

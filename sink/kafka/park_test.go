@@ -77,17 +77,17 @@ func TestParkAndReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := stream.New(stream.WithLogger(quiet))
-		s := stream.From(g, stream.Source[[]byte](src))
+		s := stream.From(g, src)
 		if delay {
 			s = stream.Via(s, flow.Delay[[]byte](kafkasink.ReplayAt))
 		}
-		s = stream.Via(s, stream.Flow[[]byte, []byte](flow.MapAsync(32, call(which), flow.Retry(policy))))
+		s = stream.Via(s, flow.MapAsync(32, call(which), flow.Retry(policy)))
 		stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)))
 		transient, permanent := stream.Split(g.Failures(), func(f stream.Failure) bool { return f.Transient })
 		park := kafkasink.NewParking(producer, "retry", 300*time.Millisecond)
 		dead := kafkasink.NewDeadLetter(producer, "failed")
-		stream.To(transient, stream.Sink[stream.Failure](park))
-		stream.To(permanent, stream.Sink[stream.Failure](dead))
+		stream.To(transient, park)
+		stream.To(permanent, dead)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		go func() {
@@ -175,7 +175,7 @@ func TestParkingFuncDelaysPerMessage(t *testing.T) {
 		}
 		return d
 	})
-	stream.To(g.Failures(), stream.Sink[stream.Failure](park))
+	stream.To(g.Failures(), park)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestParkingFuncDelaysPerMessage(t *testing.T) {
 
 	g = stream.New()
 	stream.To(stream.From(g, inputs(tr)), rejectLarge("x"))
-	stream.To(g.Failures(), stream.Sink[stream.Failure](kafkasink.NewParkingFunc(client(t, brokers), "retry", nil)))
+	stream.To(g.Failures(), kafkasink.NewParkingFunc(client(t, brokers), "retry", nil))
 	if err := g.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "replayAfter") {
 		t.Fatalf("Run with a nil replayAfter = %v, want an error naming it", err)
 	}

@@ -32,7 +32,7 @@ func TestReparkedMessageHasOneSetOfFailureHeaders(t *testing.T) {
 			{Key: kafkasink.HeaderOffset, Value: []byte("42")},
 			{Key: kafkasink.HeaderFirstFailure, Value: []byte(first)}}})),
 		rejectLarge("service unavailable"))
-	stream.To(g.Failures(), stream.Sink[stream.Failure](kafkasink.NewParking(client(t, brokers), "retry", time.Hour)))
+	stream.To(g.Failures(), kafkasink.NewParking(client(t, brokers), "retry", time.Hour))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +81,8 @@ func TestParkingsAreCounted(t *testing.T) {
 	})
 	g := stream.New()
 	stream.To(stream.From(g, src), rejectLarge("unavailable"))
-	stream.To(g.Failures(), stream.Sink[stream.Failure](kafkasink.NewParkingFunc(client(t, brokers), "retry",
-		kafkasink.Backoff("retry", time.Second, time.Minute))))
+	stream.To(g.Failures(), kafkasink.NewParkingFunc(client(t, brokers), "retry",
+		kafkasink.Backoff("retry", time.Second, time.Minute)))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}

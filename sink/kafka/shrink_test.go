@@ -94,7 +94,7 @@ func TestDeadLetterTooLargeIsWrittenTruncated(t *testing.T) {
 		input{value: big, key: "k-big", headers: []stream.Header{{Key: "trace", Value: []byte("t-1")}}},
 	)), rejectLarge("cannot parse"), stream.Name("parse"))
 	dl := kafkasink.NewDeadLetter(client(t, brokers), "dlq")
-	stream.To(g.Failures(), stream.Sink[stream.Failure](dl))
+	stream.To(g.Failures(), dl)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v, want nil: a dead letter too large to write must not stop the pipeline", err)
 	}
@@ -134,7 +134,7 @@ func TestDeadLetterStillTooLargeIsWrittenAsHeaders(t *testing.T) {
 		headers: []stream.Header{{Key: "trace", Value: []byte("t-1")}, {Key: "blob", Value: noise(maxMessageBytes)}}},
 	)), rejectLarge(reason), stream.Name("parse"))
 	dl := kafkasink.NewDeadLetter(client(t, brokers), "dlq")
-	stream.To(g.Failures(), stream.Sink[stream.Failure](dl))
+	stream.To(g.Failures(), dl)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
@@ -164,7 +164,7 @@ func TestParkingTooLargeIsWrittenTruncated(t *testing.T) {
 	g := stream.New()
 	stream.To(stream.From(g, inputs(tr, input{value: big})), rejectLarge("service unavailable"))
 	park := kafkasink.NewParking(client(t, brokers), "retry", time.Minute)
-	stream.To(g.Failures(), stream.Sink[stream.Failure](park))
+	stream.To(g.Failures(), park)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
@@ -197,7 +197,7 @@ func TestDeadLetterEncoderPanicIsWrittenAsHeaders(t *testing.T) {
 	stream.To(stream.From(g, src), sink.Func(func(context.Context, unencodable) error { return errors.New("rejected") }),
 		stream.Name("check"))
 	dl := kafkasink.NewDeadLetter(client(t, brokers), "dlq")
-	stream.To(g.Failures(), stream.Sink[stream.Failure](dl))
+	stream.To(g.Failures(), dl)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
@@ -245,7 +245,7 @@ func TestShrinkerOfAnOrdinarySink(t *testing.T) {
 		}
 		return nil
 	})
-	stream.To(stream.From(g, src), stream.Sink[[]byte](out))
+	stream.To(stream.From(g, src), out)
 	var failures []stream.Failure
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		failures = append(failures, m.Value)

@@ -67,7 +67,7 @@ func TestRecordsKeepKeyValueHeaders(t *testing.T) {
 		m.Headers = []stream.Header{{Key: "trace", Value: []byte("t-9")}}
 		return out.Send(ctx, m)
 	})
-	stream.To(stream.From(g, src), stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers), kafkasink.Records("out"))))
+	stream.To(stream.From(g, src), kafkasink.NewSink(client(t, brokers), kafkasink.Records("out")))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestDeadLetterRecordsReasonAndPosition(t *testing.T) {
 		return nil
 	}), stream.Name("parse"))
 	dl := kafkasink.NewDeadLetter(client(t, brokers), "dlq")
-	stream.To(g.Failures(), stream.Sink[stream.Failure](dl))
+	stream.To(g.Failures(), dl)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestTooLargeRecordIsDeadLetteredOthersGoOn(t *testing.T) {
 	g := stream.New()
 	vals := [][]byte{[]byte("a"), bytes.Repeat([]byte("x"), 2<<20), []byte("c")}
 	stream.To(stream.From(g, source.Slice(vals, source.Track(tr))),
-		stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers, kgo.ProducerBatchMaxBytes(1<<20)), kafkasink.Records("out"))))
+		kafkasink.NewSink(client(t, brokers, kgo.ProducerBatchMaxBytes(1<<20)), kafkasink.Records("out")))
 	var reasons []string
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		reasons = append(reasons, m.Value.Err.Error())
@@ -159,7 +159,7 @@ func TestUnknownTopicIsFatalAndLeavesMessagesUnsettled(t *testing.T) {
 	tr := stream.NewTracker(0)
 	g := stream.New()
 	stream.To(stream.From(g, source.Slice([][]byte{[]byte("a")}, source.Track(tr))),
-		stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers, kgo.RecordDeliveryTimeout(2*time.Second)), kafkasink.Records("missing"))),
+		kafkasink.NewSink(client(t, brokers, kgo.RecordDeliveryTimeout(2*time.Second)), kafkasink.Records("missing")),
 		stream.Name("out"))
 	err := g.Run(context.Background())
 	var se *stream.StageError
@@ -183,7 +183,7 @@ func TestEncoderPanicFailsOnlyThatMessage(t *testing.T) {
 		return &kgo.Record{Topic: "out", Value: m.Value}, nil
 	}
 	stream.To(stream.From(g, source.Slice([][]byte{[]byte("a"), []byte("boom"), []byte("c")}, source.Track(tr))),
-		stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers), encode)))
+		kafkasink.NewSink(client(t, brokers), encode))
 	var failures []stream.Failure
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		failures = append(failures, m.Value)

@@ -38,7 +38,7 @@ func TestNilRecordFailsThatMessage(t *testing.T) {
 		}
 		return &kgo.Record{Topic: "out", Value: m.Value}, nil
 	}
-	stream.To(stream.From(g, src), stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers), enc)))
+	stream.To(stream.From(g, src), kafkasink.NewSink(client(t, brokers), enc))
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -73,7 +73,7 @@ func TestRecordWithoutTopicFailsThatMessage(t *testing.T) {
 	enc := func(m *stream.Message[[]byte]) (*kgo.Record, error) {
 		return &kgo.Record{Topic: string(m.Value), Value: []byte("x")}, nil // topic from the message
 	}
-	stream.To(stream.From(g, src), stream.Sink[[]byte](kafkasink.NewSink(client(t, brokers), enc)))
+	stream.To(stream.From(g, src), kafkasink.NewSink(client(t, brokers), enc))
 	var failed int
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { failed++; return nil }))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -288,17 +288,17 @@ func startChurnMember(t *testing.T, brokers []string, group, topic string, balan
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	g := stream.New(stream.WithLogger(quiet), stream.WithCapacity(1024), stream.WithDrainTimeout(5*time.Second))
-	s := stream.From(g, stream.Source[[]byte](src))
+	s := stream.From(g, src)
 	// The slow stage: about 50,000 records a second, so a backlog lasts.
-	s = stream.Via(s, stream.Flow[[]byte, []byte](flow.Map(func(v []byte) ([]byte, error) {
+	s = stream.Via(s, flow.Map(func(v []byte) ([]byte, error) {
 		if binary.BigEndian.Uint64(v)%64 == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		return v, nil
-	})))
+	}))
 	slowSeed := rng.Uint64()
 	m := &churnMember{src: src, dialer: d, cancel: cancel, done: make(chan error, 1)}
-	s = stream.Via(s, stream.Flow[[]byte, []byte](flow.MapAsync(256, func(ctx context.Context, v []byte) ([]byte, error) {
+	s = stream.Via(s, flow.MapAsync(256, func(ctx context.Context, v []byte) ([]byte, error) {
 		i := binary.BigEndian.Uint64(v)
 		if (i^slowSeed)%300 == 0 { // the slow tail: 0.3-2.5 s
 			select {
@@ -312,7 +312,7 @@ func startChurnMember(t *testing.T, brokers []string, group, topic string, balan
 		}
 		w.process(i)
 		return v, nil
-	})))
+	}))
 	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(time.Duration(20+rng.IntN(80))*time.Millisecond), checkpoint.Every(500), checkpoint.WithLogger(quiet)))
 	go func() { m.done <- g.Run(ctx) }()
 	return m

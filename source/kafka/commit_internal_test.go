@@ -53,7 +53,7 @@ func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
 	// Consume and settle everything, commit nothing.
 	ctx, cancel := context.WithCancel(context.Background())
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
-	stream.To(stream.From(g, stream.Source[[]byte](src)), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
 		for {
 			b, err := in.Recv(ctx)
 			if err != nil {

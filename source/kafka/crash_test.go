@@ -57,12 +57,12 @@ func crashWorker() int {
 		return 2
 	}
 	g := stream.New(stream.WithLogger(quiet))
-	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](flow.MapAsync(32,
+	s := stream.Via(stream.From(g, src), flow.MapAsync(32,
 		func(_ context.Context, v []byte) ([]byte, error) {
 			// One write(2) per id: a kill never leaves half a line.
 			_, err := store.Write(append(v, '\n'))
 			return v, err
-		})))
+		}))
 	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Every(crashEvery), checkpoint.Interval(crashInterval)))
 	runErr := g.Run(ctx)
 	closeErr := src.Close(context.Background())

@@ -66,7 +66,7 @@ func TestUnsettledCapPausesAndResumesAPartition(t *testing.T) {
 	})
 	h := &holder{}
 	g := stream.New(stream.WithLogger(quiet))
-	stream.To(stream.From(g, stream.Source[[]byte](src)), stream.Sink[[]byte](h))
+	stream.To(stream.From(g, src), h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
@@ -130,7 +130,7 @@ func TestSettlesAfterRevocationAreIgnored(t *testing.T) {
 	})
 	h := &holder{}
 	g := stream.New(stream.WithLogger(quiet))
-	stream.To(stream.From(g, stream.Source[[]byte](srcA)), stream.Sink[[]byte](h))
+	stream.To(stream.From(g, srcA), h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
@@ -140,7 +140,7 @@ func TestSettlesAfterRevocationAreIgnored(t *testing.T) {
 	srcB := newSource(t, brokers, "fence")
 	gb := stream.New(stream.WithLogger(quiet))
 	hb := &holder{}
-	stream.To(stream.From(gb, stream.Source[[]byte](srcB)), stream.Sink[[]byte](hb))
+	stream.To(stream.From(gb, srcB), hb)
 	ctxB, cancelB := context.WithCancel(context.Background())
 	doneB := make(chan error, 1)
 	go func() { doneB <- gb.Run(ctxB) }()

@@ -38,7 +38,7 @@ func startOutageMember(t *testing.T, src *kafka.Source) *outageMember {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	g := stream.New(stream.WithLogger(quiet), stream.WithDrainTimeout(2*time.Second))
-	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.FlowFunc[[]byte, []byte](
+	s := stream.Via(stream.From(g, src), stream.FlowFunc[[]byte, []byte](
 		func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
 			for {
 				b, err := in.Recv(ctx)

@@ -52,14 +52,14 @@ func rebalanceTest(t *testing.T, brokers []string, topic string) {
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		g := stream.New(stream.WithLogger(quiet))
-		s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](flow.MapAsync(8,
+		s := stream.Via(stream.From(g, src), flow.MapAsync(8,
 			func(_ context.Context, v []byte) ([]byte, error) {
 				time.Sleep(50 * time.Microsecond) // slow enough that members overlap
 				mu.Lock()
 				seen[string(v)]++
 				mu.Unlock()
 				return v, nil
-			})))
+			}))
 		stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond), checkpoint.Every(500)))
 		m := &member{cancel: cancel, done: make(chan error, 1), src: src}
 		go func() { m.done <- g.Run(ctx) }()
@@ -229,8 +229,8 @@ func TestHeldPollIsNotTrackedIntoTheNextAssignment(t *testing.T) {
 		}
 	})
 	g := stream.New(stream.WithLogger(quiet), stream.WithBatchSize(10), stream.WithCapacity(10))
-	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](hold))
-	s = stream.Via(s, stream.Flow[[]byte, []byte](flow.Map(func(v []byte) ([]byte, error) { return v, nil })))
+	s := stream.Via(stream.From(g, src), hold)
+	s = stream.Via(s, flow.Map(func(v []byte) ([]byte, error) { return v, nil }))
 	s = stream.Via(s, stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
 		for {
 			b, err := in.Recv(ctx)
@@ -248,7 +248,7 @@ func TestHeldPollIsNotTrackedIntoTheNextAssignment(t *testing.T) {
 		}
 	}))
 	ck := checkpoint.New[[]byte](src, checkpoint.Interval(10*time.Millisecond), checkpoint.WithLogger(quiet))
-	stream.To(s, stream.Sink[[]byte](ck))
+	stream.To(s, ck)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)

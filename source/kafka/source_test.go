@@ -56,8 +56,8 @@ func consume(t *testing.T, src *kafka.Source, want int, seen func(stream.Message
 	defer cancel()
 	var n atomic.Int64
 	g := stream.New(stream.WithLogger(quiet))
-	s := stream.Via(stream.From(g, stream.Source[[]byte](src)), stream.Flow[[]byte, []byte](flow.MapAsync(16,
-		func(_ context.Context, v []byte) ([]byte, error) { return v, nil })))
+	s := stream.Via(stream.From(g, src), flow.MapAsync(16,
+		func(_ context.Context, v []byte) ([]byte, error) { return v, nil }))
 	s = stream.Via(s, stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
 		for {
 			b, err := in.Recv(ctx)

@@ -97,16 +97,16 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	defer cancel()
 	var done atomic.Int64
 	g := stream.New(stream.WithPipeline("orders"), stream.WithLogger(quiet))
-	s := stream.From(g, stream.Source[[]byte](src), stream.Name("kafka"))
+	s := stream.From(g, src, stream.Name("kafka"))
 	s = stream.Via(s, flow.Filter(func(v []byte) bool { return !strings.HasSuffix(string(v), "7") }), stream.Name("drop-7s"))
-	s = stream.Via(s, stream.Flow[[]byte, []byte](async), stream.Name("call"))
+	s = stream.Via(s, async, stream.Name("call"))
 	s = stream.Via(s, flow.Map(func(v []byte) ([]byte, error) {
 		if done.Add(1) >= 4000 {
 			cancel()
 		}
 		return v, nil
 	}), stream.Name("count"))
-	stream.To(s, stream.Sink[[]byte](ck), stream.Name("checkpoint"))
+	stream.To(s, ck, stream.Name("checkpoint"))
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }), stream.Name("dead-letter"))
 	// One call finds every part: the source, the asynchronous stage with
 	// its breaker and budget, the checkpoint sink.
@@ -248,10 +248,10 @@ func TestRegisterFindsEveryPart(t *testing.T) {
 	}
 	g := stream.New(stream.WithPipeline("parts"), stream.WithLogger(quiet))
 	a, b := &counted{n: 1}, &counted{n: 2}
-	s := stream.Merge(stream.From(g, stream.Source[int](a), stream.Name("a")), stream.From(g, stream.Source[int](b), stream.Name("b")))
+	s := stream.Merge(stream.From(g, a, stream.Name("a")), stream.From(g, b, stream.Name("b")))
 	id := func(_ context.Context, x int) (int, error) { return x, nil }
-	s = stream.Via(s, stream.Flow[int, int](flow.MapAsync(2, id, flow.Breaker(br))), stream.Name("one"))
-	s = stream.Via(s, stream.Flow[int, int](flow.MapAsync(2, id, flow.Breaker(br))), stream.Name("two"))
+	s = stream.Via(s, flow.MapAsync(2, id, flow.Breaker(br)), stream.Name("one"))
+	s = stream.Via(s, flow.MapAsync(2, id, flow.Breaker(br)), stream.Name("two"))
 	stream.To(s, sink.Discard[int]())
 	if err := m.Register(g); err != nil {
 		t.Fatal(err)
@@ -386,10 +386,10 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		return x * 2, nil
 	}), stream.Name("parse"))
 	stream.To(g.Failures(), sink.Discard[stream.Failure](), stream.Name("dead-letters"))
-	s = stream.Via(s, stream.Flow[int64, int64](flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
+	s = stream.Via(s, flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
 		time.Sleep(time.Millisecond)
 		return x, nil
-	})), stream.Name("schedule-drone"))
+	}), stream.Name("schedule-drone"))
 	stream.To(s, sink.Discard[int64](), stream.Name("checkpoint"))
 	runDone := make(chan error, 1)
 	go func() { runDone <- g.Run(ctx) }()
