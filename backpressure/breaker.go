@@ -14,7 +14,8 @@ import (
 
 // BreakerConfig configures a Breaker. Zero fields take the defaults given.
 type BreakerConfig struct {
-	// Name names the dependency in errors and state changes.
+	// Name names the dependency in errors and state changes (default "":
+	// errors say "breaker" alone).
 	Name string
 	// Window is the rolling window over which failures are counted (default
 	// 10s, in 10 buckets).
@@ -33,7 +34,7 @@ type BreakerConfig struct {
 	Probes uint32
 	// OnStateChange, if set, is told of every transition, on the goroutine
 	// of the call whose Allow or done caused it. In a flow.MapAsync stage a
-	// panic in it fails that call's message.
+	// panic in it fails that call's message. Default: nil, none is told.
 	OnStateChange func(name string, from, to BreakerState)
 }
 

@@ -41,11 +41,11 @@ type asyncOptions struct {
 // concurrently, and results that finish early wait in a reorder buffer of
 // Window messages. One slow call holds back every result behind it — the
 // long tail of seed 002 — so prefer the default, unordered, unless order
-// matters.
+// matters. Default: unordered, results leave as their calls finish.
 func InOrder() AsyncOption { return func(o *asyncOptions) { o.mode = inOrder } }
 
 // ByMessageKey is MapAsyncByKey on the message's Key (its Kafka record
-// key), as an option.
+// key), as an option. Default: no key, calls of any messages run at once.
 func ByMessageKey() AsyncOption {
 	return func(o *asyncOptions) { o.mode, o.keyFn = perKey, messageKey }
 }
@@ -56,6 +56,7 @@ func messageKey(e *stream.Envelope) string { return string(e.Key) }
 // in this stage; messages of a partition at its cap wait (inside the
 // window) while other partitions' messages go ahead. Not combined with
 // a key (MapAsyncByKey, ByMessageKey), which already allows one call per key.
+// Default: 0, no cap per partition (only the parallelism and Window).
 func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPartition = n } }
 
 // CallTimeout cancels each call's context after d; the message fails with
@@ -110,7 +111,7 @@ func Window(n int) AsyncOption { return func(o *asyncOptions) { o.window = n } }
 
 // OnCall registers a function called after every call, from the goroutine
 // that ran it, for metrics (latency histograms, error counts). A panic in
-// fn fails the message of that call.
+// fn fails the message of that call. Default: none.
 func OnCall(fn func(CallInfo)) AsyncOption { return func(o *asyncOptions) { o.onCall = fn } }
 
 // CallInfo describes one finished call.
@@ -133,35 +134,39 @@ type CallInfo struct {
 // against Window (so backpressure still holds) but not against the
 // parallelism. When attempts, MaxElapsed or the retry budget run out, the
 // message fails with Failure.Transient set, for a parking sink to keep and
-// replay it; permanent errors fail at once.
+// replay it; permanent errors fail at once. Default: no retry, a failed
+// call fails its message at once (transient or not).
 func Retry(p RetryPolicy) AsyncOption { return func(o *asyncOptions) { o.retry = &p } }
 
 // Budget limits retries to a share of requests (see
 // backpressure.RetryBudget); share one budget among the stages that call
-// the same dependency.
+// the same dependency. Default: no budget, retries are bounded by the Retry
+// policy alone.
 func Budget(b *backpressure.RetryBudget) AsyncOption { return func(o *asyncOptions) { o.budget = b } }
 
 // Breaker asks b before each call: while it is open, calls fail fast with a
 // transient *backpressure.OpenError whose wait a retry honours. Transient
 // failures count against the dependency's health; permanent ones (a
-// rejected request) do not.
+// rejected request) do not. Default: no breaker, every call is made.
 func Breaker(b *backpressure.Breaker) AsyncOption { return func(o *asyncOptions) { o.breaker = b } }
 
 // Classifier replaces stream.Classify for this stage. A panic in fn fails
-// the message whose error it classified, for good (no retry).
+// the message whose error it classified, for good (no retry). Default:
+// stream.Classify.
 func Classifier(fn func(error) stream.Classification) AsyncOption {
 	return func(o *asyncOptions) { o.classify = fn }
 }
 
 // OnRetry registers a function told of every retry scheduled (for logs and
 // metrics: retries by reason). A panic in fn fails the message instead of
-// retrying it.
+// retrying it. Default: none.
 func OnRetry(fn func(RetryInfo)) AsyncOption { return func(o *asyncOptions) { o.onRetry = fn } }
 
 // OnDone registers a function told, for every message, how many attempts
 // it took and how long from its first attempt to its outcome (for the
 // histograms of total time including retries and of attempts per message).
 // A panic in fn fails that message, even one whose call succeeded.
+// Default: none.
 func OnDone(fn func(DoneInfo)) AsyncOption { return func(o *asyncOptions) { o.onDone = fn } }
 
 // WithLogger sets the logger of the stage's retries (default: the

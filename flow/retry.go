@@ -30,6 +30,7 @@ const (
 type Jitter string
 
 const (
+	// NoJitter waits the delay as the strategy computes it.
 	NoJitter Jitter = "none"
 	// FullJitter waits a uniform random time in [0, delay].
 	FullJitter Jitter = "full"
@@ -50,31 +51,41 @@ const (
 // from Background or Interactive. In JSON (the retry-policy file, see
 // LoadRetryPolicies) fields have the names of their tags and durations are
 // strings in Go's form ("250ms", "1m30s"); see MarshalJSON.
+//
+// The defaults the fields state are their values in Background and
+// Interactive, which a policy of a file starts from (LoadRetryPolicies).
 type RetryPolicy struct {
+	// Strategy is how the wait grows (default Exponential).
 	Strategy Strategy `json:"strategy"`
-	Jitter   Jitter   `json:"jitter"`
-	// MaxAttempts counts calls, the first included (1: no retry).
+	// Jitter randomizes each wait (default FullJitter).
+	Jitter Jitter `json:"jitter"`
+	// MaxAttempts counts calls, the first included (1: no retry; default
+	// 8 in Background, 3 in Interactive).
 	MaxAttempts int `json:"max_attempts"`
-	// BaseDelay is the first wait; Increment what Incremental adds each
-	// time; MaxDelay caps any wait (Retry-After included).
+	// BaseDelay is the first wait (default 100ms in Background, 50ms in
+	// Interactive); Increment what Incremental adds each time (default
+	// 0); MaxDelay caps any wait, Retry-After included (0: no cap;
+	// default 30s in Background, 250ms in Interactive).
 	BaseDelay time.Duration `json:"base_delay"`
 	Increment time.Duration `json:"increment"`
 	MaxDelay  time.Duration `json:"max_delay"`
-	// AttemptTimeout bounds each call (0: no bound), counted as
-	// CallTimeout is: from the call's start, or from its send in a stage
-	// with TimeoutFromSend. A stage's CallTimeout wins over it, whatever
-	// the options' order (MapAsync logs a warning when the two differ).
+	// AttemptTimeout bounds each call (0: no bound; default 0 in
+	// Background, 500ms in Interactive), counted as CallTimeout is: from
+	// the call's start, or from its send in a stage with TimeoutFromSend.
+	// A stage's CallTimeout wins over it, whatever the options' order
+	// (MapAsync logs a warning when the two differ).
 	AttemptTimeout time.Duration `json:"attempt_timeout"`
 	// MaxElapsed bounds the whole: no retry is scheduled that could end
-	// after it (0: no bound but MaxAttempts). It counts from the first
-	// attempt's start, with TimeoutFromSend too: it is the latency the
-	// message's sender sees, and the earlier attempts' waits before sending
-	// count against it (the next attempt's own wait, unknown when the
-	// retry is scheduled, does not).
+	// after it (0: no bound but MaxAttempts; default 5m in Background, 2s
+	// in Interactive). It counts from the first attempt's start, with
+	// TimeoutFromSend too: it is the latency the message's sender sees,
+	// and the earlier attempts' waits before sending count against it (the
+	// next attempt's own wait, unknown when the retry is scheduled, does
+	// not).
 	MaxElapsed time.Duration `json:"max_elapsed"`
 	// HonorRetryAfter waits at least what the service asked (429/503
 	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so
-	// that clients told the same time do not wake together.
+	// that clients told the same time do not wake together (default true).
 	HonorRetryAfter bool `json:"honor_retry_after"`
 }
 

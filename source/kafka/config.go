@@ -43,22 +43,27 @@ const (
 // SCRAM-SHA-512. Azure Event Hubs' Kafka endpoint takes PLAIN over TLS with
 // User "$ConnectionString" and the connection string as Password.
 type SASL struct {
+	// Mechanism is required, in any case; there is no default.
 	Mechanism string
-	User      string
-	Password  string
+	// User and Password are the credentials (default "": none).
+	User     string
+	Password string
 }
 
 // Conn is how to reach the brokers; the source and producer clients share
 // it.
 type Conn struct {
 	// Brokers are the seed brokers, host:port (Java: bootstrap.servers).
+	// Required: there is no default broker.
 	Brokers []string
 	// ClientID names the client in broker logs and quotas (client.id;
 	// default "sluice").
 	ClientID string
-	// TLS, if set, encrypts connections (security.protocol=SSL/SASL_SSL).
+	// TLS, if set, encrypts connections (security.protocol=SSL/SASL_SSL;
+	// default nil: plaintext).
 	TLS *tls.Config
-	// SASL, if set, authenticates (sasl.mechanism, sasl.jaas.config).
+	// SASL, if set, authenticates (sasl.mechanism, sasl.jaas.config;
+	// default nil: no authentication).
 	SASL *SASL
 	// ConnectTimeout bounds the check, at start, that a broker answers and
 	// the topics exist (default 10s).
@@ -71,11 +76,13 @@ type Config struct {
 	Conn
 	// Group is the consumer group (group.id). Required.
 	Group string
-	// Topics to consume. With Regex, each is a regular expression matched
-	// against the cluster's topics.
+	// Topics to consume. Required: at least one.
 	Topics []string
-	Regex  bool
-	// Start applies when the group has no committed offset for a partition.
+	// Regex makes each of Topics a regular expression matched against the
+	// cluster's topics (default false: Topics are topic names).
+	Regex bool
+	// Start applies when the group has no committed offset for a partition
+	// (auto.offset.reset; default Earliest).
 	Start StartOffset
 	// Balancer assigns partitions to group members (partition.assignment.strategy;
 	// default cooperative-sticky, which moves as few partitions as possible
@@ -92,7 +99,7 @@ type Config struct {
 	// default slog.Default().
 	Logger *slog.Logger
 	// Opts are passed to franz-go as they are, after the source's own, for
-	// anything this struct does not cover.
+	// anything this struct does not cover (default: none).
 	Opts []kgo.Opt
 	// MaxBrokerLoss ends Run with an error wrapping ErrBrokerLost when the
 	// cluster has been failing this long: a request (fetch, heartbeat,
@@ -114,7 +121,8 @@ type Config struct {
 	// the next. Default 3 minutes; negative: never.
 	MaxCommitFailure time.Duration
 	// OnCommit, if set, is called after each successful commit, per
-	// partition, with the committed offset (for tests and audit logs).
+	// partition, with the committed offset (for tests and audit logs;
+	// default nil: none).
 	OnCommit func(topic string, partition int32, offset int64)
 }
 
