@@ -140,7 +140,11 @@ func (p RetryPolicy) Validate() error {
 		}
 	}
 	if p.Strategy != Immediate && p.MaxAttempts > 1 && p.BaseDelay == 0 {
-		bad("base_delay", "must be positive for the %s strategy", p.Strategy)
+		if p.Strategy == "" {
+			bad("base_delay", "must be positive (or the strategy immediate) to retry")
+		} else {
+			bad("base_delay", "must be positive for the %s strategy", p.Strategy)
+		}
 	}
 	if p.MaxDelay > 0 && p.MaxDelay < p.BaseDelay {
 		bad("max_delay", "%v is below base_delay %v", p.MaxDelay, p.BaseDelay)

@@ -87,6 +87,12 @@ func TestRetryPolicyValidation(t *testing.T) {
 			t.Errorf("%s: %v", want, err)
 		}
 	}
+	// A zero policy names each missing field, and no message reads
+	// "for the  strategy" with the empty name.
+	err := flow.RetryPolicy{MaxAttempts: 3}.Validate()
+	if err == nil || strings.Contains(err.Error(), "the  strategy") || !strings.Contains(err.Error(), "base_delay") {
+		t.Errorf("zero policy: %v", err)
+	}
 	if err := flow.Background().Validate(); err != nil {
 		t.Fatal(err)
 	}
