@@ -3,7 +3,7 @@ package sink_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
+	"sync"
 	"testing"
 
 	"github.com/reugn/go-streams/extension"
@@ -15,6 +15,28 @@ import (
 )
 
 func value(i int) int { return i }
+
+// The sinks that deliver somewhere deliver in the order they are given,
+// to one destination: one partition.
+var ordered = streamtest.Features{OrderedPerPartition: true}
+
+// record keeps what a sink under test delivered, in order, for Written.
+type record[T any] struct {
+	mu sync.Mutex
+	vs []T
+}
+
+func (r *record[T]) reset() { r.mu.Lock(); r.vs = nil; r.mu.Unlock() }
+
+func (r *record[T]) add(v T) { r.mu.Lock(); r.vs = append(r.vs, v); r.mu.Unlock() }
+
+func (r *record[T]) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.vs) }
+
+func (r *record[T]) written() [][]T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return [][]T{append([]T(nil), r.vs...)}
+}
 
 func TestDiscardContract(t *testing.T) {
 	streamtest.TestSink(t, streamtest.SinkCase[int]{
@@ -29,54 +51,68 @@ func TestCollectContract(t *testing.T) {
 		New:       func(*testing.T) stream.Sink[int] { c = sink.Collect[int](); return c },
 		Value:     value,
 		Delivered: func(*testing.T) int { return len(c.Values()) },
+		Features:  ordered,
+		Index:     value,
+		Written:   func(*testing.T) [][]int { return [][]int{c.Values()} },
 	})
 }
 
 func TestFuncContract(t *testing.T) {
-	var n atomic.Int64
+	var r record[int]
 	streamtest.TestSink(t, streamtest.SinkCase[int]{
 		New: func(*testing.T) stream.Sink[int] {
-			n.Store(0)
-			return sink.Func(func(context.Context, int) error { n.Add(1); return nil })
+			r.reset()
+			return sink.Func(func(_ context.Context, v int) error { r.add(v); return nil })
 		},
 		Value:     value,
-		Delivered: func(*testing.T) int { return int(n.Load()) },
+		Delivered: func(*testing.T) int { return r.count() },
+		Features:  ordered,
+		Index:     value,
+		Written:   func(*testing.T) [][]int { return r.written() },
 	})
 }
 
 func TestGoStreamsContract(t *testing.T) {
-	var n atomic.Int64
+	// The latest New's reader and what it kept; each reader has its own,
+	// since nothing waits for the reader of a subtest that does not look.
+	var r *record[int]
 	var drained chan struct{}
 	streamtest.TestSink(t, streamtest.SinkCase[int]{
 		New: func(*testing.T) stream.Sink[int] {
-			n.Store(0)
 			ch := make(chan any)
-			drained = make(chan struct{})
+			kept, done := &record[int]{}, make(chan struct{})
+			r, drained = kept, done
 			go func() {
-				defer close(drained)
-				for range ch {
-					n.Add(1)
+				defer close(done)
+				for v := range ch {
+					kept.add(v.(int))
 				}
 			}()
 			return sink.GoStreams[int](extension.NewChanSink(ch))
 		},
 		Value: value,
 		// The sink closes the channel when its input ends; the reader has
-		// counted everything once it sees that.
-		Delivered: func(*testing.T) int { <-drained; return int(n.Load()) },
+		// kept everything once it sees that.
+		Delivered: func(*testing.T) int { <-drained; return r.count() },
+		Features:  ordered,
+		Index:     value,
+		Written:   func(*testing.T) [][]int { <-drained; return r.written() },
 	})
 }
 
 func TestDeadLetterFuncContract(t *testing.T) {
-	var n atomic.Int64
+	var r record[stream.Failure]
 	streamtest.TestSink(t, streamtest.SinkCase[stream.Failure]{
 		New: func(*testing.T) stream.Sink[stream.Failure] {
-			n.Store(0)
-			return sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { n.Add(1); return nil })
+			r.reset()
+			return sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error { r.add(m.Value); return nil })
 		},
 		Value:     func(i int) stream.Failure { return stream.Failure{Stage: "x", Err: errors.New("bad"), Value: i} },
-		Delivered: func(*testing.T) int { return int(n.Load()) },
+		Delivered: func(*testing.T) int { return r.count() },
 		Outcome:   stream.DeadLettered,
+		Features:  ordered,
+		Index:     func(f stream.Failure) int { return f.Value.(int) },
+		Written:   func(*testing.T) [][]stream.Failure { return r.written() },
 	})
 }
 

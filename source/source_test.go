@@ -11,15 +11,28 @@ import (
 	"github.com/sluice-streams/sluice/stream/streamtest"
 )
 
+// The basic sources emit the values they are given in order, as one
+// partition; they keep nothing across a restart.
+var ordered = streamtest.Features{OrderedPerPartition: true}
+
+// index is the Index of the cases whose values are their indexes.
+func index[T int | int64](v T) int { return int(v) }
+
 func TestSliceContract(t *testing.T) {
 	var tr *stream.Tracker
 	streamtest.TestSource(t, streamtest.SourceCase[int]{
 		New: func(_ *testing.T, n int) stream.Source[int] {
 			tr = stream.NewTracker(0)
-			return source.Slice(make([]int, n), source.Track(tr))
+			vs := make([]int, n)
+			for i := range vs {
+				vs[i] = i
+			}
+			return source.Slice(vs, source.Track(tr))
 		},
-		Bounded: true,
-		Tracker: func() *stream.Tracker { return tr },
+		Bounded:  true,
+		Tracker:  func() *stream.Tracker { return tr },
+		Features: ordered,
+		Index:    index[int],
 	})
 }
 
@@ -30,7 +43,9 @@ func TestGeneratorContract(t *testing.T) {
 			tr = stream.NewTracker(0)
 			return source.Generator(func(i int64) int64 { return i }, source.Track(tr))
 		},
-		Tracker: func() *stream.Tracker { return tr },
+		Tracker:  func() *stream.Tracker { return tr },
+		Features: ordered,
+		Index:    index[int64],
 	})
 }
 
@@ -39,7 +54,9 @@ func TestBoundedRateLimitedGeneratorContract(t *testing.T) {
 		New: func(_ *testing.T, n int) stream.Source[int64] {
 			return source.Generator(func(i int64) int64 { return i }, source.Count(int64(n)), source.Rate(1e6, 1000))
 		},
-		Bounded: true,
+		Bounded:  true,
+		Features: ordered,
+		Index:    index[int64],
 	})
 }
 
@@ -55,8 +72,10 @@ func TestChannelContract(t *testing.T) {
 			close(ch)
 			return source.Channel(ch, source.Track(tr))
 		},
-		Bounded: true,
-		Tracker: func() *stream.Tracker { return tr },
+		Bounded:  true,
+		Tracker:  func() *stream.Tracker { return tr },
+		Features: ordered,
+		Index:    index[int],
 	})
 }
 
@@ -70,7 +89,9 @@ func TestGoStreamsContract(t *testing.T) {
 			close(ch)
 			return source.GoStreams[int](extension.NewChanSource(ch))
 		},
-		Bounded: true,
+		Bounded:  true,
+		Features: ordered,
+		Index:    index[int],
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,27 @@ func TestSinkContract(t *testing.T) {
 		},
 		Value:     func(i int) []byte { return fmt.Appendf(nil, "v%d", i) },
 		Delivered: func(t *testing.T) int { return len(readAll(t, brokers, "out", 2000)) },
+		// The client's idempotent producer keeps each partition's records
+		// in the order they were produced, retries included.
+		Features: streamtest.Features{OrderedPerPartition: true},
+		Index: func(v []byte) int {
+			i, err := strconv.Atoi(strings.TrimPrefix(string(v), "v"))
+			if err != nil {
+				panic(fmt.Sprintf("value %q is not v<index>", v))
+			}
+			return i
+		},
+		Written: func(t *testing.T) [][][]byte {
+			byPartition := map[int32][][]byte{}
+			for _, r := range readAll(t, brokers, "out", 2000) {
+				byPartition[r.Partition] = append(byPartition[r.Partition], r.Value)
+			}
+			var parts [][][]byte
+			for _, vs := range byPartition {
+				parts = append(parts, vs)
+			}
+			return parts
+		},
 	})
 }
 

@@ -1,7 +1,3 @@
-// Package streamtest is the shared contract suite that every Source and
-// Sink of sluice passes, and that authors of their own stages can run: each
-// message settled exactly once, cancel and drain, errors surfaced, no
-// goroutine left behind.
 package streamtest
 
 import (
@@ -28,11 +24,23 @@ type SourceCase[T any] struct {
 	// latest New call gives its messages, so the suite can check that each
 	// one is settled exactly once.
 	Tracker func() *stream.Tracker
+	// Features declares what the source promises beyond the base
+	// contract; each one declared adds its check (none by default).
+	Features Features
+	// Index returns the index of a value the case produced: New(t, n)
+	// emits the indexes 0 to n-1 (and, unbounded, more after them).
+	// Required by every feature.
+	Index func(v T) int
 }
 
-// TestSource runs the source contract.
+// TestSource runs the source contract, and the check of each feature
+// declared in c.Features.
 func TestSource[T any](t *testing.T, c SourceCase[T]) {
 	const n = 2000
+	f := c.Features
+	if f != (Features{}) && c.Index == nil {
+		t.Fatal("SourceCase declares features but no Index: the checks cannot tell the messages apart")
+	}
 	t.Run("emits and settles each message once", func(t *testing.T) {
 		noLeaks(t)
 		var got atomic.Int64
@@ -94,6 +102,9 @@ func TestSource[T any](t *testing.T, c SourceCase[T]) {
 			t.Fatalf("Run = %v, want the sink's error with its name", err)
 		}
 	})
+	if f.OrderedPerPartition {
+		t.Run("keeps the order of each partition", func(t *testing.T) { sourceOrder(t, c, n) })
+	}
 }
 
 // SinkCase describes a sink under test.
@@ -108,11 +119,24 @@ type SinkCase[T any] struct {
 	// Outcome is how the sink settles what it processed (default
 	// stream.Completed; dead letters use stream.DeadLettered).
 	Outcome stream.Outcome
+	// Features declares what the sink promises beyond the base contract
+	// (none by default).
+	Features Features
+	// Index returns i for Value(i). Required by OrderedPerPartition.
+	Index func(v T) int
+	// Written returns what the sink of the latest New call delivered, as
+	// its destination holds it: one slice per partition, each in the
+	// partition's order. Required by OrderedPerPartition.
+	Written func(t *testing.T) [][]T
 }
 
-// TestSink runs the sink contract.
+// TestSink runs the sink contract, and the check of each feature declared
+// in c.Features.
 func TestSink[T any](t *testing.T, c SinkCase[T]) {
 	const n = 2000
+	if c.Features.OrderedPerPartition && (c.Index == nil || c.Written == nil) {
+		t.Fatal("SinkCase declares OrderedPerPartition without Index and Written to read back what it delivered")
+	}
 	values := func(k int) []T {
 		vs := make([]T, k)
 		for i := range vs {
@@ -170,6 +194,9 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 			t.Fatalf("Run = %v", err)
 		}
 	})
+	if c.Features.OrderedPerPartition {
+		t.Run("keeps the order of each partition", func(t *testing.T) { sinkOrder(t, c, values(n)) })
+	}
 }
 
 func checkTracker(t *testing.T, tracker func() *stream.Tracker, received int64) {
