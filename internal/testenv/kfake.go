@@ -3,6 +3,9 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +32,67 @@ func KfakeWith(t testing.TB, opts ...kfake.Opt) []string {
 	}
 	t.Cleanup(c.Close)
 	return c.ListenAddrs()
+}
+
+// KfakeCluster is an in-process cluster of one broker that a test can
+// restart on the same address with its data (records, committed offsets,
+// groups) kept on disk: an outage, not a loss.
+type KfakeCluster struct {
+	opts  []kfake.Opt
+	dir   string
+	addrs []string
+	mu    sync.Mutex
+	c     *kfake.Cluster
+}
+
+// StartKfake starts a KfakeCluster with opts, keeping its data in a
+// temporary directory of the test. It is closed when the test ends.
+func StartKfake(t testing.TB, opts ...kfake.Opt) *KfakeCluster {
+	t.Helper()
+	k := &KfakeCluster{opts: opts, dir: t.TempDir()}
+	k.c = k.start(t, 0)
+	k.addrs = k.c.ListenAddrs()
+	t.Cleanup(func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		k.c.Close()
+	})
+	return k
+}
+
+// Addrs returns the broker's address, the same across restarts.
+func (k *KfakeCluster) Addrs() []string { return k.addrs }
+
+// Restart closes the cluster, which drops every connection, and starts it
+// again on the same port from the data it saved on closing. It returns
+// when the broker listens again.
+func (k *KfakeCluster) Restart(t testing.TB) {
+	t.Helper()
+	_, port, err := net.SplitHostPort(k.addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.c.Close()
+	k.c = k.start(t, p)
+}
+
+func (k *KfakeCluster) start(t testing.TB, port int) *kfake.Cluster {
+	t.Helper()
+	opts := append([]kfake.Opt{kfake.NumBrokers(1), kfake.DataDir(k.dir)}, k.opts...)
+	if port != 0 {
+		opts = append(opts, kfake.Ports(port))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatalf("starting kfake: %v", err)
+	}
+	return c
 }
 
 // Produce writes n records to topic, spread over its partitions by key,
