@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,12 +141,42 @@ func TestSourceContract(t *testing.T) {
 	streamtest.TestSource(t, streamtest.SourceCase[[]byte]{
 		New: func(t *testing.T, n int) stream.Source[[]byte] {
 			brokers := testenv.Kfake(t, 3, "in")
-			testenv.Produce(t, brokers, "in", n+100, func(i int) []byte { return []byte{byte(i)} })
+			testenv.Produce(t, brokers, "in", n+100, indexValue(0))
 			src := newSource(t, brokers, "contract")
 			t.Cleanup(func() { _ = src.Close(context.Background()) })
 			return src
 		},
+		Index: valueIndex,
+		// Everything a consumer group gives. The server restart is kfake's,
+		// on the same port with its data on disk.
+		Features: streamtest.Features{OrderedPerPartition: true, ReplayAfterRestart: true, RedeliversUnsettled: true,
+			ReconnectsAfterServerRestart: true},
+		Restart: func(t *testing.T) streamtest.RestartCase[[]byte] {
+			k := testenv.StartKfake(t, kfake.SeedTopics(3, "in"))
+			return streamtest.RestartCase[[]byte]{
+				Produce: func(t *testing.T, first, n int) {
+					testenv.Produce(t, k.Addrs(), "in", n, indexValue(first))
+				},
+				NewSource:     func(t *testing.T) streamtest.Resumable[[]byte] { return newSource(t, k.Addrs(), "contract") },
+				RestartServer: func(t *testing.T) { k.Restart(t) },
+			}
+		},
 	})
+}
+
+// indexValue returns the values of a produce call whose first record has
+// the index first: the index in decimal.
+func indexValue(first int) func(i int) []byte {
+	return func(i int) []byte { return strconv.AppendInt(nil, int64(first+i), 10) }
+}
+
+// valueIndex reads back the index indexValue wrote.
+func valueIndex(v []byte) int {
+	i, err := strconv.Atoi(string(v))
+	if err != nil {
+		panic(fmt.Sprintf("value %q is not an index", v))
+	}
+	return i
 }
 
 func TestRecordShapes(t *testing.T) {

@@ -31,6 +31,10 @@ type SourceCase[T any] struct {
 	// emits the indexes 0 to n-1 (and, unbounded, more after them).
 	// Required by every feature.
 	Index func(v T) int
+	// Restart returns a fresh topic and group for one check that restarts
+	// the source or its server. Required by ReplayAfterRestart,
+	// RedeliversUnsettled and ReconnectsAfterServerRestart.
+	Restart func(t *testing.T) RestartCase[T]
 }
 
 // TestSource runs the source contract, and the check of each feature
@@ -40,6 +44,9 @@ func TestSource[T any](t *testing.T, c SourceCase[T]) {
 	f := c.Features
 	if f != (Features{}) && c.Index == nil {
 		t.Fatal("SourceCase declares features but no Index: the checks cannot tell the messages apart")
+	}
+	if f.restarts() && c.Restart == nil {
+		t.Fatal("SourceCase declares a feature that restarts the source but no Restart to set one up")
 	}
 	t.Run("emits and settles each message once", func(t *testing.T) {
 		noLeaks(t)
@@ -105,6 +112,15 @@ func TestSource[T any](t *testing.T, c SourceCase[T]) {
 	if f.OrderedPerPartition {
 		t.Run("keeps the order of each partition", func(t *testing.T) { sourceOrder(t, c, n) })
 	}
+	if f.ReplayAfterRestart {
+		t.Run("a new instance resumes from the last commit", func(t *testing.T) { replayAfterRestart(t, c) })
+	}
+	if f.RedeliversUnsettled {
+		t.Run("a new instance gets what was never settled", func(t *testing.T) { redeliversUnsettled(t, c) })
+	}
+	if f.ReconnectsAfterServerRestart {
+		t.Run("resumes when its server restarts", func(t *testing.T) { reconnects(t, c) })
+	}
 }
 
 // SinkCase describes a sink under test.
@@ -119,8 +135,8 @@ type SinkCase[T any] struct {
 	// Outcome is how the sink settles what it processed (default
 	// stream.Completed; dead letters use stream.DeadLettered).
 	Outcome stream.Outcome
-	// Features declares what the sink promises beyond the base contract
-	// (none by default).
+	// Features declares what the sink promises beyond the base contract:
+	// of them, a sink can have only OrderedPerPartition (none by default).
 	Features Features
 	// Index returns i for Value(i). Required by OrderedPerPartition.
 	Index func(v T) int
@@ -134,6 +150,9 @@ type SinkCase[T any] struct {
 // in c.Features.
 func TestSink[T any](t *testing.T, c SinkCase[T]) {
 	const n = 2000
+	if names := c.Features.sourceOnly(); names != "" {
+		t.Fatalf("SinkCase declares %s: features of sources, which TestSink cannot check", names)
+	}
 	if c.Features.OrderedPerPartition && (c.Index == nil || c.Written == nil) {
 		t.Fatal("SinkCase declares OrderedPerPartition without Index and Written to read back what it delivered")
 	}
