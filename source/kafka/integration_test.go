@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/streamtest"
 )
 
 var topicSeq atomic.Int64
@@ -116,4 +117,32 @@ func TestRealKafkaChurnCooperative(t *testing.T) {
 
 func TestRealKafkaWatchdogQuietDuringSlowJoin(t *testing.T) {
 	watchdogDuringSlowJoin(t, []string{testenv.Broker().Addr}, realTopic(t, 2))
+}
+
+// The contract against a real broker, each check on a topic and group of
+// its own. ReconnectsAfterServerRestart is left off here: the one broker is
+// shared by the whole integration suite, and TestSourceContract restarts
+// kfake for that check.
+func TestRealKafkaSourceContract(t *testing.T) {
+	brokers := []string{testenv.Broker().Addr}
+	streamtest.TestSource(t, streamtest.SourceCase[[]byte]{
+		New: func(t *testing.T, n int) stream.Source[[]byte] {
+			topic := realTopic(t, 3)
+			testenv.Produce(t, brokers, topic, n+100, indexValue(0))
+			src := newSource(t, brokers, "it-"+topic, func(c *kafka.Config) { c.Topics = []string{topic} })
+			t.Cleanup(func() { _ = src.Close(context.Background()) })
+			return src
+		},
+		Index:    valueIndex,
+		Features: streamtest.Features{OrderedPerPartition: true, ReplayAfterRestart: true, RedeliversUnsettled: true},
+		Restart: func(t *testing.T) streamtest.RestartCase[[]byte] {
+			topic := realTopic(t, 3)
+			return streamtest.RestartCase[[]byte]{
+				Produce: func(t *testing.T, first, n int) { testenv.Produce(t, brokers, topic, n, indexValue(first)) },
+				NewSource: func(t *testing.T) streamtest.Resumable[[]byte] {
+					return newSource(t, brokers, "it-"+topic, func(c *kafka.Config) { c.Topics = []string{topic} })
+				},
+			}
+		},
+	})
 }
