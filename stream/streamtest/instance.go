@@ -40,7 +40,7 @@ func start[T any](t *testing.T, rc RestartCase[T], index func(T) int, settle boo
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
 	g := stream.New(stream.WithDrainTimeout(10 * time.Second))
-	stream.To(stream.From(g, stream.Source[T](in.src)), stream.SinkFunc[T](func(ctx context.Context, inlet *stream.Inlet[T]) error {
+	stream.To(stream.From(g, in.src), stream.SinkFunc[T](func(ctx context.Context, inlet *stream.Inlet[T]) error {
 		return drain(ctx, inlet, func(m *stream.Message[T]) {
 			if settle {
 				inlet.Settle(m, stream.Completed)
