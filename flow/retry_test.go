@@ -360,46 +360,47 @@ func TestBreakerFailsFastAndRetriesWaitForIt(t *testing.T) {
 	})
 }
 
-func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
+// logRetries runs n messages that fail once each (HTTP 503, retried)
+// through a MapAsync named "call" and returns what was logged: to the
+// stage's own logger (flow.WithLogger) when own, else to the pipeline's.
+func logRetries(t *testing.T, n int, own bool) string {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 	synctest.Test(t, func(t *testing.T) {
-		var buf strings.Builder
-		var mu sync.Mutex
-		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
 		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
 		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
-		a := flow.MapAsync(8, fn, flow.Retry(p), flow.WithLogger(logger))
-		g := stream.New()
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), a), sink.Discard[int]())
-		run(t, g)
-		mu.Lock()
-		defer mu.Unlock()
-		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-		// 100 retries in a burst: 5 lines, not 100.
-		if len(lines) != 5 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "HTTP 503") {
-			t.Fatalf("%d lines:\n%s", len(lines), buf.String())
+		opts, gopts := []flow.AsyncOption{flow.Retry(p)}, []stream.Option{stream.WithLogger(slog.New(slog.DiscardHandler))}
+		if own {
+			opts = append(opts, flow.WithLogger(logger))
+		} else {
+			gopts = []stream.Option{stream.WithLogger(logger)}
 		}
+		g := stream.New(gopts...)
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(n))), flow.MapAsync(8, fn, opts...), stream.Name("call")), sink.Discard[int]())
+		run(t, g)
 	})
+	mu.Lock()
+	defer mu.Unlock()
+	return buf.String()
+}
+
+func TestRetriesAreLoggedAsRateLimitedWarnings(t *testing.T) {
+	out := logRetries(t, 100, true)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// 100 retries in a burst: 5 lines, not 100.
+	if len(lines) != 5 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "HTTP 503") {
+		t.Fatalf("%d lines:\n%s", len(lines), out)
+	}
 }
 
 // A stage given no logger of its own logs to the pipeline's, with its
 // stage name: one way to set a logger (stream.WithLogger), overridable per
 // stage (flow.WithLogger).
 func TestRetriesGoToThePipelinesLoggerByDefault(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var buf strings.Builder
-		var mu sync.Mutex
-		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
-		fn, _ := flaky(1, &flow.HTTPError{Status: 503})
-		p := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 2, BaseDelay: ms(10)}
-		g := stream.New(stream.WithLogger(logger))
-		stream.To(stream.Via(stream.From(g, source.Slice(ints(10))), flow.MapAsync(8, fn, flow.Retry(p)), stream.Name("call")), sink.Discard[int]())
-		run(t, g)
-		mu.Lock()
-		defer mu.Unlock()
-		if !strings.Contains(buf.String(), "stage=call") || !strings.Contains(buf.String(), "level=WARN") {
-			t.Fatalf("the pipeline's logger got:\n%s", buf.String())
-		}
-	})
+	if out := logRetries(t, 10, false); !strings.Contains(out, "stage=call") || !strings.Contains(out, "level=WARN") {
+		t.Fatalf("the pipeline's logger got:\n%s", out)
+	}
 }
 
 type lockedWriter struct {
