@@ -21,7 +21,25 @@ import (
 // revoked or lost meanwhile is left out. So an offset computed in one
 // assignment is never committed in a later one, where the partition may
 // belong to another member or start again from an older offset.
+//
+// A commit the coordinator refuses because the group is rebalancing is
+// made again once this member has rejoined (in the next generation, for
+// the partitions it still owns; the revoked ones were committed by their
+// revocation), within ctx: a pipeline stopping while its group rebalances
+// still commits what it settled.
 func (s *Source) Commit(ctx context.Context) error {
+	for {
+		_, gen := s.cl.GroupMetadata()
+		err := s.commitOwned(ctx)
+		if !errors.Is(err, kerr.RebalanceInProgress) || !s.awaitRejoin(ctx, gen) {
+			s.health.committed(err)
+			return err
+		}
+	}
+}
+
+// commitOwned commits every partition this member owns now.
+func (s *Source) commitOwned(ctx context.Context) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	s.mu.Lock()
@@ -30,9 +48,25 @@ func (s *Source) Commit(ctx context.Context) error {
 		parts = append(parts, p)
 	}
 	s.mu.Unlock()
-	err := s.commitParts(ctx, parts, false)
-	s.health.committed(err)
-	return err
+	return s.commitParts(ctx, parts, false)
+}
+
+// awaitRejoin waits, without holding commitMu (the rebalance's revoke
+// callback needs it), until the group generation is no longer gen, and
+// reports whether it changed before ctx ended.
+func (s *Source) awaitRejoin(ctx context.Context, gen int32) bool {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if _, g := s.cl.GroupMetadata(); g != gen {
+				return true
+			}
+		}
+	}
 }
 
 // commitParts commits the given partitions' settled offsets synchronously.
