@@ -24,6 +24,8 @@ type Async[In, Out any] struct {
 	key         func(*stream.Message[In]) string
 	err         error
 
+	meters atomic.Pointer[[]asyncMeter] // the histograms of each registration (Instrument)
+
 	inFlight, waiting, limit         atomic.Int64
 	calls, failed, timeouts, refused atomic.Int64
 	delayed                          atomic.Int64
@@ -144,8 +146,21 @@ func (a *Async[In, Out]) attemptTimeout() time.Duration {
 // noteTimeoutOverride logs, once per Run, that CallTimeout overrides a
 // different AttemptTimeout of the retry policy, so that the policy's value
 // is not ignored unseen.
+//
+// It also says when no retry can fit: a retry is scheduled only if the
+// next attempt, given its whole timeout, can end within the policy's
+// MaxElapsed, so a CallTimeout as long as MaxElapsed (less BaseDelay)
+// turns the first transient error into the message's failure.
 func (a *Async[In, Out]) noteTimeoutOverride(ctx context.Context, l *slog.Logger) {
-	if a.o.retry == nil || a.o.timeout <= 0 || a.o.retry.AttemptTimeout <= 0 || a.o.retry.AttemptTimeout == a.o.timeout {
+	p := a.o.retry
+	if p == nil || a.o.timeout <= 0 {
+		return
+	}
+	if p.MaxAttempts > 1 && p.MaxElapsed > 0 && a.o.timeout+p.BaseDelay >= p.MaxElapsed {
+		l.WarnContext(ctx, "no retry fits: CallTimeout plus the policy's base delay reaches its max elapsed time, so a transient failure is final at once",
+			slog.Duration("call_timeout", a.o.timeout), slog.Duration("base_delay", p.BaseDelay), slog.Duration("max_elapsed", p.MaxElapsed))
+	}
+	if p.AttemptTimeout <= 0 || p.AttemptTimeout == a.o.timeout {
 		return
 	}
 	l.WarnContext(ctx, "CallTimeout overrides the retry policy's attempt timeout",
@@ -177,6 +192,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 			r.groupCap = a.o.perPartition
 		}
 	}
+	r.onCall, r.onDone = a.hooks()
 	r.pool = newWorkers(r, a.parallelism)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)

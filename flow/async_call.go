@@ -82,8 +82,8 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if a.o.limiter != nil {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
-	if a.o.onCall != nil {
-		a.o.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
+	if r.onCall != nil {
+		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
 	}
 	return end
 }
@@ -101,7 +101,7 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 // run them, and their durations keep the average current, so that once
 // calls slow down the stage goes back to its workers.
 func (r *asyncRun[In, Out]) runInline(n int) {
-	timed := r.a.o.limiter != nil || r.a.o.onCall != nil
+	timed := r.a.o.limiter != nil || r.onCall != nil
 	batch := r.inline[:0]
 	for range min(n, 256) {
 		j := r.ready.pop()

@@ -80,9 +80,9 @@ func (r *asyncRun[In, Out]) drainRing() error {
 func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	r.held--
 	j.msg.Attempt = int32(j.attempts)
-	if r.a.o.onDone != nil && j.attempts > 0 {
+	if r.onDone != nil && j.attempts > 0 {
 		r.emitting = j // for completeFrom, should OnDone panic
-		r.a.o.onDone(DoneInfo{Attempts: j.attempts, Total: time.Since(j.first), Err: j.err})
+		r.onDone(DoneInfo{Attempts: j.attempts, Total: time.Since(j.first), Err: j.err})
 		r.emitting = nil
 	}
 	return r.hand(j)

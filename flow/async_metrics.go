@@ -4,7 +4,8 @@ import "github.com/sluice-streams/sluice/stream"
 
 // Instrument publishes the stage's numbers (docs/metrics.md, "Asynchronous
 // stages"): its gauges and call counters, read when metrics are read, and
-// the call, attempts and message-time histograms, fed as calls end. Its
+// the call, attempts and message-time histograms, fed as calls end (by
+// the runs that start after the registration). Its
 // circuit breaker and retry budget, if any, are instrumented with it. A
 // metrics package calls it when it registers the pipeline, before Run.
 func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
@@ -15,18 +16,17 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 		[]float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20}, l)
 	total := m.Histogram("sluice_async_message_seconds", "Time from a message's first call to its outcome, waits between retries included.",
 		expBuckets(0.0001, 2, 22), l)
-	onCall, onDone := a.o.onCall, a.o.onDone
-	a.o.onCall = func(c CallInfo) {
-		call(c.Latency.Seconds())
-		if onCall != nil {
-			onCall(c)
+	// The histograms join the hooks when a run starts (hooks): a
+	// registration never writes what a running stage reads.
+	for {
+		old := a.meters.Load()
+		var ms []asyncMeter
+		if old != nil {
+			ms = append(ms, *old...)
 		}
-	}
-	a.o.onDone = func(d DoneInfo) {
-		attempts(float64(d.Attempts))
-		total(d.Total.Seconds())
-		if onDone != nil {
-			onDone(d)
+		ms = append(ms, asyncMeter{call: call, attempts: attempts, total: total})
+		if a.meters.CompareAndSwap(old, &ms) {
+			break
 		}
 	}
 	m.Collect(func(w stream.MetricWriter) {
@@ -54,6 +54,36 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 	if a.o.budget != nil {
 		m.Include(a.o.budget, stage)
 	}
+}
+
+// asyncMeter is one registration's histograms.
+type asyncMeter struct{ call, attempts, total func(float64) }
+
+// hooks returns the OnCall and OnDone functions of a run: the options'
+// and the histograms of every registration made so far.
+func (a *Async[In, Out]) hooks() (func(CallInfo), func(DoneInfo)) {
+	onCall, onDone := a.o.onCall, a.o.onDone
+	p := a.meters.Load()
+	if p == nil {
+		return onCall, onDone
+	}
+	ms := *p
+	return func(c CallInfo) {
+			for _, m := range ms {
+				m.call(c.Latency.Seconds())
+			}
+			if onCall != nil {
+				onCall(c)
+			}
+		}, func(d DoneInfo) {
+			for _, m := range ms {
+				m.attempts(float64(d.Attempts))
+				m.total(d.Total.Seconds())
+			}
+			if onDone != nil {
+				onDone(d)
+			}
+		}
 }
 
 // expBuckets returns n histogram upper bounds from start, each factor

@@ -70,7 +70,9 @@ func MaxPerPartition(n int) AsyncOption { return func(o *asyncOptions) { o.perPa
 // policy (Interactive's 500 ms, a file's) is shared. When both are set and
 // differ, Run logs a warning naming both, to the stage's logger
 // (WithLogger, or the pipeline's); set the policy's AttemptTimeout to 0 (or
-// to d) to say the override is meant.
+// to d) to say the override is meant. A retry is scheduled only if the next
+// attempt, with its whole timeout, can end within the policy's MaxElapsed:
+// a CallTimeout near MaxElapsed leaves no retry, and Run warns of it too.
 func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o.timeout = d } }
 
 // TimeoutFromSend starts each attempt's clock — its timeout (CallTimeout, or

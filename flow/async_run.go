@@ -64,6 +64,10 @@ type asyncRun[In, Out any] struct {
 	log          *logx.Limited
 	clock        *attemptClock      // per-attempt timeouts, and send times (TimeoutFromSend), if any
 	emitting     *asyncJob[In, Out] // the job whose OnDone runs
+	// onCall and onDone are the OnCall and OnDone options with the
+	// metrics' histograms, fixed when the run starts.
+	onCall func(CallInfo)
+	onDone func(DoneInfo)
 	timer        *time.Timer
 	timerAt      time.Time
 }

@@ -92,7 +92,7 @@ func (w *workers[In, Out]) chunk() int {
 
 func (w *workers[In, Out]) work() {
 	defer w.wg.Done()
-	timed := w.r.a.o.limiter != nil || w.r.a.o.onCall != nil
+	timed := w.r.a.o.limiter != nil || w.r.onCall != nil
 	var batch []*asyncJob[In, Out]
 	var lastNs float64
 	var lastN int

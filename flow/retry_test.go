@@ -551,3 +551,21 @@ func TestNoTimeoutOverrideWarningWithoutAConflict(t *testing.T) {
 		})
 	}
 }
+
+// A CallTimeout as long as the policy's MaxElapsed leaves no room for a
+// retry (the next attempt could not end in time): a transient error is
+// final at once. That is the rule, but it is said at Run, not found later
+// in a dead letter. (Found in review: Interactive with CallTimeout(2s)
+// made no retry at all.)
+func TestCallTimeoutThatLeavesNoRetryIsLogged(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	fn, _ := flaky(1, &flow.HTTPError{Status: 503})
+	_, errs := runSent(t, 1, fn, flow.Retry(flow.Interactive()), flow.CallTimeout(2*time.Second), flow.WithLogger(logger))
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), "no retry fits") || len(errs) != 1 {
+		t.Fatalf("log %q, failures %v; want the warning and the one message failed", buf.String(), errs)
+	}
+}

@@ -28,8 +28,8 @@ func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainT
 // checkpoint.WithLogger), with the stage's name.
 func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
 
-// WithPipeline names the pipeline in logs and metric labels (default
-// "pipeline").
+// WithPipeline names the pipeline in logs and errors (default "pipeline").
+// Its metrics' pipeline label is the name given to observe.New.
 func WithPipeline(name string) Option { return func(g *Graph) { g.name = name } }
 
 // StageOption configures one stage where it is added to a pipeline.

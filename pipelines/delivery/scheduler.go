@@ -273,7 +273,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		// client once the request is written, the simulated services when
 		// called), so a worker short of CPU or connections makes a call wait,
 		// not time out; and the limit follows the service's latency.
-		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(), flow.WithLogger(cfg.Logger),
+		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(),
 			flow.Breaker(br), flow.WithLimiter(lim)}
 		call := func(ctx context.Context, p *Progress) (*Progress, error) {
 			if err := fn(ctx, p); err != nil {
@@ -294,7 +294,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		sch.Steps[step] = a
 		s = stream.Via(s, a, stream.Name(string(step)))
 	}
-	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond), checkpoint.WithLogger(cfg.Logger))
+	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond))
 	stream.To(s, ck, stream.Name("checkpoint"))
 	routeFailures(g, cfg)
 	if cfg.Metrics != nil {

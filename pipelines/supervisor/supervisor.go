@@ -141,7 +141,7 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 		return ev, n.Notify(ctx, ev.Compensation)
 	}, callOptions(cfg)...)
 	notified := stream.Via(undone, notify, stream.Name(prefix+"notify"))
-	ck := checkpoint.New[event](c, checkpoint.Interval(200*time.Millisecond), checkpoint.WithLogger(cfg.Logger))
+	ck := checkpoint.New[event](c, checkpoint.Interval(200*time.Millisecond))
 	stream.To(notified, ck, stream.Name(prefix+"checkpoint"))
 }
 
@@ -160,5 +160,5 @@ const MaxCalls = 2 * undoCalls * undosPerCompensation
 // sent, so a busy supervisor makes an undo wait, not time out (a Notifier
 // need not say, so notify is timed from its start).
 func callOptions(cfg Config) []flow.AsyncOption {
-	return []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify), flow.WithLogger(cfg.Logger)}
+	return []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify)}
 }

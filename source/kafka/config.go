@@ -17,7 +17,7 @@ import (
 )
 
 // ErrConfig is wrapped by every configuration error of this package; each
-// bad field is a *stream.ConfigError (stage "kafka-source", the field as
+// bad field is a *stream.ConfigError (stage "kafka source", the field as
 // its argument), which matches stream.ErrInvalid too.
 var ErrConfig = errors.New("sluice: kafka source: invalid configuration")
 

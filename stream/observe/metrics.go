@@ -40,6 +40,7 @@ type Metrics struct {
 	latency    prometheus.Histogram
 
 	mu       sync.Mutex
+	graphs   bool // a pipeline is registered
 	collect  []func(w stream.MetricWriter)
 	hists    map[string]*histogram
 	included map[any]bool
@@ -86,38 +87,88 @@ func New(reg prometheus.Registerer, pipeline string) (*Metrics, error) {
 // Register exports the pipeline g: every stage's counters, the durations
 // the engine measures, and the numbers of every source, flow and sink of g
 // that publishes its own (stream.Instrumented), with their parts (an
-// asynchronous stage's breaker and budget). Call it once per pipeline,
-// after building it and before Run; a pipeline already running is refused,
-// and so is a component whose metric names clash with another's.
+// asynchronous stage's breaker and budget). A Metrics exports one
+// pipeline: call it once, after building the pipeline and before Run. A
+// pipeline already running is refused, and so is a registration whose
+// series would clash with others (two breakers of one Name, say): every
+// scrape would fail.
 func (m *Metrics) Register(g *stream.Graph) error {
 	m.mu.Lock()
-	again := m.included[g]
-	m.included[g] = true
+	taken := m.graphs
+	m.graphs = true
 	m.mu.Unlock()
-	if again {
-		return fmt.Errorf("sluice: metrics: pipeline %q is registered already", g.Name())
+	if taken {
+		return fmt.Errorf("sluice: metrics: pipeline %q: this Metrics exports a pipeline already (create one per pipeline with observe.New)", g.Name())
 	}
 	if err := g.AddObserver(observer{m}); err != nil {
 		m.mu.Lock()
-		delete(m.included, g)
+		m.graphs = false
 		m.mu.Unlock()
 		return err
 	}
-	m.graph(g)
-	for _, p := range g.Parts() {
-		if c, ok := p.Value.(stream.Instrumented); ok {
-			m.include(c, p.Stage)
+	return m.checked(func() {
+		m.graph(g)
+		for _, p := range g.Parts() {
+			if c, ok := p.Value.(stream.Instrumented); ok {
+				m.include(c, p.Stage)
+			}
 		}
-	}
-	return m.err()
+	})
 }
 
 // Instrument exports a component that is not a stage of a registered
 // pipeline (a breaker used inside a custom stage), named stage. A
 // component already instrumented (the same pointer) is not counted twice.
 func (m *Metrics) Instrument(stage string, c stream.Instrumented) error {
-	m.include(c, stage)
-	return m.err()
+	return m.checked(func() { m.include(c, stage) })
+}
+
+// checked runs a registration, then reads every series once: if two carry
+// the same name and labels, the registration's collectors are taken back
+// and the clash is returned.
+func (m *Metrics) checked(register func()) error {
+	m.mu.Lock()
+	before := len(m.collect)
+	m.mu.Unlock()
+	register()
+	if err := m.err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	fs := slices.Clone(m.collect)
+	m.mu.Unlock()
+	seen := &keys{}
+	for _, f := range fs {
+		f(seen)
+	}
+	if len(seen.dup) == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	m.collect = m.collect[:before]
+	m.mu.Unlock()
+	return fmt.Errorf("sluice: metrics: series published twice (two components with one name?): %s", strings.Join(seen.dup, ", "))
+}
+
+// keys is a stream.MetricWriter that records the series written and the
+// ones written twice.
+type keys struct {
+	seen map[string]bool
+	dup  []string
+}
+
+func (k *keys) write(name string, labels []stream.Label) {
+	if k.seen == nil {
+		k.seen = map[string]bool{}
+	}
+	key := name
+	for _, l := range labels {
+		key += fmt.Sprintf(",%s=%q", l.Name, l.Value)
+	}
+	if k.seen[key] {
+		k.dup = append(k.dup, key)
+	}
+	k.seen[key] = true
 }
 
 func (m *Metrics) err() error {
@@ -203,6 +254,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		f(w)
 	}
 }
+
+func (k *keys) Counter(name, _ string, _ float64, labels ...stream.Label) { k.write(name, labels) }
+func (k *keys) Gauge(name, _ string, _ float64, labels ...stream.Label)   { k.write(name, labels) }
 
 // writer is the stream.MetricWriter of one scrape.
 type writer struct {

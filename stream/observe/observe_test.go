@@ -440,3 +440,62 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Two breakers of one name would publish the same series twice, and every
+// scrape would fail: Register refuses them, and a Metrics takes one
+// pipeline.
+func TestRegisterRefusesClashes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "clash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(_ context.Context, x int) (int, error) { return x, nil }
+	newBreaker := func() *backpressure.Breaker {
+		b, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "payments"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	g := stream.New(stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, source.Slice([]int{1})), flow.MapAsync(1, id, flow.Breaker(newBreaker())), stream.Name("one"))
+	stream.To(stream.Via(s, flow.MapAsync(1, id, flow.Breaker(newBreaker())), stream.Name("two")), sink.Discard[int]())
+	if err := m.Register(g); err == nil || !strings.Contains(err.Error(), `dependency="payments"`) {
+		t.Fatalf("Register = %v, want the clash named", err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("after a refused registration, scrapes still fail: %v", err)
+	}
+	other := stream.New(stream.WithLogger(quiet))
+	stream.To(stream.From(other, source.Slice([]int{1})), sink.Discard[int]())
+	if err := m.Register(other); err == nil {
+		t.Fatal("a second pipeline on one Metrics: no error")
+	}
+}
+
+// Registering while the pipeline starts either takes effect or is
+// refused; it never writes what a running stage reads (run with -race).
+func TestRegisterWhileRunning(t *testing.T) {
+	for range 20 {
+		reg := prometheus.NewRegistry()
+		m, err := observe.New(reg, "racing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := stream.New(stream.WithLogger(quiet))
+		async := flow.MapAsync(4, func(_ context.Context, x int) (int, error) { return x, nil })
+		stream.To(stream.Via(stream.From(g, source.Slice(make([]int, 1000))), async), sink.Discard[int]())
+		regErr := make(chan error, 1)
+		go func() { regErr <- m.Register(g) }()
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-regErr; err != nil && !errors.Is(err, stream.ErrInvalid) {
+			t.Fatalf("Register: %v, want nil or a refusal (ErrInvalid)", err)
+		}
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
