@@ -66,10 +66,10 @@ type asyncRun[In, Out any] struct {
 	emitting     *asyncJob[In, Out] // the job whose OnDone runs
 	// onCall and onDone are the OnCall and OnDone options with the
 	// metrics' histograms, fixed when the run starts.
-	onCall func(CallInfo)
-	onDone func(DoneInfo)
-	timer        *time.Timer
-	timerAt      time.Time
+	onCall  func(CallInfo)
+	onDone  func(DoneInfo)
+	timer   *time.Timer
+	timerAt time.Time
 }
 
 func (r *asyncRun[In, Out]) loop() error {
