@@ -52,7 +52,7 @@ const (
 var errCallFailed = errors.New("call failed")
 
 // ErrBreakerOpen is wrapped by the error of a call the breaker refused.
-var ErrBreakerOpen = errors.New("circuit breaker open")
+var ErrBreakerOpen = errors.New("sluice: circuit breaker open")
 
 // OpenError is returned for a refused call. It is transient and carries
 // how long until the breaker lets a probe through, so a retry waits that

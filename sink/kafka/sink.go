@@ -251,7 +251,7 @@ func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i i
 // client cannot even try to produce: the Encoder (or a Shrinker) returned
 // no record, or one without a topic while the client has no default topic.
 // It is the message's own failure, like a record too large.
-var ErrUnproducible = errors.New("record cannot be produced")
+var ErrUnproducible = errors.New("sluice: record cannot be produced")
 
 func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int) {
 	if err := r.check(rec); err != nil {
