@@ -1,0 +1,192 @@
+package backpressure
+
+import (
+	"fmt"
+	"time"
+)
+
+// Priority says in which order levels of priority are served. Levels are
+// numbered from 0, the highest. A policy is strict (a level is served only
+// when every higher level has nothing ready) or weighted (levels with work
+// ready share the service in proportion to their weights, exactly over
+// every cycle of sum-of-weights picks: smooth weighted round-robin, work
+// conserving, so a level with nothing ready lends its share to the
+// others). Aging lifts a message that has waited past its level's MaxWait
+// one level up, and on past the next level's MaxWait, so that nothing
+// waits forever behind a busier level.
+//
+// Build one with StrictPriority or WeightedPriority, add aging with Aging,
+// and use a Picker to choose, message after message.
+type Priority struct {
+	levels  int
+	weights []int           // nil: strict
+	maxWait []time.Duration // nil: no aging; 0 for a level: it does not age
+}
+
+// StrictPriority serves levels 0..levels-1 strictly in order.
+func StrictPriority(levels int) Priority { return Priority{levels: levels} }
+
+// WeightedPriority shares the service among len(weights) levels in
+// proportion to weights (6, 3, 1: six high, three normal, one low in every
+// ten picks while all three have work).
+func WeightedPriority(weights ...int) Priority {
+	return Priority{levels: len(weights), weights: append([]int(nil), weights...)}
+}
+
+// Aging returns p where a message of level i that has waited longer than
+// maxWait[i] is served as if it were of level i-1 (and of i-2 past
+// maxWait[i]+maxWait[i-1], and so on). Give one duration per level; level
+// 0's is not used (nothing is above it); a level given 0 does not age.
+func (p Priority) Aging(maxWait ...time.Duration) Priority {
+	p.maxWait = append([]time.Duration(nil), maxWait...)
+	return p
+}
+
+// Levels returns the number of levels.
+func (p Priority) Levels() int { return p.levels }
+
+// Weighted reports whether p shares by weights (else it is strict).
+func (p Priority) Weighted() bool { return p.weights != nil }
+
+// Validate reports a bad policy: no levels, a weight below 1, a MaxWait
+// list of the wrong length or with a negative duration.
+func (p Priority) Validate() error {
+	switch {
+	case p.levels < 1:
+		return configError("priority", "levels", "need at least 1 level, got %d", p.levels)
+	case p.maxWait != nil && len(p.maxWait) != p.levels:
+		return configError("priority", "Aging", "need one MaxWait per level (%d), got %d", p.levels, len(p.maxWait))
+	}
+	for i, w := range p.weights {
+		if w < 1 {
+			return configError("priority", "weights", "level %d: weight must be at least 1, got %d", i, w)
+		}
+	}
+	for i, d := range p.maxWait {
+		if d < 0 {
+			return configError("priority", "Aging", "level %d: MaxWait must not be negative, got %v", i, d)
+		}
+	}
+	return nil
+}
+
+// String describes the policy ("strict", "weighted 6:3:1", with aging).
+func (p Priority) String() string {
+	s := "strict"
+	if p.weights != nil {
+		s = "weighted"
+		for i, w := range p.weights {
+			sep := ":"
+			if i == 0 {
+				sep = " "
+			}
+			s += fmt.Sprintf("%s%d", sep, w)
+		}
+	}
+	if p.maxWait != nil {
+		s += fmt.Sprintf(", aging %v", p.maxWait)
+	}
+	return s
+}
+
+// Picker chooses, one pick after another, the level to serve under a
+// policy. It keeps the weighted round-robin's credits between picks. It
+// is not safe for concurrent use: one stage owns it.
+type Picker struct {
+	p      Priority
+	credit []int // smooth weighted round-robin: current weights
+	eff    []int // scratch: each level's effective level, -1 if not ready
+}
+
+// NewPicker returns a picker for p (p must be valid).
+func (p Priority) NewPicker() *Picker {
+	return &Picker{p: p, credit: make([]int, p.levels), eff: make([]int, p.levels)}
+}
+
+// Effective returns the level a message of level l that has waited
+// waited is served as: l, or higher (smaller) with aging.
+func (p Priority) Effective(l int, waited time.Duration) int {
+	if p.maxWait == nil {
+		return l
+	}
+	for l > 0 {
+		d := p.maxWait[l]
+		if d <= 0 || waited <= d {
+			break
+		}
+		waited -= d
+		l--
+	}
+	return l
+}
+
+// Pick returns the level whose next message to serve, or -1 if none is
+// ready. since[l] is when level l's oldest ready message arrived (the zero
+// time: level l has nothing ready); now is the current time, for aging.
+//
+// The policy chooses an effective level among those with a message ready
+// (strict: the highest; weighted: by credits); among the levels whose
+// oldest message has that effective level, the one that waited longest is
+// served.
+func (pk *Picker) Pick(since []time.Time, now time.Time) int {
+	p := pk.p
+	found := false
+	for l := range p.levels {
+		pk.eff[l] = -1
+		if !since[l].IsZero() {
+			pk.eff[l] = p.Effective(l, now.Sub(since[l]))
+			found = true
+		}
+	}
+	if !found {
+		return -1
+	}
+	e := pk.chooseEffective()
+	best := -1
+	for l := range p.levels {
+		if pk.eff[l] == e && (best < 0 || since[l].Before(since[best])) {
+			best = l
+		}
+	}
+	return best
+}
+
+// chooseEffective picks the effective level to serve among those some
+// ready level has.
+func (pk *Picker) chooseEffective() int {
+	p := pk.p
+	ready := func(e int) bool {
+		for _, x := range pk.eff {
+			if x == e {
+				return true
+			}
+		}
+		return false
+	}
+	if p.weights == nil {
+		for e := range p.levels {
+			if ready(e) {
+				return e
+			}
+		}
+		return -1
+	}
+	// Smooth weighted round-robin over the ready effective levels: each
+	// gains its weight, the richest is chosen and pays the total. A level
+	// with nothing ready drops its credit, so the share it leaves is spread
+	// over the others (work conserving) and it builds no burst for later.
+	total, chosen := 0, -1
+	for e := range p.levels {
+		if !ready(e) {
+			pk.credit[e] = 0
+			continue
+		}
+		pk.credit[e] += p.weights[e]
+		total += p.weights[e]
+		if chosen < 0 || pk.credit[e] > pk.credit[chosen] {
+			chosen = e
+		}
+	}
+	pk.credit[chosen] -= total
+	return chosen
+}

@@ -1,0 +1,98 @@
+package backpressure_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ready returns the since slice of levels that all have work since t0.
+func ready(levels ...int) []time.Time {
+	since := make([]time.Time, 3)
+	for _, l := range levels {
+		since[l] = t0
+	}
+	return since
+}
+
+func TestStrictServesTheHighestReadyLevel(t *testing.T) {
+	pk := backpressure.StrictPriority(3).NewPicker()
+	for _, c := range []struct {
+		ready []int
+		want  int
+	}{{[]int{0, 1, 2}, 0}, {[]int{1, 2}, 1}, {[]int{2}, 2}, {nil, -1}} {
+		for range 5 {
+			if got := pk.Pick(ready(c.ready...), t0); got != c.want {
+				t.Fatalf("ready %v: picked %d, want %d", c.ready, got, c.want)
+			}
+		}
+	}
+}
+
+// 6:3:1 is exact in every cycle of ten picks while every level has work,
+// not only on average; a level with nothing ready lends its share.
+func TestWeightedSharesAreExactPerCycle(t *testing.T) {
+	pk := backpressure.WeightedPriority(6, 3, 1).NewPicker()
+	for cycle := range 50 {
+		var n [3]int
+		for range 10 {
+			n[pk.Pick(ready(0, 1, 2), t0)]++
+		}
+		if n != [3]int{6, 3, 1} {
+			t.Fatalf("cycle %d: %v, want [6 3 1]", cycle, n)
+		}
+	}
+	var n [3]int
+	for range 400 {
+		n[pk.Pick(ready(1, 2), t0)]++
+	}
+	if n != [3]int{0, 300, 100} {
+		t.Fatalf("high idle: %v, want normal and low sharing 3:1 = [0 300 100]", n)
+	}
+}
+
+// A message that waited past its level's MaxWait is served as one of the
+// level above (older first among equals); past the next level's MaxWait
+// too, as one of the level above that.
+func TestAgingLiftsAWaitingMessage(t *testing.T) {
+	p := backpressure.StrictPriority(3).Aging(0, time.Second, 2*time.Second)
+	pk := p.NewPicker()
+	now := t0.Add(10 * time.Second)
+	since := []time.Time{now.Add(-100 * time.Millisecond), {}, now.Add(-2500 * time.Millisecond)}
+	if got := pk.Pick(since, now); got != 0 {
+		t.Fatalf("low waited 2.5s (> 2s: as normal): picked %d, want high (0)", got)
+	}
+	since[2] = now.Add(-3500 * time.Millisecond) // > 2s + 1s: as high, and older
+	if got := pk.Pick(since, now); got != 2 {
+		t.Fatalf("low waited 3.5s (as high, older than high's head): picked %d, want 2", got)
+	}
+	if e := p.Effective(2, 1500*time.Millisecond); e != 2 {
+		t.Fatalf("Effective(2, 1.5s) = %d, want 2", e)
+	}
+	// A level without MaxWait does not age, nor lift what waits below it.
+	q := backpressure.StrictPriority(3).Aging(0, 0, time.Second)
+	if e := q.Effective(2, time.Hour); e != 1 {
+		t.Fatalf("Effective(2, 1h) with no aging at level 1 = %d, want 1", e)
+	}
+}
+
+func TestPriorityConfigErrors(t *testing.T) {
+	for arg, p := range map[string]backpressure.Priority{
+		"levels":  backpressure.StrictPriority(0),
+		"weights": backpressure.WeightedPriority(6, 0, 1),
+		"Aging":   backpressure.StrictPriority(3).Aging(time.Second),
+	} {
+		var ce *stream.ConfigError
+		if err := p.Validate(); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Argument != arg || ce.Stage != "priority" {
+			t.Errorf("%s: %v, want a ConfigError of priority naming %s", p, err, arg)
+		}
+	}
+	if err := backpressure.StrictPriority(3).Aging(0, -time.Second, 0).Validate(); err == nil {
+		t.Error("a negative MaxWait: no error")
+	}
+}
