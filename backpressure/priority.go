@@ -2,6 +2,7 @@ package backpressure
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -52,8 +53,8 @@ func (p Priority) Weighted() bool { return p.weights != nil }
 // list of the wrong length or with a negative duration.
 func (p Priority) Validate() error {
 	switch {
-	case p.levels < 1:
-		return configError("priority", "levels", "need at least 1 level, got %d", p.levels)
+	case p.levels < 1 || p.levels > MaxLevels:
+		return configError("priority", "levels", "need 1 to %d levels, got %d", MaxLevels, p.levels)
 	case p.maxWait != nil && len(p.maxWait) != p.levels:
 		return configError("priority", "Aging", "need one MaxWait per level (%d), got %d", p.levels, len(p.maxWait))
 	}
@@ -94,14 +95,26 @@ func (p Priority) String() string {
 // is not safe for concurrent use: one stage owns it.
 type Picker struct {
 	p      Priority
+	aging  bool
 	credit []int // smooth weighted round-robin: current weights
 	eff    []int // scratch: each level's effective level, -1 if not ready
 }
 
+// MaxLevels is the most levels a policy can have.
+const MaxLevels = 64
+
 // NewPicker returns a picker for p (p must be valid).
 func (p Priority) NewPicker() *Picker {
-	return &Picker{p: p, credit: make([]int, p.levels), eff: make([]int, p.levels)}
+	pk := &Picker{p: p, credit: make([]int, p.levels), eff: make([]int, p.levels)}
+	for l := 1; l < p.levels && p.maxWait != nil; l++ {
+		pk.aging = pk.aging || p.maxWait[l] > 0
+	}
+	return pk
 }
+
+// Ages reports whether the policy ages messages at any level: if not, Pick
+// compares no times and the times given need only tell ready from not.
+func (pk *Picker) Ages() bool { return pk.aging }
 
 // Effective returns the level a message of level l that has waited
 // waited is served as: l, or higher (smaller) with aging.
@@ -121,55 +134,48 @@ func (p Priority) Effective(l int, waited time.Duration) int {
 }
 
 // Pick returns the level whose next message to serve, or -1 if none is
-// ready. since[l] is when level l's oldest ready message arrived (the zero
-// time: level l has nothing ready); now is the current time, for aging.
+// ready. since[l] is when level l's oldest ready message arrived, in
+// nanoseconds on any clock now is on (0: level l has nothing ready); now
+// matters only to a policy that ages.
 //
 // The policy chooses an effective level among those with a message ready
 // (strict: the highest; weighted: by credits); among the levels whose
 // oldest message has that effective level, the one that waited longest is
 // served.
-func (pk *Picker) Pick(since []time.Time, now time.Time) int {
+func (pk *Picker) Pick(since []int64, now int64) int {
 	p := pk.p
-	found := false
+	var ready uint64 // effective levels some ready level has
 	for l := range p.levels {
 		pk.eff[l] = -1
-		if !since[l].IsZero() {
-			pk.eff[l] = p.Effective(l, now.Sub(since[l]))
-			found = true
+		if since[l] == 0 {
+			continue
 		}
+		e := l
+		if pk.aging {
+			e = p.Effective(l, time.Duration(now-since[l]))
+		}
+		pk.eff[l] = e
+		ready |= 1 << e
 	}
-	if !found {
+	if ready == 0 {
 		return -1
 	}
-	e := pk.chooseEffective()
+	e := pk.chooseEffective(ready)
 	best := -1
 	for l := range p.levels {
-		if pk.eff[l] == e && (best < 0 || since[l].Before(since[best])) {
+		if pk.eff[l] == e && (best < 0 || since[l] < since[best]) {
 			best = l
 		}
 	}
 	return best
 }
 
-// chooseEffective picks the effective level to serve among those some
-// ready level has.
-func (pk *Picker) chooseEffective() int {
+// chooseEffective picks the effective level to serve among ready (a bit
+// per effective level).
+func (pk *Picker) chooseEffective(ready uint64) int {
 	p := pk.p
-	ready := func(e int) bool {
-		for _, x := range pk.eff {
-			if x == e {
-				return true
-			}
-		}
-		return false
-	}
 	if p.weights == nil {
-		for e := range p.levels {
-			if ready(e) {
-				return e
-			}
-		}
-		return -1
+		return bits.TrailingZeros64(ready)
 	}
 	// Smooth weighted round-robin over the ready effective levels: each
 	// gains its weight, the richest is chosen and pays the total. A level
@@ -177,7 +183,7 @@ func (pk *Picker) chooseEffective() int {
 	// over the others (work conserving) and it builds no burst for later.
 	total, chosen := 0, -1
 	for e := range p.levels {
-		if !ready(e) {
+		if ready&(1<<e) == 0 {
 			pk.credit[e] = 0
 			continue
 		}

@@ -12,10 +12,10 @@ import (
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // ready returns the since slice of levels that all have work since t0.
-func ready(levels ...int) []time.Time {
-	since := make([]time.Time, 3)
+func ready(levels ...int) []int64 {
+	since := make([]int64, 3)
 	for _, l := range levels {
-		since[l] = t0
+		since[l] = t0.UnixNano()
 	}
 	return since
 }
@@ -27,7 +27,7 @@ func TestStrictServesTheHighestReadyLevel(t *testing.T) {
 		want  int
 	}{{[]int{0, 1, 2}, 0}, {[]int{1, 2}, 1}, {[]int{2}, 2}, {nil, -1}} {
 		for range 5 {
-			if got := pk.Pick(ready(c.ready...), t0); got != c.want {
+			if got := pk.Pick(ready(c.ready...), t0.UnixNano()); got != c.want {
 				t.Fatalf("ready %v: picked %d, want %d", c.ready, got, c.want)
 			}
 		}
@@ -41,7 +41,7 @@ func TestWeightedSharesAreExactPerCycle(t *testing.T) {
 	for cycle := range 50 {
 		var n [3]int
 		for range 10 {
-			n[pk.Pick(ready(0, 1, 2), t0)]++
+			n[pk.Pick(ready(0, 1, 2), t0.UnixNano())]++
 		}
 		if n != [3]int{6, 3, 1} {
 			t.Fatalf("cycle %d: %v, want [6 3 1]", cycle, n)
@@ -49,7 +49,7 @@ func TestWeightedSharesAreExactPerCycle(t *testing.T) {
 	}
 	var n [3]int
 	for range 400 {
-		n[pk.Pick(ready(1, 2), t0)]++
+		n[pk.Pick(ready(1, 2), t0.UnixNano())]++
 	}
 	if n != [3]int{0, 300, 100} {
 		t.Fatalf("high idle: %v, want normal and low sharing 3:1 = [0 300 100]", n)
@@ -63,12 +63,12 @@ func TestAgingLiftsAWaitingMessage(t *testing.T) {
 	p := backpressure.StrictPriority(3).Aging(0, time.Second, 2*time.Second)
 	pk := p.NewPicker()
 	now := t0.Add(10 * time.Second)
-	since := []time.Time{now.Add(-100 * time.Millisecond), {}, now.Add(-2500 * time.Millisecond)}
-	if got := pk.Pick(since, now); got != 0 {
+	since := []int64{now.Add(-100 * time.Millisecond).UnixNano(), 0, now.Add(-2500 * time.Millisecond).UnixNano()}
+	if got := pk.Pick(since, now.UnixNano()); got != 0 {
 		t.Fatalf("low waited 2.5s (> 2s: as normal): picked %d, want high (0)", got)
 	}
-	since[2] = now.Add(-3500 * time.Millisecond) // > 2s + 1s: as high, and older
-	if got := pk.Pick(since, now); got != 2 {
+	since[2] = now.Add(-3500 * time.Millisecond).UnixNano() // > 2s + 1s: as high, and older
+	if got := pk.Pick(since, now.UnixNano()); got != 2 {
 		t.Fatalf("low waited 3.5s (as high, older than high's head): picked %d, want 2", got)
 	}
 	if e := p.Effective(2, 1500*time.Millisecond); e != 2 {

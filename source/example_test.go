@@ -2,10 +2,13 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/reugn/go-streams/extension"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
@@ -56,4 +59,38 @@ func ExampleGoStreams() {
 	_ = g.Run(context.Background())
 	fmt.Println(out.Values())
 	// Output: [x y]
+}
+
+// Three levels read by one priority source (in a deployment, three Kafka
+// sources of the topics deliveries-high, -normal and -low), served 6:3:1
+// while all have work; each message leaves tagged with its level.
+func ExamplePriority() {
+	g := stream.New()
+	levels := []source.Level[string]{
+		{Name: "high", Source: source.Slice([]string{"h1", "h2"})},
+		{Name: "normal", Source: source.Slice([]string{"n1"})},
+		{Name: "low", Source: source.Slice([]string{"l1", "l2", "l3"})},
+	}
+	s := source.Priority(g, backpressure.WeightedPriority(6, 3, 1), levels)
+	perLevel := map[uint8]int{}
+	stream.To(s, stream.SinkFunc[string](func(ctx context.Context, in *stream.Inlet[string]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil // every level has ended
+			} else if err != nil {
+				return err
+			}
+			for i := range b.Items {
+				perLevel[b.Items[i].Priority]++
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	if err := g.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("high", perLevel[0], "normal", perLevel[1], "low", perLevel[2])
+	// Output: high 2 normal 1 low 3
 }

@@ -31,7 +31,11 @@ type Envelope struct {
 	Topic     string
 	Partition int32
 	// Attempt counts processing attempts made so far (0 before the first).
-	Attempt   int32
+	Attempt int32
+	// Priority is the message's level of priority, 0 the highest: set by
+	// a priority source (source.Priority) or a stage that derives it, 0
+	// when nothing set it.
+	Priority  uint8
 	Offset    int64
 	Timestamp time.Time
 

@@ -1,0 +1,176 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/source"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// backlog runs a priority source over three levels of n messages each
+// (the value says its level) that are all waiting before the first is
+// served: the sink holds its first message until every level's source has
+// sent everything, and one message at a time fits downstream. It returns
+// the levels in the order they were served and the settles.
+func backlog(t *testing.T, p backpressure.Priority, n int) ([]int, stream.TrackerStats) {
+	t.Helper()
+	tr := stream.NewTracker(0)
+	g := stream.New(stream.WithBatchSize(1), stream.WithCapacity(1))
+	var sent sync.WaitGroup
+	levels := make([]source.Level[int], 3)
+	for l := range levels {
+		vs := make([]int, n)
+		for i := range vs {
+			vs[i] = l
+		}
+		sent.Add(1)
+		inner := source.Slice(vs, source.Track(tr))
+		levels[l] = source.Level[int]{Name: []string{"high", "normal", "low"}[l], Source: stream.SourceFunc[int](
+			func(ctx context.Context, out *stream.Outlet[int]) error {
+				defer sent.Done()
+				return inner.Run(ctx, out)
+			})}
+	}
+	var got []int
+	first := true
+	stream.To(source.Priority(g, p, levels, stream.Buffer(n+1)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			if first {
+				sent.Wait()
+				first = false
+			}
+			for i := range b.Items {
+				m := &b.Items[i]
+				if int(m.Priority) != m.Value {
+					t.Errorf("a message of level %d tagged %d", m.Value, m.Priority)
+				}
+				got = append(got, m.Value)
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return got, tr.Stats()
+}
+
+func TestPrioritySourceStrict(t *testing.T) {
+	const n = 200
+	got, st := backlog(t, backpressure.StrictPriority(3), n)
+	if len(got) != 3*n || st.Settled[stream.Completed] != 3*n {
+		t.Fatalf("served %d, settled %+v; want %d each", len(got), st.Settled, 3*n)
+	}
+	// A few may pass before the backlog is complete (what fits downstream
+	// while the sink waits); from then on, levels come strictly in order.
+	const warm = 4
+	for i := warm + 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			t.Fatalf("served level %d after %d at %d: %v", got[i], got[i-1], i, got[:min(len(got), 40)])
+		}
+	}
+}
+
+func TestPrioritySourceWeighted(t *testing.T) {
+	const n = 300
+	got, _ := backlog(t, backpressure.WeightedPriority(6, 3, 1), n)
+	// While every level is backlogged (the first 300 picks take at most
+	// 180 high), the shares are 6:3:1, give or take the warm-up.
+	var c [3]int
+	for _, l := range got[10:210] {
+		c[l]++
+	}
+	if c[0] < 115 || c[0] > 125 || c[1] < 55 || c[1] > 65 || c[2] < 15 || c[2] > 25 {
+		t.Fatalf("200 picks: %v, want about [120 60 20]", c)
+	}
+}
+
+func TestPrioritySourceConfigErrors(t *testing.T) {
+	for name, c := range map[string]struct {
+		p      backpressure.Priority
+		levels []source.Level[int]
+	}{
+		"no levels":      {backpressure.StrictPriority(1), nil},
+		"count mismatch": {backpressure.StrictPriority(3), []source.Level[int]{{Source: source.Slice([]int{1})}}},
+		"bad policy":     {backpressure.WeightedPriority(0), []source.Level[int]{{Source: source.Slice([]int{1})}}},
+		"no source":      {backpressure.StrictPriority(1), []source.Level[int]{{Name: "high"}}},
+	} {
+		g := stream.New()
+		stream.To(source.Priority(g, c.p, c.levels), stream.SinkFunc[int](func(context.Context, *stream.Inlet[int]) error { return nil }))
+		var ce *stream.ConfigError
+		if err := g.Run(context.Background()); !errors.Is(err, stream.ErrInvalid) || !errors.As(err, &ce) || ce.Stage != "priority" {
+			t.Errorf("%s: %v, want a ConfigError of stage priority", name, err)
+		}
+	}
+}
+
+// With aging, a backlog of low messages whose records are old (their
+// Timestamp) is served before fresh high ones: a waited-for message is
+// served as one of the level above, per MaxWait passed, oldest first.
+func TestPrioritySourceAgesByTimestamp(t *testing.T) {
+	now := time.Now()
+	stamped := func(level, n int, ts time.Time, ready *sync.WaitGroup) stream.Source[int] {
+		ready.Add(1)
+		return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			defer ready.Done()
+			for range n {
+				m := stream.NewMessage(level, stream.Handle{})
+				m.Timestamp = ts
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	for _, c := range []struct {
+		p        backpressure.Priority
+		wantHead int
+	}{
+		{backpressure.StrictPriority(2), 0},
+		{backpressure.StrictPriority(2).Aging(0, time.Second), 1},
+	} {
+		var ready sync.WaitGroup
+		g := stream.New(stream.WithBatchSize(1), stream.WithCapacity(1))
+		levels := []source.Level[int]{
+			{Name: "high", Source: stamped(0, 50, now, &ready)},
+			{Name: "low", Source: stamped(1, 50, now.Add(-10*time.Second), &ready)},
+		}
+		var got []int
+		first := true
+		stream.To(source.Priority(g, c.p, levels, stream.Buffer(64)), sink.Func(func(_ context.Context, v int) error {
+			if first {
+				ready.Wait()
+				first = false
+			}
+			got = append(got, v)
+			return nil
+		}))
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, l := range got[4:54] {
+			if l == c.wantHead {
+				n++
+			}
+		}
+		if n < 45 {
+			t.Fatalf("%s: %d of picks 4..54 were level %d, want the backlog's (%v...)", c.p, n, c.wantHead, got[:20])
+		}
+	}
+}
