@@ -1,6 +1,7 @@
 // Package flow holds the stages that transform messages between a source and
 // a sink: Map, Filter, FlatMap, Batch, Throttle, Delay (hold a message until
-// a time it carries: replays of parked messages), MapAsync (calls to a
+// a time it carries: replays of parked messages), Prioritize (set a
+// message's level of priority from its value), MapAsync (calls to a
 // service, many in flight, with timeouts, retries by RetryPolicy, a breaker,
 // a retry budget and an adaptive limit), and the bridge to reugn/go-streams
 // operators (GoStreams).

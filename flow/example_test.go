@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -175,4 +177,39 @@ func ExampleDelay() {
 	// due after 0s, passed on after at least that: true
 	// due after 30ms, passed on after at least that: true
 	// due after 60ms, passed on after at least that: true
+}
+
+// The derived priority of seed 001: paying customers high (0), free ones
+// low (1). A message whose level cannot be told fails to the failure
+// stream, to be dead-lettered with the reason.
+func ExamplePrioritize() {
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	orders := stream.From(g, source.Slice([]string{"alice:paying", "bob:free"}))
+	tiered := stream.Via(orders, flow.Prioritize(2, func(order string) (int, error) {
+		if strings.HasSuffix(order, ":paying") {
+			return 0, nil
+		}
+		return 1, nil
+	}))
+	stream.To(tiered, stream.SinkFunc[string](func(ctx context.Context, in *stream.Inlet[string]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			for _, m := range b.Items {
+				fmt.Println(m.Value, "level", m.Priority)
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	if err := g.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// alice:paying level 0
+	// bob:free level 1
 }
