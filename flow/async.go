@@ -126,6 +126,11 @@ func (a *Async[In, Out]) Validate() error {
 			return bad("WithLimiter", err.Error())
 		}
 	}
+	if a.o.lanes != nil {
+		if arg, reason := a.o.lanes.validate(a.parallelism); arg != "" {
+			return bad(arg, reason)
+		}
+	}
 	return nil
 }
 
@@ -193,6 +198,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.onCall, r.onDone = a.hooks()
+	if a.o.lanes != nil {
+		r.lanes = newLanes[In, Out](a.o.lanes)
+	}
 	r.pool = newWorkers(r, a.parallelism)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)

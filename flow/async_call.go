@@ -100,11 +100,11 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 // the fastest way to run them. Their results are handled as if a worker had
 // run them, and their durations keep the average current, so that once
 // calls slow down the stage goes back to its workers.
-func (r *asyncRun[In, Out]) runInline(n int) {
+func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	timed := r.a.o.limiter != nil || r.onCall != nil
 	batch := r.inline[:0]
 	for range min(n, 256) {
-		j := r.ready.pop()
+		j := r.popReady(limit - r.inFlight)
 		r.inFlight++
 		j.inFlight = r.inFlight
 		batch = append(batch, j)

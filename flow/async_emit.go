@@ -16,6 +16,11 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 	r.mu.Unlock()
 	defer func() { r.spare = done[:0] }()
 	r.inFlight -= len(done)
+	if r.lanes != nil {
+		for _, j := range done {
+			r.lanes.finished(j)
+		}
+	}
 	// i == len(done): the jobs are handled, emit what the reorder ring
 	// lets go. completeFrom returns past that when all is done.
 	for i := 0; i <= len(done); {
@@ -40,7 +45,7 @@ func (r *asyncRun[In, Out]) completeJob(j *asyncJob[In, Out]) error {
 	if r.groups != nil {
 		g := r.groups[j.key]
 		if g.waiting.len() > 0 {
-			r.ready.push(g.waiting.pop())
+			r.pushReady(g.waiting.pop())
 		} else if g.running--; g.running == 0 {
 			delete(r.groups, j.key)
 		}

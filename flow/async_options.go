@@ -35,6 +35,7 @@ type asyncOptions struct {
 	limiter      backpressure.Limiter
 	window       int
 	onCall       func(CallInfo)
+	lanes        *laneConfig
 }
 
 // InOrder emits results in input order (Akka's mapAsync): calls still run

@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sluice-streams/sluice/stream"
@@ -37,7 +38,17 @@ func (r *asyncRun[In, Out]) acceptSome(cur **stream.Batch[In], idx *int) (err er
 		}
 	}()
 	for *cur != nil && r.held < r.a.o.window {
-		r.accept(&b.Items[*idx])
+		m := &b.Items[*idx]
+		if r.lanes != nil && int(m.Priority) >= len(r.lanes.q) {
+			// Never served as high, nor as any level it is not.
+			err := r.in.Fail(r.ctx, *m, fmt.Errorf("%w: level %d, the stage's lanes have %d", ErrPriorityOutOfRange, m.Priority, len(r.lanes.q)))
+			r.taken(cur, idx)
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		r.accept(m)
 		r.taken(cur, idx)
 	}
 	return nil

@@ -57,7 +57,7 @@ func (r *asyncRun[In, Out]) wakeDue() {
 	}
 	now := time.Now()
 	for r.delayed.Len() > 0 && !r.delayed.items[0].due.After(now) {
-		r.ready.push(heap.Pop(&r.delayed).(*asyncJob[In, Out]))
+		r.pushReady(heap.Pop(&r.delayed).(*asyncJob[In, Out]))
 	}
 	r.a.delayed.Store(int64(r.delayed.Len()))
 	if r.delayed.Len() == 0 {

@@ -45,6 +45,7 @@ type asyncRun[In, Out any] struct {
 	inFlight int
 	nextSeq  int64
 	ready    fifo[*asyncJob[In, Out]]
+	lanes    *lanes[In, Out] // the ready queue instead of ready, with Lanes
 	groups   map[string]*keyGroup[In, Out]
 	groupCap int
 	ring     []*asyncJob[In, Out] // InOrder reorder buffer, by seq % window
@@ -147,7 +148,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		r.ring[j.seq%int64(len(r.ring))] = j
 	}
 	if r.groups == nil {
-		r.ready.push(j)
+		r.pushReady(j)
 		return
 	}
 	j.key = key
@@ -158,7 +159,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	}
 	if g.running < r.groupCap {
 		g.running++
-		r.ready.push(j)
+		r.pushReady(j)
 	} else {
 		g.waiting.push(j)
 	}
@@ -168,17 +169,17 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 func (r *asyncRun[In, Out]) start() {
 	limit := r.a.currentLimit()
 	r.a.limit.Store(int64(limit))
-	n := min(limit-r.inFlight, r.ready.len())
+	n := min(limit-r.inFlight, r.readyLen())
 	if n <= 0 {
 		return
 	}
 	if r.inFlight == 0 && r.pool.fastAvg.Load() {
-		r.runInline(n)
+		r.runInline(n, limit)
 		return
 	}
 	r.pool.mu.Lock()
 	for range n {
-		j := r.ready.pop()
+		j := r.popReady(limit - r.inFlight)
 		r.inFlight++
 		j.inFlight = r.inFlight
 		r.pool.q.push(j)
@@ -186,4 +187,30 @@ func (r *asyncRun[In, Out]) start() {
 	r.pool.wake()
 	r.pool.mu.Unlock()
 	r.a.inFlight.Store(int64(r.inFlight))
+}
+
+// pushReady queues a job ready to be called.
+func (r *asyncRun[In, Out]) pushReady(j *asyncJob[In, Out]) {
+	if r.lanes != nil {
+		r.lanes.push(j)
+		return
+	}
+	r.ready.push(j)
+}
+
+// readyLen is how many jobs are ready to be called.
+func (r *asyncRun[In, Out]) readyLen() int {
+	if r.lanes != nil {
+		return r.lanes.n
+	}
+	return r.ready.len()
+}
+
+// popReady takes the next job to call when free slots are free (at least
+// one): the oldest, or with Lanes the one its level's turn says.
+func (r *asyncRun[In, Out]) popReady(free int) *asyncJob[In, Out] {
+	if r.lanes != nil {
+		return r.lanes.pop(free)
+	}
+	return r.ready.pop()
 }

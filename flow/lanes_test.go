@@ -1,0 +1,175 @@
+package flow_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// pause in a leveled source's list hands on what was sent and waits 100 ms
+// before sending the rest.
+const pause = 255
+
+// leveled is a source of messages whose value is their level, in the
+// order given, each tagged with its level.
+func leveled(levels ...uint8) stream.Source[int] {
+	return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		for _, l := range levels {
+			if l == pause {
+				if err := out.Flush(ctx); err != nil {
+					return err
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			m := stream.NewMessage(int(l), stream.Handle{})
+			m.Priority = l
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// starts runs the messages through MapAsync(parallelism) with opts, each
+// call taking one second of the bubble's fake time, and returns the level
+// of each call in the order the calls started, with the fake time each
+// started at. Every message is in the stage before the first second ends.
+func starts(t *testing.T, msgs []uint8, parallelism int, opts ...flow.AsyncOption) (order []int, at []time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		t0 := time.Now()
+		fn := func(_ context.Context, v int) (int, error) {
+			mu.Lock()
+			order = append(order, v)
+			at = append(at, time.Since(t0))
+			mu.Unlock()
+			time.Sleep(time.Second)
+			return v, nil
+		}
+		g := stream.New()
+		a := flow.MapAsync(parallelism, fn, append(opts, flow.Window(64))...)
+		stream.To(stream.Via(stream.From(g, leveled(msgs...)), a), sink.Discard[int]())
+		run(t, g)
+	})
+	return order, at
+}
+
+// Pre-emption before start: a freed slot goes to the highest level
+// waiting, so high messages queued behind low ones start first; the call
+// in flight is not cut.
+func TestLanesServeHighFirst(t *testing.T) {
+	msgs := []uint8{1, 1, 1, 1, pause, 0, 0, 0}
+	order, _ := starts(t, msgs, 1, flow.Lanes(backpressure.StrictPriority(2)))
+	want := []int{1, 0, 0, 0, 1, 1, 1} // the first low was running when the high ones came
+	if !equal(order, want) {
+		t.Fatalf("start order %v, want %v", order, want)
+	}
+	fifo, _ := starts(t, msgs, 1)
+	if !equal(fifo, []int{1, 1, 1, 1, 0, 0, 0}) {
+		t.Fatalf("without lanes: %v, want arrival order", fifo)
+	}
+}
+
+// A reservation keeps a slot for low while it has work (a pool per
+// priority), and a level with nothing waiting lends its reservation.
+func TestLanesReserveAndLend(t *testing.T) {
+	msgs := []uint8{0, 0, 0, 0, 0, 0, 1, 1, 1}
+	order, at := starts(t, msgs, 2, flow.Lanes(backpressure.StrictPriority(2), 0, 1))
+	var first []int
+	for i, d := range at {
+		if d == 0 {
+			first = append(first, order[i])
+		}
+	}
+	if len(first) != 2 || count(first, 1) != 1 {
+		t.Fatalf("calls started at once: levels %v, want one high and the low kept one slot (%v)", first, order)
+	}
+	// Only low work, with high's reservation of 3: low takes all 4 slots.
+	order, at = starts(t, []uint8{1, 1, 1, 1, 1, 1, 1, 1}, 4, flow.Lanes(backpressure.StrictPriority(2), 3, 1))
+	n := 0
+	for _, d := range at {
+		if d == 0 {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d low calls started at once with high idle, want 4 (borrowed): %v %v", n, order, at)
+	}
+}
+
+// 6:3:1 among the levels waiting, slot after slot.
+func TestLanesWeighted(t *testing.T) {
+	var msgs []uint8
+	for range 20 {
+		msgs = append(msgs, 2, 1, 0)
+	}
+	order, _ := starts(t, msgs, 1, flow.Lanes(backpressure.WeightedPriority(6, 3, 1)))
+	var c [3]int
+	for _, l := range order[1:11] {
+		c[l]++
+	}
+	if c != [3]int{6, 3, 1} {
+		t.Fatalf("10 starts after the first: %v, want [6 3 1] (%v)", c, order)
+	}
+}
+
+func TestLanesOutOfRangeFailsTheMessage(t *testing.T) {
+	g := stream.New()
+	a := flow.MapAsync(2, func(_ context.Context, v int) (int, error) { return v, nil }, flow.Lanes(backpressure.StrictPriority(2)))
+	stream.To(stream.Via(stream.From(g, leveled(0, 5, 1)), a), sink.Discard[int]())
+	var errs []error
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		errs = append(errs, m.Value.Err)
+		return nil
+	}))
+	run(t, g)
+	if len(errs) != 1 || !errors.Is(errs[0], flow.ErrPriorityOutOfRange) {
+		t.Fatalf("failures %v, want the level-5 message's, out of range", errs)
+	}
+}
+
+func TestLanesConfigErrors(t *testing.T) {
+	id := func(_ context.Context, v int) (int, error) { return v, nil }
+	for name, a := range map[string]*flow.Async[int, int]{
+		"reservations above parallelism": flow.MapAsync(2, id, flow.Lanes(backpressure.StrictPriority(2), 2, 1)),
+		"one reservation for two levels": flow.MapAsync(2, id, flow.Lanes(backpressure.StrictPriority(2), 1)),
+		"bad policy":                     flow.MapAsync(2, id, flow.Lanes(backpressure.WeightedPriority(1, 0))),
+	} {
+		var ce *stream.ConfigError
+		if err := a.Validate(); !errors.As(err, &ce) || ce.Argument != "Lanes" {
+			t.Errorf("%s: %v, want a ConfigError naming Lanes", name, err)
+		}
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func count(xs []int, v int) int {
+	n := 0
+	for _, x := range xs {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
