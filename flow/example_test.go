@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -191,23 +190,8 @@ func ExamplePrioritize() {
 		}
 		return 1, nil
 	}))
-	stream.To(tiered, stream.SinkFunc[string](func(ctx context.Context, in *stream.Inlet[string]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			for _, m := range b.Items {
-				fmt.Println(m.Value, "level", m.Priority)
-			}
-			in.SettleAll(b.Items, stream.Completed)
-			b.Release()
-		}
-	}))
-	if err := g.Run(context.Background()); err != nil {
-		fmt.Println(err)
+	for _, m := range collect(g, tiered).Messages() {
+		fmt.Println(m.Value, "level", m.Priority)
 	}
 	// Output:
 	// alice:paying level 0

@@ -3,7 +3,6 @@ package flow_test
 import (
 	"context"
 	"errors"
-	"io"
 	"testing"
 
 	"github.com/sluice-streams/sluice/flow"
@@ -27,22 +26,8 @@ func TestPrioritizeSetsTheLevelAndFailsUnknownOnes(t *testing.T) {
 			}
 			return l, nil
 		}))
-	got := map[string]uint8{}
-	stream.To(s, stream.SinkFunc[string](func(ctx context.Context, in *stream.Inlet[string]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil
-			} else if err != nil {
-				return err
-			}
-			for i := range b.Items {
-				got[b.Items[i].Value] = b.Items[i].Priority
-			}
-			in.SettleAll(b.Items, stream.Completed)
-			b.Release()
-		}
-	}))
+	c := sink.Collect[string]()
+	stream.To(s, c)
 	var reasons []error
 	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
 		reasons = append(reasons, m.Value.Err)
@@ -50,6 +35,10 @@ func TestPrioritizeSetsTheLevelAndFailsUnknownOnes(t *testing.T) {
 	}))
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	got := map[string]uint8{}
+	for _, m := range c.Messages() {
+		got[m.Value] = m.Priority
 	}
 	if len(got) != 2 || got["paying"] != 0 || got["free"] != 2 {
 		t.Fatalf("levels %v, want paying 0, free 2", got)

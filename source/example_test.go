@@ -2,9 +2,7 @@ package source_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/reugn/go-streams/extension"
 
@@ -72,24 +70,14 @@ func ExamplePriority() {
 		{Name: "low", Source: source.Slice([]string{"l1", "l2", "l3"})},
 	}
 	s := source.Priority(g, backpressure.WeightedPriority(6, 3, 1), levels)
-	perLevel := map[uint8]int{}
-	stream.To(s, stream.SinkFunc[string](func(ctx context.Context, in *stream.Inlet[string]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil // every level has ended
-			} else if err != nil {
-				return err
-			}
-			for i := range b.Items {
-				perLevel[b.Items[i].Priority]++
-			}
-			in.SettleAll(b.Items, stream.Completed)
-			b.Release()
-		}
-	}))
+	c := sink.Collect[string]()
+	stream.To(s, c)
 	if err := g.Run(context.Background()); err != nil {
 		fmt.Println(err)
+	}
+	perLevel := map[uint8]int{}
+	for _, m := range c.Messages() {
+		perLevel[m.Priority]++
 	}
 	fmt.Println("high", perLevel[0], "normal", perLevel[1], "low", perLevel[2])
 	// Output: high 2 normal 1 low 3
