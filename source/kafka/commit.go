@@ -25,18 +25,30 @@ import (
 // A commit the coordinator refuses because the group is rebalancing is
 // made again once this member has rejoined (in the next generation, for
 // the partitions it still owns; the revoked ones were committed by their
-// revocation), within ctx: a pipeline stopping while its group rebalances
-// still commits what it settled.
+// revocation), if that happens within ctx and RejoinWait (2 s): a
+// pipeline stopping while its group rebalances still commits what it
+// settled, and a commit never holds a drain up for long.
 func (s *Source) Commit(ctx context.Context) error {
+	var until time.Time
 	for {
 		_, gen := s.cl.GroupMetadata()
 		err := s.commitOwned(ctx)
-		if !errors.Is(err, kerr.RebalanceInProgress) || !s.awaitRejoin(ctx, gen) {
-			s.health.committed(err)
-			return err
+		if errors.Is(err, kerr.RebalanceInProgress) {
+			if until.IsZero() {
+				until = time.Now().Add(RejoinWait)
+			}
+			if s.awaitRejoin(ctx, gen, until) {
+				continue
+			}
 		}
+		s.health.committed(err)
+		return err
 	}
 }
+
+// RejoinWait bounds how long Commit waits for the member to rejoin its
+// group when the coordinator refused a commit for a rebalance in progress.
+const RejoinWait = 2 * time.Second
 
 // commitOwned commits every partition this member owns now.
 func (s *Source) commitOwned(ctx context.Context) error {
@@ -53,17 +65,20 @@ func (s *Source) commitOwned(ctx context.Context) error {
 
 // awaitRejoin waits, without holding commitMu (the rebalance's revoke
 // callback needs it), until the group generation is no longer gen, and
-// reports whether it changed before ctx ended.
-func (s *Source) awaitRejoin(ctx context.Context, gen int32) bool {
+// reports whether it changed before ctx ended and before until.
+func (s *Source) awaitRejoin(ctx context.Context, gen int32, until time.Time) bool {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-t.C:
+		case now := <-t.C:
 			if _, g := s.cl.GroupMetadata(); g != gen {
 				return true
+			}
+			if now.After(until) {
+				return false
 			}
 		}
 	}
