@@ -2,6 +2,7 @@ package backpressure
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 )
@@ -133,10 +134,15 @@ func (p Priority) Effective(l int, waited time.Duration) int {
 	return l
 }
 
+// NotReady in Pick's since says that a level has nothing ready. Every
+// other value is a time, so a message stamped at the Unix epoch (0) is
+// ready like any other.
+const NotReady = math.MinInt64
+
 // Pick returns the level whose next message to serve, or -1 if none is
 // ready. since[l] is when level l's oldest ready message arrived, in
-// nanoseconds on any clock now is on (0: level l has nothing ready); now
-// matters only to a policy that ages.
+// nanoseconds on any clock now is on (NotReady: level l has nothing
+// ready); now matters only to a policy that ages.
 //
 // The policy chooses an effective level among those with a message ready
 // (strict: the highest; weighted: by credits); among the levels whose
@@ -147,7 +153,7 @@ func (pk *Picker) Pick(since []int64, now int64) int {
 	var ready uint64 // effective levels some ready level has
 	for l := range p.levels {
 		pk.eff[l] = -1
-		if since[l] == 0 {
+		if since[l] == NotReady {
 			continue
 		}
 		e := l

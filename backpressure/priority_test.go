@@ -13,7 +13,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // ready returns the since slice of levels that all have work since t0.
 func ready(levels ...int) []int64 {
-	since := make([]int64, 3)
+	since := []int64{backpressure.NotReady, backpressure.NotReady, backpressure.NotReady}
 	for _, l := range levels {
 		since[l] = t0.UnixNano()
 	}
@@ -63,7 +63,7 @@ func TestAgingLiftsAWaitingMessage(t *testing.T) {
 	p := backpressure.StrictPriority(3).Aging(0, time.Second, 2*time.Second)
 	pk := p.NewPicker()
 	now := t0.Add(10 * time.Second)
-	since := []int64{now.Add(-100 * time.Millisecond).UnixNano(), 0, now.Add(-2500 * time.Millisecond).UnixNano()}
+	since := []int64{now.Add(-100 * time.Millisecond).UnixNano(), backpressure.NotReady, now.Add(-2500 * time.Millisecond).UnixNano()}
 	if got := pk.Pick(since, now.UnixNano()); got != 0 {
 		t.Fatalf("low waited 2.5s (> 2s: as normal): picked %d, want high (0)", got)
 	}
@@ -78,6 +78,16 @@ func TestAgingLiftsAWaitingMessage(t *testing.T) {
 	q := backpressure.StrictPriority(3).Aging(0, 0, time.Second)
 	if e := q.Effective(2, time.Hour); e != 1 {
 		t.Fatalf("Effective(2, 1h) with no aging at level 1 = %d, want 1", e)
+	}
+}
+
+// A message stamped at the Unix epoch (a Kafka record with CreateTime 0)
+// is ready like any other. (Found in review: 0 meant 'not ready', Pick
+// returned -1 with a level ready, and the stages indexed level -1.)
+func TestPickAnEpochTimestamp(t *testing.T) {
+	pk := backpressure.StrictPriority(2).Aging(0, time.Second).NewPicker()
+	if got := pk.Pick([]int64{backpressure.NotReady, 0}, time.Now().UnixNano()); got != 1 {
+		t.Fatalf("picked %d, want level 1, the only one ready", got)
 	}
 }
 

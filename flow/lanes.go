@@ -90,7 +90,7 @@ func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
 		}
 	}
 	for lv := range l.q {
-		l.since[lv] = 0
+		l.since[lv] = backpressure.NotReady
 		if l.q[lv].len() == 0 {
 			continue
 		}
@@ -104,8 +104,8 @@ func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
 				// Aging counts from the message's Timestamp; one without
 				// does not age.
 				l.since[lv] = now
-				if ts := l.q[lv].items[l.q[lv].head].msg.Timestamp; !ts.IsZero() {
-					l.since[lv] = ts.UnixNano()
+				if ts := l.q[lv].items[l.q[lv].head].msg.Timestamp.UnixNano(); ts > 0 {
+					l.since[lv] = ts
 				}
 			}
 		}

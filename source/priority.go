@@ -104,15 +104,17 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 		}
 		ready := false
 		for l := range n {
-			r.since[l] = 0
+			r.since[l] = backpressure.NotReady
 			if r.cur[l] == nil {
 				continue
 			}
 			ready = true
 			r.since[l] = 1 // ready; without aging no time is compared
 			if aging {
-				if ts := r.cur[l].Items[r.idx[l]].Timestamp; !ts.IsZero() {
-					r.since[l] = ts.UnixNano()
+				// A time at or before the Unix epoch (Kafka's -1: no
+				// timestamp) counts as none.
+				if ts := r.cur[l].Items[r.idx[l]].Timestamp.UnixNano(); ts > 0 {
+					r.since[l] = ts
 				} else {
 					r.since[l] = r.got[l]
 				}
@@ -130,11 +132,12 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 		}
 		l := pk.Pick(r.since, now)
 		b := r.cur[l]
-		if strict && r.idx[l] == 0 {
+		if strict && r.idx[l] == 0 && len(b.Items) <= r.out.BatchSize() {
 			// Strict, and nothing above l had a batch when the pipes were
 			// last looked at: the whole batch goes on as it is, as a merge
-			// would pass it, tagged. A batch of a higher level arriving
-			// now waits for this hand-over, not for its messages' service.
+			// would pass it, tagged, in one hand-over (it fits the output's
+			// batch; a larger one would be sent message by message, and a
+			// higher level arriving meanwhile would wait for all of it).
 			for i := range b.Items {
 				b.Items[i].Priority = uint8(l)
 			}
