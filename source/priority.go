@@ -78,7 +78,7 @@ type priorityRun[T any] struct {
 	idx   []int              // the next message of cur
 	got   []int64            // when cur was received (unix ns; aging only)
 	done  []bool             // the level's input has ended
-	since []int64            // for the picker: when each ready head arrived (0: none)
+	since []int64            // for the picker: when each ready head arrived (NotReady: none)
 }
 
 func (r *priorityRun[T]) run(ctx context.Context) error {
@@ -94,12 +94,15 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 	pk := r.p.NewPicker()
 	aging := pk.Ages()
 	strict := !aging && !r.p.Weighted()
+	// The clock is read every `every` picks and after every wait: aging is
+	// measured in milliseconds, a pick in tens of nanoseconds; and at least
+	// once per output batch, since handing a batch on is where the stage
+	// waits for downstream.
+	every := min(64, r.out.BatchSize())
 	var now int64
 	for picks := 0; ; picks++ {
 		open := r.take(aging)
-		// The clock is read every 64 picks (and after every wait): aging
-		// is measured in milliseconds, a pick in tens of nanoseconds.
-		if aging && picks%64 == 0 {
+		if aging && picks%every == 0 {
 			now = time.Now().UnixNano()
 		}
 		ready := false
