@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/sluice-streams/sluice/internal/stage"
@@ -39,7 +40,7 @@ func (f *prioritize[T]) Validate() error {
 
 // ErrPriorityOutOfRange is wrapped by the failure of a message whose level
 // is not one of the known levels.
-var ErrPriorityOutOfRange = fmt.Errorf("sluice: priority out of range")
+var ErrPriorityOutOfRange = errors.New("sluice: priority out of range")
 
 func (f *prioritize[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[T]) error {
 	return stage.ForEach(ctx, in, func(m *stream.Message[T]) error {
