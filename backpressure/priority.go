@@ -22,7 +22,7 @@ import (
 type Priority struct {
 	levels  int
 	weights []int           // nil: strict
-	maxWait []time.Duration // nil: no aging; 0 for a level: it does not age
+	maxWait []time.Duration // nil: no aging; [0] unused
 }
 
 // StrictPriority serves levels 0..levels-1 strictly in order.
@@ -37,8 +37,10 @@ func WeightedPriority(weights ...int) Priority {
 
 // Aging returns p where a message of level i that has waited longer than
 // maxWait[i] is served as if it were of level i-1 (and of i-2 past
-// maxWait[i]+maxWait[i-1], and so on). Give one duration per level; level
-// 0's is not used (nothing is above it); a level given 0 does not age.
+// maxWait[i]+maxWait[i-1], and so on). Give one duration per level, each
+// positive but level 0's, which is not used (nothing is above it): a
+// level that never aged would hold back the climb of every level below
+// it, so Validate refuses a MaxWait <= 0 there.
 func (p Priority) Aging(maxWait ...time.Duration) Priority {
 	p.maxWait = append([]time.Duration(nil), maxWait...)
 	return p
@@ -51,7 +53,7 @@ func (p Priority) Levels() int { return p.levels }
 func (p Priority) Weighted() bool { return p.weights != nil }
 
 // Validate reports a bad policy: no levels, a weight below 1, a MaxWait
-// list of the wrong length or with a negative duration.
+// list of the wrong length or with a duration <= 0 for a level but 0.
 func (p Priority) Validate() error {
 	switch {
 	case p.levels < 1 || p.levels > MaxLevels:
@@ -65,8 +67,8 @@ func (p Priority) Validate() error {
 		}
 	}
 	for i, d := range p.maxWait {
-		if d < 0 {
-			return configError("priority", "Aging", "level %d: MaxWait must not be negative, got %v", i, d)
+		if i > 0 && d <= 0 {
+			return configError("priority", "Aging", "level %d: MaxWait must be positive, got %v (only level 0's is unused)", i, d)
 		}
 	}
 	return nil
@@ -106,11 +108,7 @@ const MaxLevels = 64
 
 // NewPicker returns a picker for p (p must be valid).
 func (p Priority) NewPicker() *Picker {
-	pk := &Picker{p: p, credit: make([]int, p.levels), eff: make([]int, p.levels)}
-	for l := 1; l < p.levels && p.maxWait != nil; l++ {
-		pk.aging = pk.aging || p.maxWait[l] > 0
-	}
-	return pk
+	return &Picker{p: p, aging: p.maxWait != nil && p.levels > 1, credit: make([]int, p.levels), eff: make([]int, p.levels)}
 }
 
 // Ages reports whether the policy ages messages at any level: if not, Pick
@@ -125,7 +123,7 @@ func (p Priority) Effective(l int, waited time.Duration) int {
 	}
 	for l > 0 {
 		d := p.maxWait[l]
-		if d <= 0 || waited <= d {
+		if d <= 0 || waited <= d { // d <= 0 only in an invalid policy
 			break
 		}
 		waited -= d

@@ -74,10 +74,8 @@ func TestAgingLiftsAWaitingMessage(t *testing.T) {
 	if e := p.Effective(2, 1500*time.Millisecond); e != 2 {
 		t.Fatalf("Effective(2, 1.5s) = %d, want 2", e)
 	}
-	// A level without MaxWait does not age, nor lift what waits below it.
-	q := backpressure.StrictPriority(3).Aging(0, 0, time.Second)
-	if e := q.Effective(2, time.Hour); e != 1 {
-		t.Fatalf("Effective(2, 1h) with no aging at level 1 = %d, want 1", e)
+	if e := p.Effective(2, time.Hour); e != 0 {
+		t.Fatalf("Effective(2, 1h) = %d, want 0", e)
 	}
 }
 
@@ -102,7 +100,17 @@ func TestPriorityConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v, want a ConfigError of priority naming %s", p, err, arg)
 		}
 	}
-	if err := backpressure.StrictPriority(3).Aging(0, -time.Second, 0).Validate(); err == nil {
-		t.Error("a negative MaxWait: no error")
+	// Every level but 0 ages (issue 15: a MaxWait <= 0 is an error); level
+	// 0's is not used, whatever it is.
+	for _, mw := range [][]time.Duration{{0, -time.Second, time.Second}, {0, time.Second, 0}} {
+		var ce *stream.ConfigError
+		if err := backpressure.StrictPriority(3).Aging(mw...).Validate(); !errors.As(err, &ce) || ce.Argument != "Aging" {
+			t.Errorf("MaxWait %v: %v, want a ConfigError naming Aging", mw, err)
+		}
+	}
+	for _, mw := range [][]time.Duration{{0, time.Second}, {-time.Second, time.Second}} {
+		if err := backpressure.StrictPriority(2).Aging(mw...).Validate(); err != nil {
+			t.Errorf("MaxWait %v: %v, want valid (level 0's is not used)", mw, err)
+		}
 	}
 }

@@ -51,6 +51,15 @@ func (st *StageBuilder) Errors() Stream[Failure] {
 // Run sets the stage's function, which runs on its own goroutine.
 func (st *StageBuilder) Run(f func(ctx context.Context) error) { st.n.run = f }
 
+// Publish makes c the stage's part: Graph.Parts lists it under the stage's
+// name, so a metrics package instruments it (a stage built here has no
+// source, flow or sink value of its own to publish its numbers).
+func (st *StageBuilder) Publish(c Instrumented) {
+	st.g.mu.Lock()
+	st.n.value = c
+	st.g.mu.Unlock()
+}
+
 // Invalid records a configuration error for the stage; Run reports it.
 func (st *StageBuilder) Invalid(argument, reason string) {
 	st.g.errs = append(st.g.errs, &ConfigError{Stage: st.n.name, Argument: argument, Reason: reason})

@@ -1,6 +1,9 @@
 package stream
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Committer records, for each partition a source reads, the position below
 // which every message is settled, so that a restarted pipeline resumes
@@ -19,3 +22,19 @@ type CommitterFunc func(ctx context.Context) error
 
 // Commit calls f.
 func (f CommitterFunc) Commit(ctx context.Context) error { return f(ctx) }
+
+// Committers returns a Committer that commits through each of cs in turn,
+// every one of them even when one fails, and returns their errors joined:
+// the committer of a pipeline reading several sources (one Kafka source
+// per level of priority, and one of replays) for its checkpoint sink.
+func Committers(cs ...Committer) Committer {
+	return CommitterFunc(func(ctx context.Context) error {
+		var errs []error
+		for _, c := range cs {
+			if err := c.Commit(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -53,7 +53,8 @@ type Part struct {
 }
 
 // Parts returns the pipeline's sources, flows and sinks in the order they
-// were added (stages built with NewStage have none). A metrics package
+// were added (stages built with NewStage have none, unless they Publish
+// one). A metrics package
 // instruments those that are Instrumented.
 func (g *Graph) Parts() []Part {
 	g.mu.Lock()

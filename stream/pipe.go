@@ -195,6 +195,10 @@ func (in *Inlet[T]) got(b *Batch[T], ok bool) (*Batch[T], error) {
 }
 
 func (in *Inlet[T]) buffered() int64 { return in.p.buffered.Load() }
+
+// Buffered returns how many messages wait in the input's pipe, not yet
+// received by the stage. It is safe from any goroutine.
+func (in *Inlet[T]) Buffered() int64 { return max(0, in.p.buffered.Load()) }
 func (in *Inlet[T]) capacity() int64 { return int64(cap(in.p.ch) * in.p.maxBatch) }
 
 // done publishes the last counts and tells writers the reader is gone.
