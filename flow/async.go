@@ -131,6 +131,12 @@ func (a *Async[In, Out]) Validate() error {
 			return bad(arg, reason)
 		}
 	}
+	switch {
+	case a.o.laneDrain < 0:
+		return bad("LaneScaling", fmt.Sprintf("the drain time must not be negative, got %v", a.o.laneDrain))
+	case a.o.lanes == nil && (a.o.laneDrain != 0 || a.o.laneBacklog != nil):
+		return bad("LaneScaling", "needs Lanes: it estimates workers by level")
+	}
 	return nil
 }
 
@@ -199,7 +205,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	}
 	r.onCall, r.onDone = a.hooks()
 	if a.o.lanes != nil {
-		r.lanes = newLanes[In, Out](a.o.lanes)
+		r.lanes = newLanes[In, Out](a.o.lanes, a.meters.Load())
 	}
 	r.pool = newWorkers(r, a.parallelism)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
@@ -223,6 +229,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 		a.inFlight.Store(0)
 		a.waiting.Store(0)
+		if r.lanes != nil {
+			r.lanes.stopped()
+		}
 	}()
 	return r.loop()
 }

@@ -16,7 +16,8 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 	r.mu.Unlock()
 	defer func() { r.spare = done[:0] }()
 	r.inFlight -= len(done)
-	if r.lanes != nil {
+	if r.lanes != nil && len(done) > 0 {
+		r.lanes.tick()
 		for _, j := range done {
 			r.lanes.finished(j)
 		}
@@ -84,6 +85,9 @@ func (r *asyncRun[In, Out]) drainRing() error {
 // the message stays unsettled and is replayed.
 func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 	r.held--
+	if r.lanes != nil && !r.cut(j) {
+		r.lanes.emitted(j)
+	}
 	j.msg.Attempt = int32(j.attempts)
 	if r.onDone != nil && j.attempts > 0 {
 		r.emitting = j // for completeFrom, should OnDone panic
@@ -115,11 +119,17 @@ func (r *asyncRun[In, Out]) hand(j *asyncJob[In, Out]) error {
 	if err := r.flushSlots(); err != nil { // keep results and failures in order
 		return err
 	}
-	if r.callsCtx.Err() != nil && !errors.Is(j.err, ErrCallTimeout) {
+	if r.cut(j) {
 		return nil
 	}
 	return r.in.FailWith(r.ctx, j.msg, stream.Failure{Err: j.err, Attempts: j.attempts, FirstFailure: j.first,
 		Transient: j.class.Transient})
+}
+
+// cut reports whether j's call failed because the stage is stopping: it
+// has no outcome, and its message stays unsettled to be replayed.
+func (r *asyncRun[In, Out]) cut(j *asyncJob[In, Out]) bool {
+	return j.err != nil && r.callsCtx.Err() != nil && !errors.Is(j.err, ErrCallTimeout)
 }
 
 // flushSlots adds the results written into free output slots to the

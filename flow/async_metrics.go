@@ -16,6 +16,10 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 		[]float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20}, l)
 	total := m.Histogram("sluice_async_message_seconds", "Time from a message's first call to its outcome, waits between retries included.",
 		expBuckets(0.0001, 2, 22), l)
+	var lm laneMeter
+	if a.o.lanes != nil && a.o.lanes.counters != nil {
+		lm = a.instrumentLanes(l, m)
+	}
 	// The histograms join the hooks when a run starts (hooks): a
 	// registration never writes what a running stage reads.
 	for {
@@ -24,7 +28,7 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 		if old != nil {
 			ms = append(ms, *old...)
 		}
-		ms = append(ms, asyncMeter{call: call, attempts: attempts, total: total})
+		ms = append(ms, asyncMeter{call: call, attempts: attempts, total: total, lanes: lm})
 		if a.meters.CompareAndSwap(old, &ms) {
 			break
 		}
@@ -57,7 +61,10 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 }
 
 // asyncMeter is one registration's histograms.
-type asyncMeter struct{ call, attempts, total func(float64) }
+type asyncMeter struct {
+	call, attempts, total func(float64)
+	lanes                 laneMeter // by level, with Lanes
+}
 
 // hooks returns the OnCall and OnDone functions of a run: the options'
 // and the histograms of every registration made so far.

@@ -36,6 +36,8 @@ type asyncOptions struct {
 	window       int
 	onCall       func(CallInfo)
 	lanes        *laneConfig
+	laneDrain    time.Duration
+	laneBacklog  func(level int) int64
 }
 
 // InOrder emits results in input order (Akka's mapAsync): calls still run

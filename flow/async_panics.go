@@ -37,6 +37,9 @@ func (r *asyncRun[In, Out]) acceptSome(cur **stream.Batch[In], idx *int) (err er
 			r.taken(cur, idx)
 		}
 	}()
+	if r.lanes != nil {
+		r.lanes.tick()
+	}
 	for *cur != nil && r.held < r.a.o.window {
 		m := &b.Items[*idx]
 		if r.lanes != nil && int(m.Priority) >= len(r.lanes.q) {

@@ -25,6 +25,8 @@ type asyncJob[In, Out any] struct {
 	class     stream.Classification
 
 	breakerDone func(bool) // the breaker's, while a call's outcome is being reported
+
+	since, callStart time.Time // with Lanes: when its wait began (lanes.arrived), when its call started
 }
 
 type keyGroup[In, Out any] struct {
@@ -147,6 +149,9 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	if r.ring != nil {
 		r.ring[j.seq%int64(len(r.ring))] = j
 	}
+	if r.lanes != nil {
+		r.lanes.arrived(j)
+	}
 	if r.groups == nil {
 		r.pushReady(j)
 		return
@@ -172,6 +177,9 @@ func (r *asyncRun[In, Out]) start() {
 	n := min(limit-r.inFlight, r.readyLen())
 	if n <= 0 {
 		return
+	}
+	if r.lanes != nil {
+		r.lanes.tick()
 	}
 	if r.inFlight == 0 && r.pool.fastAvg.Load() {
 		r.runInline(n, limit)

@@ -35,6 +35,8 @@ type AsyncStats struct {
 	// Exhausted counts messages whose transient failure outlasted the retry
 	// policy; NoBudget retries refused by the retry budget.
 	Exhausted, NoBudget int64
+	// Levels has one entry per level of priority with Lanes (nil without).
+	Levels []LaneStats
 }
 
 // Stats returns a snapshot of the stage's counters.
@@ -47,6 +49,9 @@ func (a *Async[In, Out]) Stats() AsyncStats {
 	}
 	for i, r := range reasons {
 		st.Retries[r] = a.retries[i].Load()
+	}
+	if a.o.lanes != nil && a.o.lanes.counters != nil {
+		st.Levels = a.o.lanes.counters.stats(a.o.laneDrain, a.o.laneBacklog)
 	}
 	return st
 }

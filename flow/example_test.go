@@ -197,3 +197,50 @@ func ExamplePrioritize() {
 	// alice:paying level 0
 	// bob:free level 1
 }
+
+// Lanes serve an asynchronous stage by level: with one call at a time,
+// the paying customers' orders, queued behind the free ones, are called
+// first. The first order arrives alone; its call lets the others in and
+// waits until they are queued (the stage's Stats tell by level); a call
+// in flight is never cut.
+func ExampleLanes() {
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	in := make(chan string, 5)
+	in <- "ann:free"
+	tiered := stream.Via(stream.From(g, source.Channel(in)), flow.Prioritize(2, func(order string) (int, error) {
+		if strings.HasSuffix(order, ":paying") {
+			return 0, nil
+		}
+		return 1, nil
+	}))
+	var (
+		calls []string
+		stage *flow.Async[string, string]
+	)
+	stage = flow.MapAsync(1, func(_ context.Context, order string) (string, error) {
+		if len(calls) == 0 {
+			for _, o := range []string{"bob:free", "cy:paying", "dee:free", "eve:paying"} {
+				in <- o
+			}
+			close(in)
+			for queued(stage) < 4 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		calls = append(calls, order) // one call at a time: no race
+		return order, nil
+	}, flow.Lanes(backpressure.StrictPriority(2)), flow.Window(8)) // Window: room for all five
+	collect(g, stream.Via(tiered, stage))
+	fmt.Println(strings.Join(calls, " "))
+	// Output:
+	// ann:free cy:paying eve:paying bob:free dee:free
+}
+
+// queued is how many messages wait for a call in a stage with lanes.
+func queued(a *flow.Async[string, string]) int64 {
+	n := int64(0)
+	for _, l := range a.Stats().Levels {
+		n += l.Waiting
+	}
+	return n
+}

@@ -24,12 +24,18 @@ import (
 // A message whose level is not one of p's levels fails with a reason
 // wrapping ErrPriorityOutOfRange (it is never served as high).
 func Lanes(p backpressure.Priority, reserve ...int) AsyncOption {
-	return func(o *asyncOptions) { o.lanes = &laneConfig{p: p, reserve: append([]int(nil), reserve...)} }
+	return func(o *asyncOptions) {
+		o.lanes = &laneConfig{p: p, reserve: append([]int(nil), reserve...)}
+		if n := p.Levels(); n >= 1 && n <= backpressure.MaxLevels {
+			o.lanes.counters = newLaneCounters(n)
+		}
+	}
 }
 
 type laneConfig struct {
-	p       backpressure.Priority
-	reserve []int
+	p        backpressure.Priority
+	reserve  []int
+	counters *laneCounters // nil only for a policy Validate refuses
 }
 
 func (c *laneConfig) validate(parallelism int) (arg, reason string) {
@@ -53,7 +59,7 @@ func (c *laneConfig) validate(parallelism int) (arg, reason string) {
 }
 
 // lanes is the ready queue of a stage with Lanes: a queue per level, the
-// calls each level has in flight, and the picker.
+// calls each level has in flight, the picker, and the level's numbers.
 type lanes[In, Out any] struct {
 	cfg     *laneConfig
 	pk      *backpressure.Picker
@@ -61,17 +67,44 @@ type lanes[In, Out any] struct {
 	running []int
 	since   []int64 // scratch for the picker
 	n       int     // jobs queued, all levels
+	c       *laneCounters
+	meters  []laneMeter // the registrations' histograms, fixed at the run's start
+	// now is the time of the stage's current step (tick): one clock read
+	// per step, not one per message, for waits, latencies and aging.
+	now time.Time
 }
 
-func newLanes[In, Out any](c *laneConfig) *lanes[In, Out] {
+// tick reads the clock for the stage's next step.
+func (l *lanes[In, Out]) tick() { l.now = time.Now() }
+
+func newLanes[In, Out any](c *laneConfig, ms *[]asyncMeter) *lanes[In, Out] {
 	n := c.p.Levels()
-	return &lanes[In, Out]{cfg: c, pk: c.p.NewPicker(), q: make([]fifo[*asyncJob[In, Out]], n),
-		running: make([]int, n), since: make([]int64, n)}
+	l := &lanes[In, Out]{cfg: c, pk: c.p.NewPicker(), q: make([]fifo[*asyncJob[In, Out]], n),
+		running: make([]int, n), since: make([]int64, n), c: c.counters}
+	if ms != nil {
+		for _, m := range *ms {
+			if m.lanes.wait != nil {
+				l.meters = append(l.meters, m.lanes)
+			}
+		}
+	}
+	return l
+}
+
+// arrived stamps a job entering the stage with the time its wait counts
+// from: its message's Timestamp (when it was produced), else now.
+func (l *lanes[In, Out]) arrived(j *asyncJob[In, Out]) {
+	if ts := j.msg.Timestamp; ts.UnixNano() > 0 {
+		j.since = ts
+	} else {
+		j.since = l.now
+	}
 }
 
 func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
 	l.q[j.msg.Priority].push(j)
 	l.n++
+	l.c.levels[j.msg.Priority].waiting.Add(1)
 }
 
 // pop takes the next job to start when free slots are free: from the level
@@ -79,10 +112,7 @@ func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
 // within its reservation or when starting it leaves the reservations of
 // the other waiting levels whole. There always is one (see below).
 func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
-	var now int64
-	if l.pk.Ages() {
-		now = time.Now().UnixNano()
-	}
+	now := l.now
 	owed := 0 // slots kept for waiting levels below their reservation
 	for lv := range l.q {
 		if l.q[lv].len() > 0 {
@@ -103,17 +133,27 @@ func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
 			if l.pk.Ages() {
 				// Aging counts from the message's Timestamp; one without
 				// does not age.
-				l.since[lv] = now
+				l.since[lv] = now.UnixNano()
 				if ts := l.q[lv].items[l.q[lv].head].msg.Timestamp.UnixNano(); ts > 0 {
 					l.since[lv] = ts
 				}
 			}
 		}
 	}
-	lv := l.pk.Pick(l.since, now)
+	lv := l.pk.Pick(l.since, now.UnixNano())
 	j := l.q[lv].pop()
 	l.n--
 	l.running[lv]++
+	lc := &l.c.levels[lv]
+	lc.waiting.Add(-1)
+	lc.inFlight.Add(1)
+	if j.attempts == 0 {
+		lc.started.Add(1)
+		for _, m := range l.meters {
+			m.wait[lv](now.Sub(j.since).Seconds())
+		}
+	}
+	j.callStart = now
 	return j
 }
 
@@ -126,4 +166,31 @@ func (l *lanes[In, Out]) kept(lv int) int {
 }
 
 // finished counts a call of j's level as no longer in flight.
-func (l *lanes[In, Out]) finished(j *asyncJob[In, Out]) { l.running[j.msg.Priority]-- }
+func (l *lanes[In, Out]) finished(j *asyncJob[In, Out]) {
+	lv := j.msg.Priority
+	l.running[lv]--
+	lc := &l.c.levels[lv]
+	lc.inFlight.Add(-1)
+	lc.busy.Add(int64(l.now.Sub(j.callStart)))
+}
+
+// emitted counts j's outcome leaving the stage.
+func (l *lanes[In, Out]) emitted(j *asyncJob[In, Out]) {
+	lv := j.msg.Priority
+	l.c.levels[lv].done.Add(1)
+	if len(l.meters) > 0 {
+		d := l.now.Sub(j.since).Seconds()
+		for _, m := range l.meters {
+			m.latency[lv](d)
+		}
+	}
+}
+
+// stopped zeroes the gauges when the run ends: what it held is no longer
+// waiting or running here.
+func (l *lanes[In, Out]) stopped() {
+	for lv := range l.c.levels {
+		l.c.levels[lv].waiting.Store(0)
+		l.c.levels[lv].inFlight.Store(0)
+	}
+}

@@ -200,3 +200,72 @@ func TestLanesEpochTimestamp(t *testing.T) {
 		t.Fatal("Run did not return within 10s")
 	}
 }
+
+// Stats by level: what waits and runs, what started and finished, the
+// time calls ran, and the desired workers that keep up and drain the
+// queue within the drain time.
+func TestLaneStats(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fn := func(_ context.Context, v int) (int, error) {
+			time.Sleep(time.Second)
+			return v, nil
+		}
+		a := flow.MapAsync(2, fn, flow.Window(64), flow.Lanes(backpressure.StrictPriority(3)), flow.LaneScaling(2*time.Second, nil))
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, leveled(0, 0, 0, 0, 2, 2, 2, 2, 2, 2)), a), sink.Discard[int]())
+		done := make(chan error)
+		go func() { done <- g.Run(context.Background()) }()
+		at := func(d time.Duration) []flow.LaneStats {
+			time.Sleep(d)
+			synctest.Wait()
+			return a.Stats().Levels
+		}
+		st := at(500 * time.Millisecond)
+		if len(st) != 3 {
+			t.Fatalf("%d levels, want 3", len(st))
+		}
+		if st[0].InFlight != 2 || st[0].Waiting != 2 || st[0].Started != 2 || st[2].Waiting != 6 || st[2].Started != 0 {
+			t.Fatalf("at 0.5 s: %+v, want high 2 running 2 waiting, low 6 waiting", st)
+		}
+		// At 1.5 s: the first two high calls ran 1 s each in the last
+		// second (2 slots busy) and no high waits: 2 workers. Low waited
+		// but finished nothing: no estimate yet.
+		st = at(time.Second)
+		if st[0].Done != 2 || st[0].Busy != 2*time.Second || st[0].DesiredWorkers != 2 || st[2].DesiredWorkers != 0 {
+			t.Fatalf("at 1.5 s: %+v, want high done 2, busy 2s, 2 desired", st)
+		}
+		// At 3.5 s: in the last second two low calls ran 1 s each (2
+		// busy) and two low wait, which drain in 2 s with 1 more: 3.
+		at(time.Second)
+		st = at(time.Second)
+		if st[2].Done != 2 || st[2].Waiting != 2 || st[2].InFlight != 2 || st[2].DesiredWorkers != 3 {
+			t.Fatalf("at 3.5 s: %+v, want low done 2, 2 running, 2 waiting, 3 desired", st)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		st = a.Stats().Levels
+		if st[0].Done != 4 || st[2].Done != 6 || st[0].Busy != 4*time.Second || st[2].Busy != 6*time.Second || st[1].Started != 0 {
+			t.Fatalf("at the end: %+v, want 4 high and 6 low done, busy 4 s and 6 s", st)
+		}
+		if st[0].Waiting != 0 || st[0].InFlight != 0 || st[2].InFlight != 0 {
+			t.Fatalf("gauges after the run: %+v, want 0", st)
+		}
+	})
+}
+
+// LaneScaling needs Lanes and a drain time that is not negative.
+func TestLaneScalingValidate(t *testing.T) {
+	for _, opts := range [][]flow.AsyncOption{
+		{flow.LaneScaling(time.Second, nil)},
+		{flow.Lanes(backpressure.StrictPriority(2)), flow.LaneScaling(-time.Second, nil)},
+	} {
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, leveled(0)), flow.MapAsync(1, func(_ context.Context, v int) (int, error) { return v, nil }, opts...)),
+			sink.Discard[int]())
+		var ce *stream.ConfigError
+		if err := g.Run(context.Background()); !errors.As(err, &ce) || ce.Argument != "LaneScaling" {
+			t.Errorf("Run: %v, want a ConfigError naming LaneScaling", err)
+		}
+	}
+}
