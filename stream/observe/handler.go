@@ -33,6 +33,10 @@ type ServerConfig struct {
 	Gatherer prometheus.Gatherer
 	// Graphs are drawn on /status and listed in /status.json.
 	Graphs []*stream.Graph
+	// Metrics, if given, add each pipeline's numbers by level of priority
+	// (Metrics.Levels) to /status and /status.json, matched to Graphs by
+	// pipeline name.
+	Metrics []*Metrics
 	// Ready answers /readyz: nil means ready (for a Kafka worker, the
 	// source's Ready: partitions assigned, broker reachable). Nil Ready:
 	// always ready.
@@ -72,7 +76,7 @@ func Handler(cfg ServerConfig) http.Handler {
 	})
 	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs))
+		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs, cfg.Metrics))
 	})
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -94,6 +98,8 @@ type Status struct {
 type PipelineStatus struct {
 	Name   string        `json:"name"`
 	Stages []StageStatus `json:"stages"`
+	// Levels lists the numbers by level of priority (ServerConfig.Metrics).
+	Levels []LevelStatus `json:"levels,omitempty"`
 }
 
 // StageStatus is one stage's counters.
@@ -111,7 +117,7 @@ type StageStatus struct {
 	FailurePath bool `json:"failure_path,omitempty"`
 }
 
-func snapshot(gs []*stream.Graph) Status {
+func snapshot(gs []*stream.Graph, ms []*Metrics) Status {
 	st := Status{Time: time.Now()}
 	for _, g := range gs {
 		p := PipelineStatus{Name: g.Name()}
@@ -119,6 +125,11 @@ func snapshot(gs []*stream.Graph) Status {
 			p.Stages = append(p.Stages, StageStatus{Name: s.Name, In: s.In, Out: s.Out, Settled: s.Settled, Failed: s.Failed,
 				InFlight: s.InFlight(), Buffered: s.Buffered, Capacity: s.Capacity, Blocked: s.Blocked.Seconds(),
 				FailurePath: s.FailurePath})
+		}
+		for _, m := range ms {
+			if m != nil && m.pipeline == g.Name() {
+				p.Levels = append(p.Levels, m.Levels()...)
+			}
 		}
 		st.Pipelines = append(st.Pipelines, p)
 	}

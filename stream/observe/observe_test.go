@@ -90,15 +90,19 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		return v, nil
 	}
 	policy := flow.RetryPolicy{Strategy: flow.Regular, Jitter: flow.NoJitter, MaxAttempts: 5, BaseDelay: time.Millisecond}
-	async := flow.MapAsync(16, fn, flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget))
+	async := flow.MapAsync(16, fn, flow.Retry(policy), flow.Breaker(breaker), flow.Budget(budget),
+		flow.Lanes(backpressure.StrictPriority(3)))
 	ck := checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var done atomic.Int64
 	g := stream.New(stream.WithPipeline("orders"), stream.WithLogger(quiet))
-	s := stream.From(g, src, stream.Name("kafka"))
+	// The Kafka source as the one level of a priority source: both
+	// publish their numbers.
+	s := source.Priority(g, backpressure.StrictPriority(1), []source.Level[[]byte]{{Name: "kafka", Source: src}})
 	s = stream.Via(s, flow.Filter(func(v []byte) bool { return !strings.HasSuffix(string(v), "7") }), stream.Name("drop-7s"))
+	s = stream.Via(s, flow.Prioritize(3, func(v []byte) (int, error) { return len(v) % 3, nil }), stream.Name("tier"))
 	s = stream.Via(s, async, stream.Name("call"))
 	s = stream.Via(s, flow.Map(func(v []byte) ([]byte, error) {
 		if done.Add(1) >= 4000 {
@@ -137,6 +141,8 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		"sluice_retries_total", "sluice_async_limit", "sluice_retry_budget_allowed_total",
 		"sluice_kafka_records_total", "sluice_kafka_commits_total", "sluice_kafka_rebalances_total",
 		"sluice_checkpoint_commits_total", "sluice_breaker_state",
+		"sluice_lane_started_total", "sluice_lane_completed_total", "sluice_lane_wait_seconds", "sluice_lane_latency_seconds",
+		"sluice_lane_busy_seconds_total", "sluice_priority_received_total", "sluice_priority_emitted_total",
 	} {
 		if v := total(t, reg, name); v <= 0 {
 			t.Errorf("%s = %v: absent or did not move", name, v)
@@ -144,7 +150,9 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	}
 	for _, name := range []string{"sluice_stage_in_flight", "sluice_stage_buffered", "sluice_stage_blocked_seconds_total",
 		"sluice_async_in_flight", "sluice_async_delayed", "sluice_breaker_transitions_total", "sluice_kafka_unsettled",
-		"sluice_kafka_committed_offset", "sluice_kafka_lag"} {
+		"sluice_kafka_committed_offset", "sluice_kafka_lag", "sluice_lane_waiting", "sluice_lane_in_flight",
+		"sluice_lane_desired_workers", "sluice_priority_queued", "sluice_priority_lag", "sluice_priority_paused",
+		"sluice_priority_pauses_total"} {
 		if v := total(t, reg, name); v < 0 {
 			t.Errorf("%s absent", name)
 		}
@@ -156,6 +164,10 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		{"sluice_retry_budget_allowed_total", "dependency", "call"},
 		{"sluice_kafka_records_total", "stage", "kafka"},
 		{"sluice_async_calls_total", "stage", "call"},
+		{"sluice_lane_completed_total", "priority", "0"},
+		{"sluice_lane_completed_total", "priority", "2"},
+		{"sluice_lane_wait_seconds", "priority", "1"},
+		{"sluice_priority_emitted_total", "stage", "priority"},
 	} {
 		if !hasLabel(t, reg, c.metric, c.label, c.value) {
 			t.Errorf("%s has no series with %s=%q", c.metric, c.label, c.value)
@@ -386,14 +398,22 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		return x * 2, nil
 	}), stream.Name("parse"))
 	stream.To(g.Failures(), sink.Discard[stream.Failure](), stream.Name("dead-letters"))
+	s = stream.Via(s, flow.Prioritize(3, func(x int64) (int, error) { return int(x % 3), nil }), stream.Name("tier"))
 	s = stream.Via(s, flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
 		time.Sleep(time.Millisecond)
 		return x, nil
-	}), stream.Name("schedule-drone"))
+	}, flow.Lanes(backpressure.WeightedPriority(6, 3, 1))), stream.Name("schedule-drone"))
 	stream.To(s, sink.Discard[int64](), stream.Name("checkpoint"))
+	m, err := observe.New(prometheus.NewRegistry(), "deliveries")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- g.Run(ctx) }()
-	addr, srvDone, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Graphs: []*stream.Graph{g}})
+	addr, srvDone, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Graphs: []*stream.Graph{g}, Metrics: []*observe.Metrics{m}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +426,7 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer ccancel()
 		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-			"--window-size=1100,440", "--virtual-time-budget=2500"}
+			"--window-size=1100,560", "--virtual-time-budget=2500"}
 		out, err := exec.CommandContext(cctx, chromium, append(base, args...)...).Output()
 		if err != nil {
 			t.Fatalf("chromium %v: %v", args, err)
@@ -415,7 +435,9 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	}
 	url := "http://" + addr + "/status"
 	dom := run("--dump-dom", url)
-	for _, want := range []string{"deliveries", "generate", "parse", "schedule-drone", "checkpoint", "/s", "buffer"} {
+	for _, want := range []string{"deliveries", "generate", "parse", "schedule-drone", "checkpoint", "/s", "buffer",
+		// The lanes' numbers by level, in a table below the chain.
+		`data-level="schedule-drone/0"`, `data-level="schedule-drone/2"`, "lane_desired_workers", "lane_completed/s"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
 		}
