@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
@@ -31,11 +32,26 @@ type Level[T any] struct {
 // sources stop reading first. A level whose source ends leaves the others
 // going; one that fails stops the pipeline with its stage named.
 //
+// Levels whose source is Pausable (a Kafka source) are also held back at
+// the broker, so that a higher level is fetched sooner, not only served
+// sooner from memory. Every 20 ms the stage looks at its levels: a level
+// presses when its pipe holds messages waiting or its source, a Lagger,
+// reports lag. Level l is paused while some level above it presses and
+// its own pipe is at least half full; it is resumed when no level above
+// presses or its pipe is less than half full. So a paused level is never
+// starved of what it already holds (weighted shares and aging still
+// serve it), and it fetches again while it still has half a pipe to
+// serve, so that its share does not wait for the resume and its next
+// messages arrive and age. Level 0 is never paused; every level is
+// resumed when the stage ends. Under strict priority a pressing higher
+// level keeps the lower pipes full, so they stay paused until it drains.
+//
 // An aging policy measures a message's wait from its Timestamp (a Kafka
 // record's time: a backlog ages) or, without one, from when the stage
 // received it. Bad arguments (no levels, an invalid policy, a policy of
-// another number of levels, a level without a source) are reported by
-// Run as *stream.ConfigError naming the argument.
+// another number of levels, a level without a source, two levels whose
+// sources, TopicListers, read the same topic) are reported by Run as
+// *stream.ConfigError naming the argument.
 func Priority[T any](g *stream.Graph, p backpressure.Priority, levels []Level[T], opts ...stream.StageOption) stream.Stream[T] {
 	st := stream.NewStage(g, "priority")
 	if err := p.Validate(); err != nil {
@@ -49,7 +65,9 @@ func Priority[T any](g *stream.Graph, p backpressure.Priority, levels []Level[T]
 	case len(levels) > backpressure.MaxLevels:
 		st.Invalid("levels", fmt.Sprintf("at most %d levels, got %d", backpressure.MaxLevels, len(levels)))
 	}
+	sharedTopics(st, levels)
 	ins := make([]*stream.Inlet[T], len(levels))
+	srcs := make([]any, len(levels))
 	for i, l := range levels {
 		name := l.Name
 		if name == "" {
@@ -60,11 +78,46 @@ func Priority[T any](g *stream.Graph, p backpressure.Priority, levels []Level[T]
 			st.Invalid("levels", fmt.Sprintf("level %d (%s) has no source", i, name))
 			src = stream.SourceFunc[T](func(context.Context, *stream.Outlet[T]) error { return nil })
 		}
+		srcs[i] = src
 		ins[i] = stream.Input(st, stream.From(g, src, stream.Name(name)), opts...)
 	}
 	out, s := stream.Output[T](st)
-	st.Run(func(ctx context.Context) error { return (&priorityRun[T]{p: p, ins: ins, out: out}).run(ctx) })
+	ps := &priorityStats{levels: make([]levelCounter, len(ins)), queued: make([]func() int64, len(ins)), lag: make([]Lagger, len(ins))}
+	for l, in := range ins {
+		ps.queued[l] = in.Buffered
+		ps.lag[l], _ = srcs[l].(Lagger)
+	}
+	st.Publish(ps)
+	st.Run(func(ctx context.Context) error {
+		r := &priorityRun[T]{p: p, ins: ins, out: out, ended: make([]atomic.Bool, len(ins)), stats: ps}
+		queued, capacity := make([]func() int, len(ins)), make([]int, len(ins))
+		for l, in := range ins {
+			queued[l], capacity[l] = func() int { return len(in.C()) }, cap(in.C())
+		}
+		if pz := newLevelPauser(srcs, queued, capacity, r.ended, ps.levels); pz != nil {
+			defer pz.start()()
+		}
+		return r.run(ctx)
+	})
 	return s
+}
+
+// sharedTopics reports two levels whose sources read the same topic.
+func sharedTopics[T any](st *stream.StageBuilder, levels []Level[T]) {
+	reader := map[string]int{}
+	for i, l := range levels {
+		tl, ok := l.Source.(TopicLister)
+		if !ok {
+			continue
+		}
+		for _, t := range tl.Topics() {
+			if j, seen := reader[t]; seen && j != i {
+				st.Invalid("levels", fmt.Sprintf("levels %d (%s) and %d (%s) both read topic %q", j, levels[j].Name, i, l.Name, t))
+				continue
+			}
+			reader[t] = i
+		}
+	}
 }
 
 // priorityRun is the priority stage at work: the batch at the head of each
@@ -78,7 +131,9 @@ type priorityRun[T any] struct {
 	idx   []int              // the next message of cur
 	got   []int64            // when cur was received (unix ns; aging only)
 	done  []bool             // the level's input has ended
-	since []int64            // for the picker: when each ready head arrived (NotReady: none)
+	ended []atomic.Bool      // done, for the level pauser's goroutine
+	stats *priorityStats
+	since []int64 // for the picker: when each ready head arrived (NotReady: none)
 }
 
 func (r *priorityRun[T]) run(ctx context.Context) error {
@@ -145,6 +200,7 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 				b.Items[i].Priority = uint8(l)
 			}
 			r.cur[l] = nil
+			r.stats.levels[l].emitted.Add(int64(len(b.Items)))
 			if err := r.out.SendBatch(ctx, b); err != nil {
 				return err
 			}
@@ -159,6 +215,7 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 			b.Release()
 			r.cur[l] = nil
 		}
+		r.stats.levels[l].emitted.Add(1)
 		if err := r.out.SendSlot(ctx); err != nil {
 			return err
 		}
@@ -192,9 +249,11 @@ func (r *priorityRun[T]) take(aging bool) int {
 func (r *priorityRun[T]) received(l int, b *stream.Batch[T], ok, aging bool) {
 	if !ok {
 		r.done[l] = true
+		r.ended[l].Store(true)
 		return
 	}
 	r.ins[l].Received(b)
+	r.stats.levels[l].received.Add(int64(len(b.Items)))
 	if len(b.Items) == 0 {
 		b.Release()
 		return

@@ -109,6 +109,9 @@ func TestPrioritySourceConfigErrors(t *testing.T) {
 		"count mismatch": {backpressure.StrictPriority(3), []source.Level[int]{{Source: source.Slice([]int{1})}}},
 		"bad policy":     {backpressure.WeightedPriority(0), []source.Level[int]{{Source: source.Slice([]int{1})}}},
 		"no source":      {backpressure.StrictPriority(1), []source.Level[int]{{Name: "high"}}},
+		"MaxWait 0":      {backpressure.StrictPriority(2).Aging(0, 0), []source.Level[int]{{Source: source.Slice([]int{1})}, {Source: source.Slice([]int{2})}}},
+		"shared topic": {backpressure.StrictPriority(3), []source.Level[int]{{Name: "high", Source: &brokerLevel{topic: "deliveries"}},
+			{Name: "normal", Source: &brokerLevel{topic: "deliveries-normal"}}, {Name: "low", Source: &brokerLevel{topic: "deliveries"}}}},
 	} {
 		g := stream.New()
 		stream.To(source.Priority(g, c.p, c.levels), stream.SinkFunc[int](func(context.Context, *stream.Inlet[int]) error { return nil }))
@@ -183,8 +186,9 @@ func TestPrioritySourceAgesByTimestamp(t *testing.T) {
 func TestPrioritySourceAgingClockKeepsUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		t0 := time.Now()
-		stamped := func(level, n int, ts time.Time) stream.Source[int] {
+		stamped := func(level, n int, ts time.Time, after time.Duration) stream.Source[int] {
 			return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+				time.Sleep(after)
 				for range n {
 					m := stream.NewMessage(level, stream.Handle{})
 					m.Timestamp = ts
@@ -197,8 +201,11 @@ func TestPrioritySourceAgingClockKeepsUp(t *testing.T) {
 		}
 		g := stream.New(stream.WithBatchSize(1), stream.WithCapacity(1))
 		levels := []source.Level[int]{
-			{Name: "high", Source: stamped(0, 200, t0)},
-			{Name: "low", Source: stamped(1, 1, t0.Add(-time.Millisecond))},
+			{Name: "high", Source: stamped(0, 200, t0, 0)},
+			// Sent once high's backlog is waiting (fake time moves only when
+			// every goroutine waits): sent at once, it was served first when
+			// it reached the stage before high's first (1 run in 4).
+			{Name: "low", Source: stamped(1, 1, t0.Add(-time.Millisecond), time.Millisecond)},
 		}
 		var lowAt time.Duration
 		stream.To(source.Priority(g, backpressure.StrictPriority(2).Aging(0, 20*time.Millisecond), levels, stream.Buffer(256)),

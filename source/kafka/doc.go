@@ -7,7 +7,10 @@
 // partition, which delivered records are settled and commits (through its
 // Commit method, called by sink/checkpoint) the offset below which all of
 // them are: at-least-once, with nothing lost. A partition with too many
-// unsettled records stops being fetched until it drains.
+// unsettled records stops being fetched until it drains. As a level of a
+// priority source (source.Priority), the whole source stops fetching
+// (PauseReading) while a higher level has work waiting; the two pauses
+// are independent.
 //
 // Partition lifecycle: on assignment the partition gets fresh state; on
 // revocation the source commits what is settled for it before giving it up

@@ -27,10 +27,14 @@ func (s *Source) Instrument(stage string, m stream.Meter) {
 		w.Counter(reb, rebHelp, float64(st.Lost), l, stream.Label{Name: "kind", Value: "lost"})
 		w.Gauge("sluice_kafka_commit_age_seconds", "Time since an offset commit last succeeded (or found nothing to commit).", st.SinceCommit.Seconds(), l)
 		w.Gauge("sluice_kafka_broker_contact_age_seconds", "Time since a broker last answered a request of the source's client.", st.SinceContact.Seconds(), l)
+		w.Counter("sluice_kafka_reading_pauses_total", "Times a priority source paused every topic of the source (PauseReading) for a higher level.",
+			float64(st.ReadingPauses), l)
+		w.Gauge("sluice_kafka_reading_paused", "1 while a priority source holds every topic of the source unfetched for a higher level.",
+			b2f(st.ReadingPaused), l)
 		paused := 0
 		for _, p := range st.Partitions {
 			tp := []stream.Label{l, {Name: "topic", Value: p.Topic}, {Name: "partition", Value: strconv.Itoa(int(p.Partition))}}
-			if p.Paused {
+			if p.Paused || st.ReadingPaused {
 				paused++
 			}
 			if p.Committed >= 0 {
@@ -39,6 +43,14 @@ func (s *Source) Instrument(stage string, m stream.Meter) {
 			}
 			w.Gauge("sluice_kafka_unsettled", "Records of a partition delivered and not yet settled.", float64(p.Unsettled), tp...)
 		}
-		w.Gauge("sluice_kafka_paused_partitions", "Partitions paused now.", float64(paused), l)
+		w.Gauge("sluice_kafka_paused_partitions", "Assigned partitions not fetched now: over their unsettled cap, or paused with the whole source for a higher level.",
+			float64(paused), l)
 	})
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

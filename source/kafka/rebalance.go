@@ -8,6 +8,7 @@ import (
 
 func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	s.assignedN.Add(1)
+	s.learnTopics(assigned)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for t, ps := range assigned {

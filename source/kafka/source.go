@@ -33,6 +33,7 @@ type Source struct {
 	lastCommit                                      atomic.Int64 // ns
 	records                                         atomic.Int64
 	health                                          *health
+	reading                                         reading // PauseReading's state
 }
 
 type tpKey struct {

@@ -13,7 +13,10 @@ type PartitionStats struct {
 	// Unsettled counts records delivered and not yet settled.
 	Unsettled int
 	// Lag is the high watermark of the last fetch minus Committed.
-	Lag    int64
+	Lag int64
+	// Paused: the partition holds MaxUnsettledPerPartition unsettled
+	// records and is not fetched until they are down to half. (A pause of
+	// the whole source, PauseReading, is Stats.ReadingPaused.)
 	Paused bool
 }
 
@@ -33,6 +36,11 @@ type Stats struct {
 	// SinceCommit is the time since a commit last succeeded (or found
 	// nothing to commit), SinceContact since a broker last answered.
 	SinceCommit, SinceContact time.Duration
+	// ReadingPaused: PauseReading holds every topic of the source unfetched
+	// (a priority source does, on a lower level while a higher one has work
+	// waiting); ReadingPauses counts the times it started.
+	ReadingPaused bool
+	ReadingPauses int64
 }
 
 // Stats returns a snapshot of the source's counters.
@@ -42,6 +50,7 @@ func (s *Source) Stats() Stats {
 		Pauses: s.pauses.Load(), LastCommit: time.Duration(s.lastCommit.Load()), Duplicates: s.duplicates.Load(),
 		LateSettles: s.late.Load(),
 		Assigned:    s.assignedN.Load(), Revoked: s.revokedN.Load(), Lost: s.lostN.Load(),
+		ReadingPaused: s.reading.paused.Load(), ReadingPauses: s.reading.pauses.Load(),
 	}
 	now := time.Now()
 	st.SinceCommit = since(s.health.commitOK.Load(), now)
