@@ -9,6 +9,38 @@
 // its message. A sink with a Shrinker writes a smaller record instead: the
 // dead letters (NewDeadLetter, NewParking) do, since a failure there would
 // stop the pipeline.
+//
+// # Priorities
+//
+// Kafka has no priority order. Seed 001's two designs, "one queue per
+// priority" and "one queue ordered by priority", become:
+//
+// One topic per level (TopicPerLevel): the producer writes each message
+// to its level's topic (deliveries-high, -normal, -low) and the consumer
+// reads one source per level through source.Priority, which takes the
+// higher levels first and lets the lower ones wait in the broker as lag.
+// A higher level is then received sooner, not only processed sooner:
+// under overload the backlog is the low topic's, and what the consumer
+// holds in memory is mostly high. Each level can have its own partitions,
+// retention and consumers (a pool per priority). It costs a topic per
+// level and a consumer per topic; a message's level is fixed when it is
+// written (changing it needs a re-publish); and order between levels is
+// lost (a high and a low message of one key may be processed in either
+// order). It fits a small, fixed number of levels and an overload that
+// must not delay the top one: the delivery scheduler's case.
+//
+// One topic, the level in a header (LevelHeader) or in the value: the
+// producer writes to one topic as before and the consumer derives each
+// message's level (flow.Prioritize) and serves by it inside the pipeline
+// (flow.Lanes). Nothing changes for the topic, its partitioning or its
+// consumers; order per key holds up to the stages that reorder by level;
+// levels can be many, or decided by the consumer (from an account's tier,
+// say). But Kafka hands the records over in their order: under overload a
+// high message waits in the lag behind every low one written before it,
+// and priority acts only on what the consumer has already read (its pipes
+// and in-flight windows). It fits priorities that matter while the
+// consumer keeps up (order inside a burst it absorbs), many or dynamic
+// levels, or consumers that cannot read many topics.
 package kafka
 
 import (
@@ -57,6 +89,9 @@ type Sink[T any] struct {
 	name    string
 	invalid error // a bad argument of the constructor, for Validate
 
+	levelTopics []string // TopicPerLevel
+	levelHeader string   // LevelHeader
+
 	produced, failed, shrunk atomic.Int64
 }
 
@@ -65,7 +100,9 @@ type Sink[T any] struct {
 // owns cl and closes it after the pipeline's Run returns. A record refused
 // for a reason of its own (too large, invalid) fails its message; the sink
 // stops the pipeline, leaving the message unsettled, only when the broker
-// or the topic is the problem. Options: WithShrinker (default: none).
+// or the topic is the problem. Options: WithShrinker (default: none),
+// TopicPerLevel and LevelHeader (write by level of priority; none by
+// default).
 func NewSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[T] {
 	s := &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
 	for _, o := range opts {
@@ -254,7 +291,11 @@ func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i i
 var ErrUnproducible = errors.New("sluice: record cannot be produced")
 
 func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int) {
-	if err := r.check(rec); err != nil {
+	err := r.s.byLevel(&m, rec)
+	if err == nil {
+		err = r.check(rec)
+	}
+	if err != nil {
 		r.fail(failed[T]{m: m, rec: rec, step: step, err: err})
 		return
 	}
