@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,9 +17,10 @@ import (
 // is keyed by the caller-assigned delivery id and has create-or-update (PUT)
 // semantics, so a replayed request creates nothing new.
 type (
-	// Accounts checks the owner's account.
+	// Accounts checks the owner's account and says its tier (a paying
+	// customer's requests are served first).
 	Accounts interface {
-		Check(ctx context.Context, owner string) error
+		Check(ctx context.Context, owner string) (Account, error)
 	}
 	// Packages creates and deletes the package record.
 	Packages interface {
@@ -100,6 +102,10 @@ type SimConfig struct {
 	// as a 400), which no retry helps (undo operations are never refused).
 	TransientRate, ThrottleRate, PermanentRate float64
 	RetryAfter                                 time.Duration
+	// PayingPrefix, if set, makes the accounts whose owner starts with it
+	// Paying, the others Free (default: every account Free). The load
+	// generator names its paying owners so (loadgen.PayingPrefix).
+	PayingPrefix string
 }
 
 // ErrRejected is the permanent failure a simulated service answers to a
@@ -196,14 +202,17 @@ type simAccounts struct {
 	suspended func(string) bool
 }
 
-func (a *simAccounts) Check(ctx context.Context, owner string) error {
+func (a *simAccounts) Check(ctx context.Context, owner string) (Account, error) {
 	if err := a.call(ctx); err != nil {
-		return err
+		return Account{}, err
 	}
 	if a.suspended != nil && a.suspended(owner) {
-		return fmt.Errorf("owner %s: %w", owner, ErrSuspended)
+		return Account{}, fmt.Errorf("owner %s: %w", owner, ErrSuspended)
 	}
-	return nil
+	if a.cfg.PayingPrefix != "" && strings.HasPrefix(owner, a.cfg.PayingPrefix) {
+		return Account{Tier: Paying}, nil
+	}
+	return Account{Tier: Free}, nil
 }
 
 type simPackages struct {

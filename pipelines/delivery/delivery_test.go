@@ -30,7 +30,7 @@ func TestParseAndValidate(t *testing.T) {
 		"weight":    func(r *delivery.Request) { r.WeightKg = 80 },
 		"size":      func(r *delivery.Request) { r.Size = "huge" },
 		"deadline":  func(r *delivery.Request) { r.Deadline = time.Time{} },
-		"priority":  func(r *delivery.Request) { r.Priority = 7 },
+		"priority":  func(r *delivery.Request) { r.Priority = delivery.Prio(7) },
 		"id is":     func(r *delivery.Request) { r.ID = strings.Repeat("i", delivery.MaxIDLen+1) },
 		"owner is":  func(r *delivery.Request) { r.Owner = strings.Repeat("o", delivery.MaxIDLen+1) },
 		`id ".."`:   func(r *delivery.Request) { r.ID = ".." },
@@ -61,7 +61,7 @@ func TestSimulatedServicesAreIdempotent(t *testing.T) {
 	if l.Created("packages", r.ID) != 1 || l.Created("drones", r.ID) != 1 || l.Twice() != 0 {
 		t.Fatalf("created packages %d drones %d", l.Created("packages", r.ID), l.Created("drones", r.ID))
 	}
-	if err := b.Accounts.Check(ctx, "bad"); !errors.Is(err, delivery.ErrSuspended) || stream.Classify(err).Transient {
+	if _, err := b.Accounts.Check(ctx, "bad"); !errors.Is(err, delivery.ErrSuspended) || stream.Classify(err).Transient {
 		t.Fatalf("suspended account: %v (must be permanent)", err)
 	}
 	far := delivery.Location{Lat: 78.2, Lon: 15.6}

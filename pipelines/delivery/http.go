@@ -19,7 +19,7 @@ import (
 
 // HTTPHandler serves b as JSON services, the way real backends would:
 //
-//	POST   /accounts/{owner}/check          200, 403 suspended
+//	POST   /accounts/{owner}/check          {"tier": "paying"|"free"}, 403 suspended
 //	(any PUT for a delivery a compensation cancelled: 409)
 //	PUT    /packages/{id}      (Request)    create-or-update
 //	DELETE /packages/{id}
@@ -35,7 +35,8 @@ import (
 func HTTPHandler(b Backends) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /accounts/{owner}/check", func(w http.ResponseWriter, r *http.Request) {
-		reply(w, nil, b.Accounts.Check(r.Context(), r.PathValue("owner")))
+		acct, err := b.Accounts.Check(r.Context(), r.PathValue("owner"))
+		reply(w, acct, err)
 	})
 	mux.HandleFunc("PUT /packages/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var req Request
@@ -224,8 +225,12 @@ const maxDrain = 64 << 10
 
 type httpAccounts struct{ c *httpClient }
 
-func (a httpAccounts) Check(ctx context.Context, owner string) error {
-	return a.c.do(ctx, http.MethodPost, "/accounts/"+url.PathEscape(owner)+"/check", nil, nil)
+// Check reads the account's tier from the answer; a service of an earlier
+// version answers {"ok": true}, which says no tier (served as Free).
+func (a httpAccounts) Check(ctx context.Context, owner string) (Account, error) {
+	var out Account
+	err := a.c.do(ctx, http.MethodPost, "/accounts/"+url.PathEscape(owner)+"/check", nil, &out)
+	return out, err
 }
 
 type httpPackages struct{ c *httpClient }

@@ -21,14 +21,18 @@ import (
 func TestHTTPBackendsRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	l := delivery.NewLedger()
-	srv := httptest.NewServer(delivery.HTTPHandler(delivery.Simulated(delivery.SimConfig{}, l, func(o string) bool { return o == "bad" })))
+	srv := httptest.NewServer(delivery.HTTPHandler(delivery.Simulated(delivery.SimConfig{PayingPrefix: "vip-"}, l,
+		func(o string) bool { return o == "bad" })))
 	defer srv.Close()
 	b := delivery.HTTPBackends(srv.URL, delivery.NewHTTPClient(8))
 	r := valid()
-	if err := b.Accounts.Check(ctx, r.Owner); err != nil {
-		t.Fatal(err)
+	if acct, err := b.Accounts.Check(ctx, r.Owner); err != nil || acct.Tier != delivery.Free {
+		t.Fatalf("free account over HTTP: %+v, %v", acct, err)
 	}
-	err := b.Accounts.Check(ctx, "bad")
+	if acct, err := b.Accounts.Check(ctx, "vip-1"); err != nil || acct.Tier != delivery.Paying {
+		t.Fatalf("paying account over HTTP: %+v, %v", acct, err)
+	}
+	_, err := b.Accounts.Check(ctx, "bad")
 	var he *flow.HTTPError
 	if !errors.As(err, &he) || he.Status != 403 || stream.Classify(err).Transient {
 		t.Fatalf("suspended over HTTP: %v", err)
@@ -103,10 +107,10 @@ func TestHTTPClientReusesItsConnection(t *testing.T) {
 		b := delivery.HTTPBackends(srv.URL, client)
 		ctx, r := context.Background(), valid()
 		for range 5 {
-			if err := b.Accounts.Check(ctx, r.Owner); err != nil {
+			if _, err := b.Accounts.Check(ctx, r.Owner); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.Accounts.Check(ctx, "bad"); err == nil {
+			if _, err := b.Accounts.Check(ctx, "bad"); err == nil {
 				t.Fatal("a suspended owner passed the check")
 			}
 			if err := b.Packages.Put(ctx, r.ID, r); err != nil {
@@ -129,7 +133,8 @@ func checkAccounts(t *testing.T, b delivery.Backends, n int) []flow.CallInfo {
 	var mu sync.Mutex
 	var calls []flow.CallInfo
 	a := flow.MapAsync(n, func(ctx context.Context, x int) (int, error) {
-		return x, b.Accounts.Check(ctx, "owner")
+		_, err := b.Accounts.Check(ctx, "owner")
+		return x, err
 	}, flow.CallTimeout(50*time.Millisecond), flow.TimeoutFromSend(), flow.OnCall(func(c flow.CallInfo) {
 		mu.Lock()
 		calls = append(calls, c)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+
+	"github.com/sluice-streams/sluice/flow"
 )
 
 // Location is a point on the map.
@@ -24,7 +26,11 @@ type Location struct {
 }
 
 // Request is a delivery request as callers send it. ID is assigned by the
-// caller and makes every step idempotent.
+// caller and makes every step idempotent. Priority, if set, is the
+// request's level of priority (High, Normal or Low: 0 to 2); a request
+// without one (nil: absent or null in the JSON, as every request of
+// earlier versions without the field) is served at its owner's tier's
+// level once the accounts service said it (Tier.Level).
 type Request struct {
 	ID       string    `json:"id"`
 	Owner    string    `json:"owner"`
@@ -33,7 +39,7 @@ type Request struct {
 	Size     string    `json:"size"`
 	WeightKg float64   `json:"weight_kg"`
 	Deadline time.Time `json:"deadline"`
-	Priority int       `json:"priority"`
+	Priority *int      `json:"priority,omitempty"`
 }
 
 // ErrInvalid is wrapped by every validation error.
@@ -81,8 +87,9 @@ func (r Request) Validate() error {
 		return bad("size %q is not small, medium or large", r.Size)
 	case r.Deadline.IsZero():
 		return bad("deadline is missing")
-	case r.Priority < 0 || r.Priority > 2:
-		return bad("priority %d is outside 0..2", r.Priority)
+	case r.Priority != nil && (*r.Priority < 0 || *r.Priority >= Levels):
+		// Never served as high: dead-lettered with its reason.
+		return fmt.Errorf("%w: priority %d is outside 0..%d: %w", ErrInvalid, *r.Priority, Levels-1, flow.ErrPriorityOutOfRange)
 	}
 	return nil
 }
@@ -121,7 +128,11 @@ type Progress struct {
 	Request    Request `json:"request"`
 	Done       []Step  `json:"done"`
 	ThirdParty bool    `json:"third_party,omitempty"`
-	DroneID    string  `json:"drone_id,omitempty"`
+	// Tier is the owner's tier, as check_account found it; with
+	// Request.Priority it sets the level the later steps serve the
+	// request at (PriorityOf).
+	Tier    Tier   `json:"tier,omitempty"`
+	DroneID string `json:"drone_id,omitempty"`
 	// Raw is the request's record as it came, which a parking writes back
 	// unchanged.
 	Raw []byte `json:"-"`

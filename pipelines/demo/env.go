@@ -32,10 +32,15 @@ func (c *cleanups) run() {
 // its topics created if missing, or an embedded one with the topics seeded.
 func startBroker(ctx context.Context, cfg Config, cl *cleanups) ([]string, error) {
 	if len(cfg.Brokers) > 0 {
-		return cfg.Brokers, createTopics(ctx, cfg.Brokers, map[string]int32{topicRequests: cfg.Partitions, topicFailures: 4, topicDead: 1,
-			topicParked: 4, topicRetry: 4, topicSupervisorDead: 1})
+		topics := map[string]int32{topicFailures: 4, topicDead: 1, topicParked: 4, topicRetry: 4, topicSupervisorDead: 1}
+		for _, t := range topicLevels {
+			topics[t] = cfg.Partitions
+		}
+		return cfg.Brokers, createTopics(ctx, cfg.Brokers, topics)
 	}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicRequests),
+	// Each level's topic has the partitions of the requests: each can take
+	// the whole load.
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicLevels[:]...),
 		kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead), kfake.SeedTopics(4, topicParked),
 		kfake.SeedTopics(4, topicRetry), kfake.SeedTopics(1, topicSupervisorDead))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -25,10 +26,20 @@ import (
 // Config shapes a demo run.
 type Config struct {
 	// Rate of requests per second and how long to send them; bursts at
-	// BurstRate for BurstFor every BurstEvery.
-	Rate, BurstRate      float64
-	Duration             time.Duration
-	BurstEvery, BurstFor time.Duration
+	// BurstRate for BurstFor every BurstEvery, the first BurstAt after the
+	// start (Overload sets one long burst).
+	Rate, BurstRate               float64
+	Duration                      time.Duration
+	BurstEvery, BurstFor, BurstAt time.Duration
+	// Mix is the share of requests of each level of priority, highest
+	// first (default loadgen.DefaultMix: 10% high, 30% normal, 60% low);
+	// each level has a topic of its own. Policy is how the scheduler reads
+	// them (default delivery.DefaultPolicy: weighted 6:3:1).
+	Mix    []float64
+	Policy backpressure.Priority
+	// Parallelism caps each step's calls in flight (default
+	// delivery.DefaultParallelism).
+	Parallelism int
 	// Sim shapes the simulated backends.
 	Sim delivery.SimConfig
 	// Partitions of the requests topic (default 16).
@@ -63,8 +74,26 @@ type Config struct {
 func Defaults(d time.Duration) Config {
 	return Config{Rate: 10_000, BurstRate: 20_000, Duration: d, BurstEvery: 10 * time.Second, BurstFor: 3 * time.Second,
 		Sim: delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
-			TransientRate: 0.01, ThrottleRate: 0.002},
+			TransientRate: 0.01, ThrottleRate: 0.002, PayingPrefix: loadgen.PayingPrefix},
 		Partitions: 16, Drain: 30 * time.Second, Every: time.Second}
+}
+
+// OverloadFor is how long the overload phase of Overload lasts, and
+// OverloadAt when it starts.
+const (
+	OverloadFor = 10 * time.Second
+	OverloadAt  = 5 * time.Second
+)
+
+// Overload returns cfg with one phase of OverloadFor at rate (twice what
+// the machine holds, say), OverloadAt into the load, the rest of it at
+// cfg.Rate: high-priority requests stay fast while the low ones take the
+// lag. The load lasts at least until OverloadAt after the phase.
+func Overload(cfg Config, rate float64) Config {
+	cfg.BurstRate, cfg.BurstAt, cfg.BurstFor = rate, OverloadAt, OverloadFor
+	cfg.Duration = max(cfg.Duration, 2*OverloadAt+OverloadFor)
+	cfg.BurstEvery = cfg.Duration // one phase
+	return cfg
 }
 
 // EmbeddedRedis as Config.Redis runs an in-process Redis-compatible server
@@ -93,7 +122,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	cl.add(producer.Close)
 	reg := prometheus.NewRegistry()
 	sp := &spawner{cfg: cfg, brokers: brokers, backends: backends, steps: steps, producer: producer,
-		notes: supervisor.NewNotifications(), lat: newLatencies(), errs: make(chan error, 8)}
+		notes: supervisor.NewNotifications(), lat: newLatencies(), levels: delivery.NewLevelStats(true), errs: make(chan error, 8)}
 	// Restarts need abrupt drains and cannot re-register metrics: the
 	// metrics are on when the run does not restart.
 	if cfg.Restarts == 0 {
@@ -116,7 +145,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if cfg.Listen != "" && cfg.Restarts == 0 {
 		srvCtx, stopSrv := context.WithCancel(context.Background())
 		addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: cfg.Listen, Gatherer: reg,
-			Graphs: []*stream.Graph{first.sch.Graph, first.sup}, Ready: first.src.Ready})
+			Graphs: []*stream.Graph{first.sch.Graph, first.sup}, Metrics: []*observe.Metrics{sp.schedMetrics, sp.supMetrics}, Ready: first.ready})
 		if err != nil {
 			stopSrv()
 			return Summary{}, fmt.Errorf("serving metrics on %s: %w", cfg.Listen, err)
@@ -130,12 +159,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 
 	sent := loadgen.NewSent()
 	start := time.Now()
-	lg := loadgen.Default(topicRequests, cfg.Rate, cfg.Duration)
-	lg.BurstRate, lg.BurstEvery, lg.BurstFor = cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor
+	lg := loadgen.Default("", cfg.Rate, cfg.Duration)
+	lg.Topics, lg.Mix = topicLevels[:], cfg.Mix
+	lg.BurstRate, lg.BurstEvery, lg.BurstFor, lg.BurstAt = cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor, cfg.BurstAt
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- loadgen.Run(ctx, producer, lg, sent) }()
 
-	st := &status{w: w8, ledger: ledger, notes: sp.notes, sent: sent, lat: sp.lat, start: start}
+	st := &status{w: w8, ledger: ledger, notes: sp.notes, sent: sent, lat: sp.lat, levels: sp.levels, start: start}
 	wt := watch{cfg: cfg, w: w, workers: w8, status: st, sent: sent, ledger: ledger, brokers: brokers}
 	if err := wt.run(ctx, loadDone, sp.errs); err != nil {
 		return Summary{}, err
@@ -148,6 +178,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	sum.MaxLag, sum.Drained = wt.maxLag, wt.drained
 	qs := sp.lat.overall(0.5, 0.99)
 	sum.P50, sum.P99 = qs[0], qs[1]
+	done := sp.levels.Completed()
+	for l := range sum.Levels {
+		qs := sp.levels.Quantiles(l, 0.5, 0.99)
+		sum.Levels[l] = LevelSummary{Completed: done[l], P50: qs[0], P99: qs[1], MaxLag: wt.maxLevelLag[l]}
+	}
 	if wt.loadErr != nil {
 		return sum, wt.loadErr
 	}

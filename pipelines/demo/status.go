@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/internal/quantile"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
@@ -21,10 +22,15 @@ type status struct {
 	notes    *supervisor.Notifications
 	sent     *loadgen.Sent
 	lat      *latencies
+	levels   *delivery.LevelStats
 	start    time.Time
 	lastSent int64
 	lastDone int
 	lastAt   time.Time
+	// The last counts by level: sent, read by the scheduler (of the
+	// current incarnation), completed.
+	lastLevelSent, lastRead, lastLevelDone [delivery.Levels]int64
+	lastInc                                *incarnation
 }
 
 func (s *status) line() string {
@@ -36,10 +42,8 @@ func (s *status) line() string {
 	sent := s.sent.Total()
 	done := s.ledger.LiveCount("deliveries")
 	cur := s.w.current()
-	var lag int64
-	for _, p := range cur.src.Stats().Partitions {
-		lag += p.Lag
-	}
+	levelLag := cur.lag()
+	lag := levelLag[0] + levelLag[1] + levelLag[2]
 	var inflight, retries int64
 	lo, hi := int64(-1), int64(0)
 	for _, a := range cur.sch.Steps {
@@ -68,8 +72,33 @@ func (s *status) line() string {
 		now.Sub(s.start).Seconds(), float64(sent-s.lastSent)/dt, float64(done-s.lastDone)/dt,
 		s.lat.recent(0.5).Round(time.Millisecond), s.lat.recent(0.99).Round(time.Millisecond),
 		lag, inflight, lo, hi, retries, breakers, dead, s.notes.Len())
+	line += "\n" + s.byLevel(cur, dt, levelLag)
 	s.lastSent, s.lastDone, s.lastAt = sent, done, now
 	return line
+}
+
+// byLevel is the status line's second line: for each level of priority,
+// the rates sent (by the load generator), read (by the scheduler) and
+// completed, the lag of its topic, and the p99 end-to-end latency of its
+// latest completions.
+func (s *status) byLevel(cur *incarnation, dt float64, lag [delivery.Levels]int64) string {
+	sent, read, done := s.sent.Levels(), cur.received(), s.levels.Completed()
+	if cur != s.lastInc { // a new incarnation's sources count from 0
+		s.lastRead, s.lastInc = [delivery.Levels]int64{}, cur
+	}
+	var b strings.Builder
+	b.WriteString("       by level")
+	for l := range delivery.Levels {
+		sep := " |"
+		if l == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, "%s %s: sent %6.0f/s read %6.0f/s done %6.0f/s lag %7d wait p99 %v e2e p99 %v", sep, delivery.LevelNames[l],
+			float64(sent[l]-s.lastLevelSent[l])/dt, float64(read[l]-s.lastRead[l])/dt, float64(done[l]-s.lastLevelDone[l])/dt,
+			lag[l], s.levels.RecentWait(l, 0.99).Round(time.Millisecond), s.levels.Recent(l, 0.99).Round(time.Millisecond))
+	}
+	s.lastLevelSent, s.lastRead, s.lastLevelDone = sent, read, done
+	return b.String()
 }
 
 // latencies keeps every end-to-end latency of the run: the last 20,000
@@ -109,7 +138,7 @@ func (l *latencies) recent(q float64) time.Duration {
 	}
 	s := slices.Clone(l.ring[:n])
 	l.mu.Unlock()
-	return quantile(s, q)
+	return quantile.Of(s, q)
 }
 
 // overall returns the q-quantiles of every latency of the run.
@@ -120,18 +149,7 @@ func (l *latencies) overall(qs ...float64) []time.Duration {
 	slices.Sort(s)
 	out := make([]time.Duration, len(qs))
 	for i, q := range qs {
-		out[i] = quantile(s, q)
+		out[i] = quantile.Of(s, q)
 	}
 	return out
-}
-
-// quantile sorts s (if it is not sorted) and returns its q-quantile.
-func quantile(s []time.Duration, q float64) time.Duration {
-	if len(s) == 0 {
-		return 0
-	}
-	if !slices.IsSorted(s) {
-		slices.Sort(s)
-	}
-	return s[min(len(s)-1, int(q*float64(len(s))))]
 }

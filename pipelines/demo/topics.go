@@ -9,12 +9,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 )
 
-// The demo's topics: the scheduler reads topicRequests and writes
+// The demo's topics: the scheduler reads topicLevels (one topic per level
+// of priority, highest first, through its priority source) and writes
 // compensation events to topicFailures and bad requests to topicDead.
 const (
-	topicRequests = "delivery-requests"
 	topicFailures = "delivery-failures"
 	topicDead     = "delivery-dead-letters"
 	// The scheduler parks requests whose transient failures outlasted
@@ -25,6 +27,10 @@ const (
 	topicRetry          = "delivery-failures-retry"
 	topicSupervisorDead = "delivery-compensation-dead-letters"
 )
+
+// topicLevels are the requests' topics, one per level of priority, highest
+// first: the load generator writes each request to its level's.
+var topicLevels = [delivery.Levels]string{"delivery-requests-high", "delivery-requests-normal", "delivery-requests-low"}
 
 // The scheduler and the supervisor replay a parked request or compensation
 // after replayAfter, doubling up to maxReplayDelay: a demo lasts seconds,

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
@@ -45,6 +46,19 @@ type Summary struct {
 	// for.
 	MaxLag  int64
 	Drained time.Duration
+	// Levels are the figures of each level of priority, highest first.
+	Levels [delivery.Levels]LevelSummary
+}
+
+// LevelSummary is what the requests of one level of priority saw: how
+// many completed the workflow at that level (a request without a
+// priority of its own counts at its owner's tier's), their end-to-end
+// latencies (produce to the end of the last step) and the highest lag of
+// the level's topic.
+type LevelSummary struct {
+	Completed int64
+	P50, P99  time.Duration
+	MaxLag    int64
 }
 
 // OK reports whether the run kept every promise: every request has one
@@ -84,6 +98,17 @@ func (s Summary) String() string {
 	}
 	if s.P99 > 0 {
 		fmt.Fprintf(&b, "; end-to-end p50 %v p99 %v", s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
+	}
+	if s.Levels != ([delivery.Levels]LevelSummary{}) {
+		b.WriteString("; by level")
+		for l, ls := range s.Levels {
+			sep := ","
+			if l == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s completed %d p50 %v p99 %v highest lag %d", sep, delivery.LevelNames[l], ls.Completed,
+				ls.P50.Round(time.Millisecond), ls.P99.Round(time.Millisecond), ls.MaxLag)
+		}
 	}
 	return b.String()
 }

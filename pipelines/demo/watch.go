@@ -22,9 +22,10 @@ type watch struct {
 	ledger  *delivery.Ledger
 	brokers []string
 
-	maxLag  int64
-	drained time.Duration // from the end of the load to every request accounted for
-	loadErr error
+	maxLag      int64
+	maxLevelLag [delivery.Levels]int64
+	drained     time.Duration // from the end of the load to every request accounted for
+	loadErr     error
 }
 
 // run watches until the run is over; an error of a pipeline ends it.
@@ -53,11 +54,11 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		case <-ctx.Done():
 			return nil
 		}
-		var lag int64
-		for _, p := range wt.workers.current().src.Stats().Partitions {
-			lag += p.Lag
+		lag := wt.workers.current().lag()
+		wt.maxLag = max(wt.maxLag, lag[0]+lag[1]+lag[2])
+		for l := range lag {
+			wt.maxLevelLag[l] = max(wt.maxLevelLag[l], lag[l])
 		}
-		wt.maxLag = max(wt.maxLag, lag)
 		if !loading && (Accounted(wt.sent, wt.ledger, wt.workers.deadLettered(), wt.brokers) || time.Now().After(drainBy)) {
 			wt.drained = time.Since(drainBy.Add(-wt.cfg.Drain))
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
@@ -27,15 +28,46 @@ func deadLettered(sch *delivery.Scheduler) int {
 	return 0
 }
 
+// lag is the requests' lag, by level.
+func (inc *incarnation) lag() [delivery.Levels]int64 {
+	var lag [delivery.Levels]int64
+	for l, src := range inc.levels {
+		for _, p := range src.Stats().Partitions {
+			lag[l] += p.Lag
+		}
+	}
+	return lag
+}
+
+// received is how many requests each level's source has read.
+func (inc *incarnation) received() [delivery.Levels]int64 {
+	var n [delivery.Levels]int64
+	for l, src := range inc.levels {
+		n[l] = src.Stats().Records
+	}
+	return n
+}
+
+// ready reports whether every source of the requests is ready.
+func (inc *incarnation) ready(ctx context.Context) error {
+	for l, src := range inc.levels {
+		if err := src.Ready(ctx); err != nil {
+			return fmt.Errorf("%s requests: %w", delivery.LevelNames[l], err)
+		}
+	}
+	return nil
+}
+
 // incarnation is one life of the scheduler and the supervisor.
 type incarnation struct {
-	sch                    *delivery.Scheduler
-	sup                    *stream.Graph
-	src, supSrc, replaySrc *kafka.Source
-	parkedSrc              *kafka.Source // the scheduler's replays
-	stop                   context.CancelFunc
-	done                   chan struct{}
-	crashed                atomic.Bool
+	sch               *delivery.Scheduler
+	sup               *stream.Graph
+	levels            [delivery.Levels]*kafka.Source // the requests, a source per level
+	supSrc, replaySrc *kafka.Source
+	parkedSrc         *kafka.Source // the scheduler's replays
+	stop              context.CancelFunc
+	done              chan struct{}
+	crashed           atomic.Bool
 }
 
 // shutdown stops both pipelines: a crash stops them without a drain (their
@@ -44,7 +76,9 @@ func (inc *incarnation) shutdown(crash bool) {
 	inc.crashed.Store(crash)
 	inc.stop()
 	<-inc.done
-	inc.src.Close(context.Background())
+	for _, src := range inc.levels {
+		src.Close(context.Background())
+	}
 	inc.supSrc.Close(context.Background())
 	inc.replaySrc.Close(context.Background())
 	inc.parkedSrc.Close(context.Background())
@@ -89,6 +123,7 @@ type spawner struct {
 	producer *kgo.Client
 	notes    *supervisor.Notifications
 	lat      *latencies
+	levels   *delivery.LevelStats // every incarnation's completions by level
 	// schedMetrics and supMetrics, when set, receive the metrics of the
 	// incarnation spawned with metrics (one per run: a pipeline's metrics
 	// are registered once).
@@ -117,8 +152,10 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 		return nil, err
 	}
 	var err error
-	if inc.src, err = open("scheduler", topicRequests); err != nil {
-		return fail(err)
+	for l, topic := range topicLevels {
+		if inc.levels[l], err = open("scheduler-"+delivery.LevelNames[l], topic); err != nil {
+			return fail(err)
+		}
 	}
 	if inc.supSrc, err = open("supervisor", topicFailures); err != nil {
 		return fail(err)
@@ -130,7 +167,12 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 		return fail(err)
 	}
 	cfg := sp.cfg
-	scfg := delivery.SchedulerConfig{Source: inc.src, Committer: inc.src, Backends: sp.backends, Producer: sp.producer,
+	levels := make([]source.Level[[]byte], 0, delivery.Levels)
+	for _, src := range inc.levels {
+		levels = append(levels, source.Level[[]byte]{Source: src})
+	}
+	scfg := delivery.SchedulerConfig{Levels: levels, Policy: cfg.Policy, Parallelism: cfg.Parallelism,
+		LevelStats: sp.levels, Backends: sp.backends, Producer: sp.producer,
 		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: sp.lat, Logger: cfg.Logger, DrainTimeout: sp.drain,
 		Steps: sp.steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
 		ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,

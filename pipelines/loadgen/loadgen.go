@@ -1,7 +1,10 @@
 // Package loadgen produces delivery requests to Kafka at a target rate,
 // with a share of malformed, invalid, duplicate, suspended-owner and
 // undeliverable requests, and records what it sent so that a run can be
-// verified afterwards.
+// verified afterwards. Requests have a level of priority drawn from a mix
+// (10% high, 30% normal, 60% low by default) and go to one topic per
+// level, or all to one topic; some have no priority of their own and are
+// of the level of their owner's tier (paying owners high, free ones low).
 package loadgen
 
 import (
@@ -23,14 +26,30 @@ import (
 
 // Config shapes the load.
 type Config struct {
-	Topic string
+	// Topic receives every request, unless Topics is set: the topics of
+	// the levels of priority, highest first (delivery.Levels of them),
+	// each request going to its level's.
+	Topic  string
+	Topics []string
+	// Mix is the share of requests of each level, highest first (default
+	// DefaultMix); shares are normalized to add up to 1.
+	Mix []float64
+	// Untagged is the share of the high and low requests sent without a
+	// priority of their own: an owner of the tier of their level
+	// (PayingPrefix for high, a free one for low) makes them of that level
+	// once the scheduler has asked the accounts service. The others carry
+	// their level as their priority, from an owner of either tier (the
+	// request's own priority wins). Default 0; Default sets 0.3.
+	Untagged float64
 	// Rate is requests per second; Duration how long to send.
 	Rate     float64
 	Duration time.Duration
 	// BurstEvery and BurstFor, if set, send at BurstRate for BurstFor at the
 	// start of every BurstEvery period.
-	BurstRate            float64
-	BurstEvery, BurstFor time.Duration
+	// BurstAt delays the first burst (default 0: the load starts with
+	// one).
+	BurstRate                     float64
+	BurstEvery, BurstFor, BurstAt time.Duration
 	// Shares of requests that are malformed JSON, invalid, duplicates of an
 	// earlier request, from a suspended owner, or undeliverable (a pickup
 	// no drone base serves: fails at schedule_drone after the package was
@@ -39,10 +58,72 @@ type Config struct {
 	Seed                                                    uint64
 }
 
-// Default is the demo's mix.
+// Default is the demo's mix, to one topic.
 func Default(topic string, rate float64, d time.Duration) Config {
 	return Config{Topic: topic, Rate: rate, Duration: d, Malformed: 0.002, Invalid: 0.003, Duplicate: 0.01,
-		Suspended: 0.002, Undeliverable: 0.003, Seed: 1}
+		Suspended: 0.002, Undeliverable: 0.003, Untagged: 0.3, Seed: 1}
+}
+
+// DefaultMix is the share of each level of priority, highest first: 10%
+// high, 30% normal, 60% low.
+var DefaultMix = []float64{0.1, 0.3, 0.6}
+
+// PayingPrefix starts the name of every owner the generator means as a
+// paying customer (the simulated accounts service makes them paying with
+// delivery.SimConfig.PayingPrefix); the other owners are free.
+const PayingPrefix = "paying-"
+
+// validate reports a bad topic or mix.
+func (cfg Config) validate() error {
+	if cfg.Topics != nil && len(cfg.Topics) != delivery.Levels {
+		return fmt.Errorf("loadgen: %d topics, want one per level of priority (%d)", len(cfg.Topics), delivery.Levels)
+	}
+	if cfg.Topics == nil && cfg.Topic == "" {
+		return fmt.Errorf("loadgen: no topic")
+	}
+	for _, t := range cfg.Topics {
+		if t == "" {
+			return fmt.Errorf("loadgen: an empty topic name in %q", cfg.Topics)
+		}
+	}
+	mix := cfg.Mix
+	if mix == nil {
+		mix = DefaultMix
+	}
+	sum := 0.0
+	for _, m := range mix {
+		if m < 0 {
+			return fmt.Errorf("loadgen: mix %v has a negative share", mix)
+		}
+		sum += m
+	}
+	if len(mix) != delivery.Levels || sum <= 0 {
+		return fmt.Errorf("loadgen: mix %v: want %d shares, highest level first, not all 0", mix, delivery.Levels)
+	}
+	if cfg.Untagged < 0 || cfg.Untagged > 1 {
+		return fmt.Errorf("loadgen: untagged share %v is outside [0, 1]", cfg.Untagged)
+	}
+	return nil
+}
+
+// cumulative returns the mix as cumulative shares that end at 1.
+func (cfg Config) cumulative() [delivery.Levels]float64 {
+	mix := cfg.Mix
+	if mix == nil {
+		mix = DefaultMix
+	}
+	sum := 0.0
+	for _, m := range mix {
+		sum += m
+	}
+	var c [delivery.Levels]float64
+	acc := 0.0
+	for i, m := range mix {
+		acc += m / sum
+		c[i] = acc
+	}
+	c[delivery.Levels-1] = 1
+	return c
 }
 
 // Kind is what a sent request is expected to become.
@@ -62,6 +143,17 @@ type Sent struct {
 	kinds      map[string]Kind // by delivery id (malformed ones under a synthetic key)
 	duplicates int
 	total      atomic.Int64
+	levels     [delivery.Levels]atomic.Int64
+}
+
+// Levels returns how many requests of each level of priority were
+// produced, duplicates included (to the level's topic, with Topics).
+func (s *Sent) Levels() [delivery.Levels]int64 {
+	var n [delivery.Levels]int64
+	for l := range n {
+		n[l] = s.levels[l].Load()
+	}
+	return n
 }
 
 // NewSent returns an empty record.
@@ -106,23 +198,19 @@ func SuspendedOwner(owner string) bool { return strings.HasPrefix(owner, "suspen
 // Run produces requests until cfg.Duration has passed or ctx is done, then
 // waits for every record to be acknowledged.
 func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
-	rng := rand.New(rand.NewPCG(cfg.Seed, 99))
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	g := newGen(cfg)
 	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/50)))
 	var errOnce sync.Once
 	var produceErr error
 	start := time.Now()
-	var recent []delivery.Request
 	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))
 	promise := func(_ *kgo.Record, err error) {
 		if err != nil {
 			errOnce.Do(func() { produceErr = err })
 		}
-	}
-	type made struct {
-		key   string
-		value []byte
-		kind  Kind
-		dup   bool
 	}
 	var chunk []made
 	for seq := 0; ; {
@@ -131,7 +219,7 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 			break
 		}
 		want := rate.Limit(cfg.Rate)
-		if cfg.BurstEvery > 0 && cfg.BurstRate > 0 && now.Sub(start)%cfg.BurstEvery < cfg.BurstFor {
+		if el := now.Sub(start) - cfg.BurstAt; cfg.BurstEvery > 0 && cfg.BurstRate > 0 && el >= 0 && el%cfg.BurstEvery < cfg.BurstFor {
 			want = rate.Limit(cfg.BurstRate)
 		}
 		if lim.Limit() != want {
@@ -146,8 +234,7 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 		}
 		chunk = chunk[:0]
 		for range n {
-			key, value, kind, dup := next(rng, cfg, seq, &recent)
-			chunk = append(chunk, made{key, value, kind, dup})
+			chunk = append(chunk, g.next(seq))
 			seq++
 		}
 		sent.mu.Lock()
@@ -161,7 +248,12 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 		sent.mu.Unlock()
 		sent.total.Add(int64(n))
 		for _, m := range chunk {
-			cl.Produce(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(m.key), Value: m.value}, promise)
+			sent.levels[m.level].Add(1)
+			topic := cfg.Topic
+			if cfg.Topics != nil {
+				topic = cfg.Topics[m.level]
+			}
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value}, promise)
 		}
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -186,30 +278,76 @@ func deliveryID(seq int) string {
 	return string(append(b, d...))
 }
 
-func next(rng *rand.Rand, cfg Config, seq int, recent *[]delivery.Request) (key string, value []byte, kind Kind, dup bool) {
-	roll := rng.Float64()
+// made is one request made: its key and record value, what it should
+// become, whether it repeats an earlier one, and its level of priority.
+type made struct {
+	key   string
+	value []byte
+	kind  Kind
+	dup   bool
+	level int
+}
+
+// gen makes the requests of a load.
+type gen struct {
+	cfg    Config
+	rng    *rand.Rand
+	mix    [delivery.Levels]float64 // cumulative
+	recent []sentReq                // deliverable requests, for duplicates
+}
+
+type sentReq struct {
+	r     delivery.Request
+	level int
+}
+
+func newGen(cfg Config) *gen {
+	return &gen{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 99)), mix: cfg.cumulative()}
+}
+
+func (g *gen) next(seq int) made {
+	cfg, rng := g.cfg, g.rng
+	level, roll := 0, rng.Float64()
+	for level < delivery.Levels-1 && roll >= g.mix[level] {
+		level++
+	}
+	roll = rng.Float64()
 	if roll < cfg.Malformed {
 		k := fmt.Sprintf("malformed-%d", seq)
-		return k, []byte(`{"id": "` + k), Malformed, false
+		return made{key: k, value: []byte(`{"id": "` + k), kind: Malformed, level: level}
 	}
 	roll -= cfg.Malformed
-	if roll < cfg.Duplicate && len(*recent) > 0 {
-		r := (*recent)[rng.IntN(len(*recent))]
-		b, _ := json.Marshal(r)
-		return r.ID, b, Deliverable, true
+	if roll < cfg.Duplicate && len(g.recent) > 0 {
+		d := g.recent[rng.IntN(len(g.recent))]
+		b, _ := json.Marshal(d.r)
+		return made{key: d.r.ID, value: b, kind: Deliverable, dup: true, level: d.level}
 	}
 	roll -= cfg.Duplicate
+	// An owner of either tier, unless the request leaves its level to the
+	// owner's tier: then one of that level's tier.
+	n := rng.IntN(5000)
+	paying := n < 1000
+	var prio *int
+	if (level == delivery.High || level == delivery.Low) && rng.Float64() < cfg.Untagged {
+		paying = level == delivery.High
+	} else {
+		prio = delivery.Prio(level)
+	}
+	owner := "acct-" + strconv.Itoa(n)
+	if paying {
+		owner = PayingPrefix + strconv.Itoa(n)
+	}
 	r := delivery.Request{
 		ID:       deliveryID(seq),
-		Owner:    "acct-" + strconv.Itoa(rng.IntN(5000)),
+		Owner:    owner,
 		Pickup:   delivery.Location{Lat: 47.5 + rng.Float64()*0.5, Lon: -122.5 + rng.Float64()*0.5},
 		Dropoff:  delivery.Location{Lat: 47.5 + rng.Float64()*0.5, Lon: -122.5 + rng.Float64()*0.5},
 		Size:     []string{"small", "medium", "large"}[rng.IntN(3)],
 		WeightKg: 0.5 + rng.Float64()*20,
 		Deadline: time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second),
-		Priority: rng.IntN(3),
+		Priority: prio,
 	}
-	kind = Deliverable
+	kind := Deliverable
 	switch {
 	case roll < cfg.Invalid:
 		r.WeightKg, kind = 80, Invalid
@@ -219,11 +357,11 @@ func next(rng *rand.Rand, cfg Config, seq int, recent *[]delivery.Request) (key 
 		r.Pickup.Lat, kind = 78.2, Undeliverable
 	}
 	if kind == Deliverable {
-		*recent = append(*recent, r)
-		if len(*recent) > 1000 {
-			*recent = (*recent)[1:]
+		g.recent = append(g.recent, sentReq{r, level})
+		if len(g.recent) > 1000 {
+			g.recent = g.recent[1:]
 		}
 	}
 	b, _ := json.Marshal(r)
-	return r.ID, b, kind, false
+	return made{key: r.ID, value: b, kind: kind, level: level}
 }

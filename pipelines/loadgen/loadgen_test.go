@@ -1,14 +1,137 @@
 package loadgen
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 func TestDeliveryID(t *testing.T) {
 	for _, seq := range []int{0, 7, 12345678, 123456789} {
 		if got, want := deliveryID(seq), fmt.Sprintf("d-%08d", seq); got != want {
 			t.Fatalf("deliveryID(%d) = %q, want %q", seq, got, want)
+		}
+	}
+}
+
+// The levels follow the mix (10/30/60 by default) within a percent over
+// 50,000 requests of a fixed seed; a share Untagged of the high and low
+// ones have no priority of their own and an owner of their level's tier,
+// normal ones always carry theirs; and a duplicate goes to the level of
+// the request it repeats.
+func TestMixOfLevels(t *testing.T) {
+	cfg := Default("", 1, 0)
+	cfg.Topics = []string{"h", "n", "l"}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := newGen(cfg)
+	const n = 50_000
+	var count, untagged, tagged [delivery.Levels]int
+	levelOf := map[string]int{}
+	for seq := range n {
+		m := g.next(seq)
+		count[m.level]++
+		if m.kind == Malformed {
+			continue
+		}
+		r, err := delivery.Parse(m.value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.dup {
+			if l, ok := levelOf[r.ID]; !ok || l != m.level {
+				t.Fatalf("duplicate of %s at level %d, the original at %d (%v)", r.ID, m.level, l, ok)
+			}
+			continue
+		}
+		levelOf[r.ID] = m.level
+		if r.Priority != nil {
+			tagged[m.level]++
+			if *r.Priority != m.level {
+				t.Fatalf("%s: priority %d sent at level %d", r.ID, *r.Priority, m.level)
+			}
+			continue
+		}
+		untagged[m.level]++
+		if m.kind == Suspended {
+			continue
+		}
+		if paying := strings.HasPrefix(r.Owner, PayingPrefix); paying != (m.level == delivery.High) {
+			t.Fatalf("%s without priority at level %d has owner %s", r.ID, m.level, r.Owner)
+		}
+	}
+	for l, want := range DefaultMix {
+		if got := float64(count[l]) / n; math.Abs(got-want) > 0.01 {
+			t.Errorf("level %d: share %.3f, want %.2f", l, got, want)
+		}
+	}
+	if untagged[delivery.Normal] != 0 {
+		t.Errorf("%d normal requests without priority: no tier makes a request normal", untagged[delivery.Normal])
+	}
+	for _, l := range []int{delivery.High, delivery.Low} {
+		if got := float64(untagged[l]) / float64(untagged[l]+tagged[l]); math.Abs(got-cfg.Untagged) > 0.03 {
+			t.Errorf("level %d: %.3f without priority, want %.2f", l, got, cfg.Untagged)
+		}
+	}
+}
+
+// A mix or topics that do not fit the levels are refused before any
+// request is sent.
+func TestBadMixOrTopics(t *testing.T) {
+	for _, mut := range []func(*Config){
+		func(c *Config) { c.Topics = []string{"h", "l"} },
+		func(c *Config) { c.Topics = []string{"h", "", "l"} },
+		func(c *Config) { c.Mix = []float64{1, 1} },
+		func(c *Config) { c.Mix = []float64{0.5, -0.1, 0.6} },
+		func(c *Config) { c.Mix = []float64{0, 0, 0} },
+		func(c *Config) { c.Untagged = 1.5 },
+	} {
+		cfg := Default("t", 1, 0)
+		mut(&cfg)
+		if err := Run(context.Background(), nil, cfg, NewSent()); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
+
+// With Topics, each request is produced to its level's topic: each topic
+// holds as many records as were sent at its level.
+func TestRunProducesToTheTopicOfTheLevel(t *testing.T) {
+	topics := []string{"req-high", "req-normal", "req-low"}
+	brokers := testenv.Kfake(t, 2, topics...)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg := Default("", 4000, 300*time.Millisecond)
+	cfg.Topics = topics
+	sent := NewSent()
+	if err := Run(context.Background(), cl, cfg, sent); err != nil {
+		t.Fatal(err)
+	}
+	levels := sent.Levels()
+	if levels[0]+levels[1]+levels[2] != sent.Total() || levels[2] <= levels[0] {
+		t.Fatalf("sent %v by level, %d in all", levels, sent.Total())
+	}
+	for l, topic := range topics {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var n int64
+		err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{},
+			func(*kgo.Record) bool { n++; return true })
+		cancel()
+		if err != nil || n != levels[l] {
+			t.Fatalf("topic %s holds %d records (%v), %d were sent at level %d", topic, n, err, levels[l], l)
 		}
 	}
 }

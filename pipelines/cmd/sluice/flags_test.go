@@ -110,7 +110,7 @@ func TestBadVariableIsNamed(t *testing.T) {
 // no drone step and no request topic.
 func TestWorkersTakeOnlyTheirFlags(t *testing.T) {
 	fs, _ := parsedFlags(t, []string{"run", "supervisor"})
-	for _, name := range []string{"redis", "stale-after", "parallelism", "requests-topic", "dead-letter-topic"} {
+	for _, name := range []string{"redis", "stale-after", "parallelism", "requests-topic", "dead-letter-topic", "level-topics"} {
 		if fs.Lookup(name) != nil {
 			t.Errorf("sluice run supervisor takes -%s, which it does not use", name)
 		}

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
@@ -25,7 +28,12 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
-	topic := fs.String("topic", "delivery-requests", "topic to produce to")
+	topic := fs.String("topic", "delivery-requests", "topic to produce to, unless -level-topics is set")
+	levelTopics := fs.String("level-topics", "",
+		"topics of the levels of priority, high,normal,low: each request goes to its level's (read them with sluice run delivery -level-topics); empty: every request to -topic, its level in its priority field")
+	mixFlag := fs.String("mix", "0.1,0.3,0.6", "share of requests of each level of priority, high,normal,low")
+	untagged := fs.Float64("untagged", 0.3,
+		"share of the high and low requests sent without a priority of their own: their owner's tier (paying: high, free: low) sets their level")
 	rate := fs.Float64("rate", 10_000, "requests per second")
 	burst := fs.Float64("burst", 50_000, "request rate during bursts (0: none); seed 002's peaks are 50,000/s")
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
@@ -51,6 +59,10 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	}
 	defer cl.Close()
 	cfg := loadgen.Default(*topic, *rate, *dur)
+	cfg.Topics, cfg.Untagged = splitComma(*levelTopics), *untagged
+	if cfg.Mix, err = parseMix(*mixFlag); err != nil {
+		return nil, err
+	}
 	if *burst > 0 {
 		cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor = *burst, *every, *burstFor
 	}
@@ -62,9 +74,11 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	for _, k := range kinds {
 		count[k]++
 	}
-	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
+	lv := sent.Levels()
+	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d; "+
+		"by level high %d, normal %d, low %d\n",
 		sent.Total(), time.Since(began).Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
-		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
+		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended], lv[0], lv[1], lv[2])
 	if rec != nil {
 		// Even after a failure or an interruption: what was sent is what a
 		// verification must account for.
@@ -74,6 +88,22 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 		fmt.Printf("record of the %d requests written to %s\n", sent.Distinct(), *recordTo)
 	}
 	return sent, err
+}
+
+// parseMix reads -mix: one share per level, highest first.
+func parseMix(s string) ([]float64, error) {
+	var mix []float64
+	for _, f := range splitComma(s) {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("-mix %q: want %d shares, high,normal,low, each a number >= 0", s, delivery.Levels)
+		}
+		mix = append(mix, v)
+	}
+	if len(mix) != delivery.Levels {
+		return nil, fmt.Errorf("-mix %q: want %d shares, high,normal,low", s, delivery.Levels)
+	}
+	return mix, nil
 }
 
 // recordFile is a record of what the load generator sent, written to a

@@ -47,3 +47,23 @@ func TestLoadgenRecord(t *testing.T) {
 		t.Fatalf("an unwritable record: %v, want an error naming -record before connecting", err)
 	}
 }
+
+// sluice loadgen -level-topics produces each request to its level's topic
+// in the -mix; a -mix that does not name one share per level is refused.
+func TestLoadgenLevelTopics(t *testing.T) {
+	topics := []string{"req-high", "req-normal", "req-low"}
+	brokers := testenv.Kfake(t, 2, topics...)
+	sent, err := loadgenCmd(context.Background(), []string{"-brokers", brokers[0], "-rate", "1000", "-burst", "0",
+		"-duration", "300ms", "-level-topics", strings.Join(topics, ","), "-mix", "1,0,1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lv := sent.Levels(); lv[0] == 0 || lv[1] != 0 || lv[2] == 0 || lv[0]+lv[2] != sent.Total() {
+		t.Fatalf("sent %v by level with -mix 1,0,1", lv)
+	}
+	for _, mix := range []string{"0.5,0.5", "a,b,c", "0.1,-0.3,0.6"} {
+		if _, err := loadgenCmd(context.Background(), []string{"-brokers", brokers[0], "-mix", mix}); err == nil || !strings.Contains(err.Error(), "-mix") {
+			t.Errorf("-mix %s: %v, want an error naming -mix", mix, err)
+		}
+	}
+}

@@ -37,6 +37,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
@@ -56,17 +58,20 @@ func main() {
 func usage() error {
 	return fmt.Errorf(`usage:
   sluice demo [-rate N] [-burst N] [-duration D] [-backends sim|http] [-redis embedded|host:port|none]
+              [-overload] [-overload-rate 25000] [-mix 0.1,0.3,0.6] [-priority weighted|strict-aging] [-parallelism 1024]
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
               [-listen 127.0.0.1:9464]
   sluice run delivery|supervisor [-brokers host:port,...] [-backends sim|URL] [-instance-id ID] [-log-format text|json] [-log-level info]
               [-retry-topic T] [-replay-after D] [-max-replay-delay D] [-max-parkings N] [-tls] [-sasl-mechanism M] ...
   sluice run delivery [-redis redis://[user:pass@]host:port[/db]|rediss://...] [-parallelism 1024] [-stale-after 10s]
+              [-level-topics high,normal,low (in place of -requests-topic)]
               [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
   sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
               [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 0 (no bound)] ...
   sluice services [-listen 127.0.0.1:8080] [-drones non-idempotent|idempotent]
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
+              [-level-topics high,normal,low] [-mix 0.1,0.3,0.6] [-untagged 0.3]
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
   sluice deadletters [-topic delivery-dead-letters] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-limit 20] [-json]
   sluice deadletters replay [-topic T] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-to TOPIC] [-rate 100] [-dry-run] [-again]
@@ -94,12 +99,49 @@ func run(args []string) error {
 		var sim simFlags
 		sim.register(fs, def.Sim)
 		redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
+		overload := fs.Bool("overload", false, fmt.Sprintf("in place of the bursts, one phase of %v at -overload-rate, %v into the load (which lasts %v at least): "+
+			"high-priority requests stay fast, low ones take the lag", demo.OverloadFor, demo.OverloadAt, 2*demo.OverloadAt+demo.OverloadFor))
+		overloadRate := fs.Float64("overload-rate", 25_000, "request rate of the -overload phase: twice the ~12,000/s this 2-core machine completes "+
+			"in one process with the demo's defaults (with -redis none it holds ~40,000/s: give 80000)")
+		parallelism := fs.Int("parallelism", delivery.DefaultParallelism, "calls in flight per step at most "+
+			"(with -overload 256 unless given: on 2 cores, calls beyond what the CPUs serve only queue for them, first come first served, "+
+			"whatever their level)")
+		mixFlag := fs.String("mix", "0.1,0.3,0.6", "share of requests of each level of priority, high,normal,low (a topic each)")
+		policy := fs.String("priority", "weighted", `how the scheduler reads the levels' topics: "weighted" (6:3:1, every level keeps a share) or "strict-aging" `+
+			`(high first; normal and low requests older than 2 s and 5 s served a level up)`)
 		if err := parseFlags("demo", fs, args[1:]); err != nil {
 			return err
 		}
 		cfg := def
 		cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
 		var err error
+		if cfg.Mix, err = parseMix(*mixFlag); err != nil {
+			return err
+		}
+		switch *policy {
+		case "weighted":
+			cfg.Policy = delivery.DefaultPolicy()
+		case "strict-aging":
+			cfg.Policy = backpressure.StrictPriority(delivery.Levels).Aging(0, 2*time.Second, 5*time.Second)
+		default:
+			return fmt.Errorf("-priority %q: want weighted or strict-aging", *policy)
+		}
+		cfg.Parallelism = *parallelism
+		if *overload {
+			// The phase's backlog drains at what the machine holds less
+			// -rate: unless told, the rest of the load is light and the
+			// drain long enough.
+			set := map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			if !set["rate"] {
+				cfg.Rate = 5_000
+			}
+			if !set["parallelism"] {
+				cfg.Parallelism = 256
+			}
+			cfg.Drain = 90 * time.Second
+			cfg = demo.Overload(cfg, *overloadRate)
+		}
 		if cfg.Sim, err = sim.config(); err != nil {
 			return err
 		}
@@ -113,9 +155,16 @@ func run(args []string) error {
 		default:
 			return fmt.Errorf("-backends %q: want sim or http", *backends)
 		}
-		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
-			cfg.Rate, cfg.BurstRate, cfg.Duration)
-		fmt.Println("  requests -> parse -> validate -> check_account -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint")
+		if *overload {
+			fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s for %v with %v at %.0f/s from %v (overload)\n",
+				cfg.Rate, cfg.Duration, cfg.BurstFor, cfg.BurstRate, cfg.BurstAt)
+		} else {
+			fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
+				cfg.Rate, cfg.BurstRate, cfg.Duration)
+		}
+		fmt.Printf("  requests-high, -normal, -low (%s of the load) -> priority (%s) -> parse -> validate -> check_account -> prioritize (own priority, else tier)\n",
+			*mixFlag, cfg.Policy)
+		fmt.Println("  -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint (every step served by level)")
 		fmt.Println("  failures after some steps -> supervisor (undo every side effect; parks and replays what fails for now,")
 		fmt.Println("  dead-letters what never can); bad input -> dead letters")
 		sum, err := demo.Run(ctx, cfg, os.Stdout)
@@ -167,9 +216,11 @@ func run(args []string) error {
 
 // defaultTopics are the topics the dev broker creates: the scheduler's
 // requests, failures (compensation events), dead letters and retry topic
-// (parked requests), and the supervisor's retry and dead-letter topics.
+// (parked requests), the supervisor's retry and dead-letter topics, and the
+// requests' topics of the levels of priority (-level-topics).
 const defaultTopics = "delivery-requests,delivery-failures,delivery-dead-letters,delivery-requests-retry," +
-	"delivery-failures-retry,delivery-compensation-dead-letters"
+	"delivery-failures-retry,delivery-compensation-dead-letters," +
+	"delivery-requests-high,delivery-requests-normal,delivery-requests-low"
 
 func splitComma(s string) []string {
 	var out []string

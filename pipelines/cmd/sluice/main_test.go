@@ -22,8 +22,18 @@ import (
 // network, as separate pieces of one process, and checks through the
 // worker's /metrics that requests flowed through every step.
 func TestWorkersAgainstABroker(t *testing.T) {
+	t.Run("one topic", func(t *testing.T) { workersAgainstABroker(t, nil) })
+	// A topic per level of priority: the load generator writes each
+	// request to its level's, the scheduler reads the three.
+	t.Run("level topics", func(t *testing.T) {
+		workersAgainstABroker(t, []string{"-level-topics", "delivery-requests-high,delivery-requests-normal,delivery-requests-low"})
+	})
+}
+
+func workersAgainstABroker(t *testing.T, levels []string) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "delivery-requests", "delivery-failures", "delivery-dead-letters",
-		"delivery-failures-retry", "delivery-compensation-dead-letters", "delivery-requests-retry"))
+		"delivery-failures-retry", "delivery-compensation-dead-letters", "delivery-requests-retry",
+		"delivery-requests-high", "delivery-requests-normal", "delivery-requests-low"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +50,7 @@ func TestWorkersAgainstABroker(t *testing.T) {
 	defer func() { onListen = nil }()
 	done := make(chan error, 2)
 	go func() {
-		done <- runWorker(ctx, []string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
+		done <- runWorker(ctx, append([]string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"}, levels...))
 	}()
 	go func() {
 		done <- runWorker(ctx, []string{"supervisor", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim"})
@@ -53,7 +63,7 @@ func TestWorkersAgainstABroker(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the delivery worker did not start")
 	}
-	sent, err := loadgenCmd(ctx, []string{"-brokers", brokers, "-rate", "1000", "-burst", "0", "-duration", "1s"})
+	sent, err := loadgenCmd(ctx, append([]string{"-brokers", brokers, "-rate", "1000", "-burst", "0", "-duration", "1s"}, levels...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,11 @@ import (
 type simFlags struct {
 	minLatency, maxLatency, retryAfter time.Duration
 	transient, throttle, permanent     float64
+	payingPrefix                       string // the default's: the load generator's paying owners
 }
 
 func (f *simFlags) register(fs *flag.FlagSet, def delivery.SimConfig) {
+	f.payingPrefix = def.PayingPrefix
 	fs.DurationVar(&f.minLatency, "min-latency", def.MinLatency, "shortest time a service call takes (uniform up to -max-latency)")
 	fs.DurationVar(&f.maxLatency, "max-latency", def.MaxLatency, "longest time a service call takes")
 	fs.Float64Var(&f.transient, "transient", def.TransientRate, "share of service calls failing transiently (503)")
@@ -38,5 +40,5 @@ func (f *simFlags) config() (delivery.SimConfig, error) {
 		return delivery.SimConfig{}, fmt.Errorf("-retry-after %v: must not be negative", f.retryAfter)
 	}
 	return delivery.SimConfig{MinLatency: f.minLatency, MaxLatency: f.maxLatency, TransientRate: f.transient,
-		ThrottleRate: f.throttle, PermanentRate: f.permanent, RetryAfter: f.retryAfter}, nil
+		ThrottleRate: f.throttle, PermanentRate: f.permanent, RetryAfter: f.retryAfter, PayingPrefix: f.payingPrefix}, nil
 }

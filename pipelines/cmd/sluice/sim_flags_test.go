@@ -26,7 +26,7 @@ func TestSimFlags(t *testing.T) {
 		t.Fatalf("defaults: %+v %v, want the demo's %+v", got, err, demo.Defaults(0).Sim)
 	}
 	want := delivery.SimConfig{MinLatency: time.Millisecond, MaxLatency: 3 * time.Millisecond, TransientRate: 0.1,
-		ThrottleRate: 0.2, PermanentRate: 0.3, RetryAfter: 2 * time.Second}
+		ThrottleRate: 0.2, PermanentRate: 0.3, RetryAfter: 2 * time.Second, PayingPrefix: demo.Defaults(0).Sim.PayingPrefix}
 	got, err := parse("-min-latency", "1ms", "-max-latency", "3ms", "-transient", "0.1", "-throttle", "0.2", "-permanent", "0.3", "-retry-after", "2s")
 	if err != nil || got != want {
 		t.Fatalf("%+v %v, want %+v", got, err, want)

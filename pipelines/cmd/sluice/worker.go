@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
@@ -74,10 +75,13 @@ func runWorker(ctx context.Context, args []string) error {
 	var cf connFlags
 	cf.register(fs)
 	// Each pipeline takes only the flags it uses.
-	requests, dead, redisURL, redisCA := "delivery-requests", "delivery-dead-letters", "", ""
+	requests, dead, redisURL, redisCA, levelTopics := "delivery-requests", "delivery-dead-letters", "", "", ""
 	parallelism, staleAfter := delivery.DefaultParallelism, 10*time.Second
 	if which == "delivery" {
-		fs.StringVar(&requests, "requests-topic", requests, "topic of delivery requests")
+		fs.StringVar(&requests, "requests-topic", requests, "topic of delivery requests, unless -level-topics is set")
+		fs.StringVar(&levelTopics, "level-topics", "",
+			"topics of the levels of priority, high,normal,low (as sluice loadgen -level-topics writes them), read in place of -requests-topic: "+
+				"weighted 6:3:1, a consumer group each (-group and the level: sluice-delivery-high, ...), so that under overload the low topic takes the lag")
 		fs.StringVar(&dead, "dead-letter-topic", dead, "topic of the scheduler's dead letters: malformed and invalid requests")
 		fs.StringVar(&redisURL, "redis", "", "Redis for the step records of the drone step (mode b): redis://[user:password@]host:port[/db], "+
 			"rediss:// for TLS, or host:port; the password may come from $SLUICE_REDIS_PASSWORD instead. Empty: rely on idempotent backends")
@@ -156,8 +160,8 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	var backends delivery.Backends
 	if *backendsURL == "sim" {
-		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond},
-			delivery.NewLedger(), loadgen.SuspendedOwner)
+		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
+			PayingPrefix: loadgen.PayingPrefix}, delivery.NewLedger(), loadgen.SuspendedOwner)
 	} else {
 		calls := delivery.MaxCalls(parallelism)
 		if which == "supervisor" {
@@ -166,8 +170,15 @@ func runWorker(ctx context.Context, args []string) error {
 		backends = delivery.HTTPBackends(strings.TrimRight(*backendsURL, "/"), delivery.NewHTTPClient(calls))
 	}
 	input, outputs := requests, []string{*failures, dead}
+	inputs := []string{input}
+	if levels := splitComma(levelTopics); which == "delivery" && levelTopics != "" {
+		if len(levels) != delivery.Levels {
+			return fmt.Errorf("-level-topics %q: want %d topics, high,normal,low", levelTopics, delivery.Levels)
+		}
+		input, inputs = levelTopics, levels
+	}
 	if which == "supervisor" {
-		input, outputs = *failures, []string{rf.deadLetterTopic}
+		input, inputs, outputs = *failures, []string{*failures}, []string{rf.deadLetterTopic}
 	}
 
 	// Before joining: the cluster and every topic, Redis, the address.
@@ -177,7 +188,7 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	defer producer.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.CheckTopics(cctx, producer, append([]string{input, rf.retryTopic}, outputs...)...)
+	err = kafka.CheckTopics(cctx, producer, append(append(inputs, rf.retryTopic), outputs...)...)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("the %s worker's topics: %w", which, err)
@@ -209,12 +220,23 @@ func runWorker(ctx context.Context, args []string) error {
 		replayGroup = *group + "-replay"
 	}
 	members := &membership{cl: producer, logger: logger, instance: *instance}
-	src, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: *group, Topics: []string{input}, Logger: logger, Opts: groupOpts("")})
-	if err != nil {
-		return err
-	}
-	members.add(src, *group, "")
 	defer members.close()
+	// One source, or one per level of priority, each in a group of its own.
+	var srcs []*kafka.Source
+	for l, topic := range inputs {
+		grp, suffix := *group, ""
+		if len(inputs) > 1 {
+			suffix = "-" + delivery.LevelNames[l]
+			grp += suffix
+		}
+		s, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: grp, Topics: []string{topic}, Logger: logger, Opts: groupOpts(suffix)})
+		if err != nil {
+			return err
+		}
+		members.add(s, grp, suffix)
+		srcs = append(srcs, s)
+	}
+	src := srcs[0]
 	replay, err := kafka.NewSource(ctx, kafka.Config{Conn: cf.conn(), Group: replayGroup, Topics: []string{rf.retryTopic},
 		Logger: logger, Opts: groupOpts("-replay")})
 	if err != nil {
@@ -230,10 +252,17 @@ func runWorker(ctx context.Context, args []string) error {
 	var g *stream.Graph
 	switch which {
 	case "delivery":
-		cfg := delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
+		cfg := delivery.SchedulerConfig{Backends: backends, Producer: producer,
 			FailuresTopic: *failures, DeadLetterTopic: dead, Parallelism: parallelism, Retry: retry, Metrics: m, Logger: logger,
 			ParkTopic: rf.retryTopic, Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter,
 			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: staleAfter}
+		if len(srcs) == 1 {
+			cfg.Source, cfg.Committer = src, src
+		} else {
+			for l, s := range srcs {
+				cfg.Levels = append(cfg.Levels, source.Level[[]byte]{Name: "requests-" + delivery.LevelNames[l], Source: s})
+			}
+		}
 		if rc != nil {
 			steps := delivery.NewRedisSteps(rc, 24*time.Hour)
 			defer steps.Close()
@@ -254,8 +283,10 @@ func runWorker(ctx context.Context, args []string) error {
 		}
 	}
 	ready := func(ctx context.Context) error {
-		if err := src.Ready(ctx); err != nil {
-			return err
+		for _, s := range srcs {
+			if err := s.Ready(ctx); err != nil {
+				return err
+			}
 		}
 		if err := replay.Ready(ctx); err != nil {
 			return fmt.Errorf("replays: %w", err)
@@ -269,7 +300,8 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
-	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: ln, Gatherer: reg, Graphs: []*stream.Graph{g}, Ready: ready, Pprof: *pprofOn})
+	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: ln, Gatherer: reg, Graphs: []*stream.Graph{g},
+		Metrics: []*observe.Metrics{m}, Ready: ready, Pprof: *pprofOn})
 	if err != nil {
 		return err
 	}
