@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: bench-delivery-deployed run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery
+.PHONY: bench-delivery-deployed run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
 
 # The main job on embedded defaults: a 30-second run of the drone delivery
 # scheduler with an in-process broker, simulated backends and load.
@@ -52,6 +52,12 @@ bench-kafka:
 # The retry storm: a service down for 5 s under 200 clients (about 40 s).
 bench-storm:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkRetryStorm -benchtime 1x .
+
+# Priorities under overload: a 64-worker service offered 1.5x its capacity
+# for 20 s, fifo against strict, weighted and aging (about 3 minutes;
+# SLUICE_PRIORITY_DURATION=5s for a shorter run).
+bench-priority:
+	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkPriority$$' -benchtime 1x .
 
 # The delivery scheduler at fixed rates and one burst (about a minute).
 bench-delivery:
