@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync"
 )
 
 // Committer records, for each partition a source reads, the position below
@@ -23,18 +24,20 @@ type CommitterFunc func(ctx context.Context) error
 // Commit calls f.
 func (f CommitterFunc) Commit(ctx context.Context) error { return f(ctx) }
 
-// Committers returns a Committer that commits through each of cs in turn,
-// every one of them even when one fails, and returns their errors joined:
-// the committer of a pipeline reading several sources (one Kafka source
-// per level of priority, and one of replays) for its checkpoint sink.
+// Committers returns a Committer that commits through each of cs at once,
+// every one of them even when one fails or hangs until the context ends,
+// and returns their errors joined: the committer of a pipeline reading
+// several sources (one Kafka source per level of priority, and one of
+// replays) for its checkpoint sink. Each of cs is still never called
+// concurrently with itself.
 func Committers(cs ...Committer) Committer {
 	return CommitterFunc(func(ctx context.Context) error {
-		var errs []error
-		for _, c := range cs {
-			if err := c.Commit(ctx); err != nil {
-				errs = append(errs, err)
-			}
+		errs := make([]error, len(cs))
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Go(func() { errs[i] = c.Commit(ctx) })
 		}
+		wg.Wait()
 		return errors.Join(errs...)
 	})
 }
