@@ -104,7 +104,7 @@ func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	timed := r.a.o.limiter != nil || r.onCall != nil
 	batch := r.inline[:0]
 	for range min(n, 256) {
-		j := r.popReady(limit - r.inFlight)
+		j := r.popReady(limit)
 		r.inFlight++
 		j.inFlight = r.inFlight
 		batch = append(batch, j)

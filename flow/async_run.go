@@ -187,7 +187,7 @@ func (r *asyncRun[In, Out]) start() {
 	}
 	r.pool.mu.Lock()
 	for range n {
-		j := r.popReady(limit - r.inFlight)
+		j := r.popReady(limit)
 		r.inFlight++
 		j.inFlight = r.inFlight
 		r.pool.q.push(j)
@@ -214,11 +214,11 @@ func (r *asyncRun[In, Out]) readyLen() int {
 	return r.ready.len()
 }
 
-// popReady takes the next job to call when free slots are free (at least
-// one): the oldest, or with Lanes the one its level's turn says.
-func (r *asyncRun[In, Out]) popReady(free int) *asyncJob[In, Out] {
+// popReady takes the next job to call when a slot is free under limit
+// (at least one): the oldest, or with Lanes the one its level's turn says.
+func (r *asyncRun[In, Out]) popReady(limit int) *asyncJob[In, Out] {
 	if r.lanes != nil {
-		return r.lanes.pop(free)
+		return r.lanes.pop(limit-r.inFlight, limit)
 	}
 	return r.ready.pop()
 }

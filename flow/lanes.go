@@ -19,7 +19,9 @@ import (
 // priority): another level takes a slot kept for a waiting level only
 // when its own reservation allows, and a level with nothing waiting lends
 // its reservation to the others, so nothing is wasted when high is quiet.
-// The reservations may add up to at most the stage's parallelism.
+// The reservations may add up to at most the stage's parallelism; while a
+// limiter (WithLimiter) holds the calls in flight below their sum, they
+// are scaled down to its limit, one slot each at least.
 //
 // A message whose level is not one of p's levels fails with a reason
 // wrapping ErrPriorityOutOfRange (it is never served as high).
@@ -66,7 +68,11 @@ type lanes[In, Out any] struct {
 	q       []fifo[*asyncJob[In, Out]]
 	running []int
 	since   []int64 // scratch for the picker
-	n       int     // jobs queued, all levels
+	// reserve is the reservations fitted to the limit they were last
+	// fitted to (fitted): scaled down when they add up to more.
+	reserve []int
+	fitted  int
+	n       int // jobs queued, all levels
 	c       *laneCounters
 	meters  []laneMeter // the registrations' histograms, fixed at the run's start
 	// now is the time of the stage's current step (tick): one clock read
@@ -80,7 +86,10 @@ func (l *lanes[In, Out]) tick() { l.now = time.Now() }
 func newLanes[In, Out any](c *laneConfig, ms *[]asyncMeter) *lanes[In, Out] {
 	n := c.p.Levels()
 	l := &lanes[In, Out]{cfg: c, pk: c.p.NewPicker(), q: make([]fifo[*asyncJob[In, Out]], n),
-		running: make([]int, n), since: make([]int64, n), c: c.counters}
+		running: make([]int, n), since: make([]int64, n), c: c.counters, fitted: -1}
+	if len(c.reserve) > 0 {
+		l.reserve = make([]int, n)
+	}
 	if ms != nil {
 		for _, m := range *ms {
 			if m.lanes.wait != nil {
@@ -107,11 +116,15 @@ func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
 	l.c.levels[j.msg.Priority].waiting.Add(1)
 }
 
-// pop takes the next job to start when free slots are free: from the level
-// the policy chooses among those allowed, a level being allowed when it is
-// within its reservation or when starting it leaves the reservations of
-// the other waiting levels whole. There always is one (see below).
-func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
+// pop takes the next job to start when free slots are free under limit:
+// from the level the policy chooses among those allowed, a level being
+// allowed when it is within its reservation or when starting it leaves
+// the reservations of the other waiting levels whole. There always is one
+// (see below).
+func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
+	if limit != l.fitted {
+		l.fit(limit)
+	}
 	now := l.now
 	owed := 0 // slots kept for waiting levels below their reservation
 	for lv := range l.q {
@@ -159,10 +172,32 @@ func (l *lanes[In, Out]) pop(free int) *asyncJob[In, Out] {
 
 // kept is how many slots level lv's reservation still keeps for it.
 func (l *lanes[In, Out]) kept(lv int) int {
-	if len(l.cfg.reserve) == 0 {
+	if l.reserve == nil {
 		return 0
 	}
-	return max(0, l.cfg.reserve[lv]-l.running[lv])
+	return max(0, l.reserve[lv]-l.running[lv])
+}
+
+// fit scales the reservations to a limit below their sum (a limiter
+// lowered under load): each keeps its share of the limit, one slot at
+// least, so that a lower level's reservation still holds when the calls
+// in flight are fewer than the reservations. Above their sum they are
+// kept as given.
+func (l *lanes[In, Out]) fit(limit int) {
+	l.fitted = limit
+	if l.reserve == nil {
+		return
+	}
+	sum := 0
+	for _, r := range l.cfg.reserve {
+		sum += r
+	}
+	for lv, r := range l.cfg.reserve {
+		l.reserve[lv] = r
+		if sum > limit && r > 0 {
+			l.reserve[lv] = max(1, r*limit/sum)
+		}
+	}
 }
 
 // finished counts a call of j's level as no longer in flight.

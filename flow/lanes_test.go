@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -267,5 +268,33 @@ func TestLaneScalingValidate(t *testing.T) {
 		if err := g.Run(context.Background()); !errors.As(err, &ce) || ce.Argument != "LaneScaling" {
 			t.Errorf("Run: %v, want a ConfigError naming LaneScaling", err)
 		}
+	}
+}
+
+// fixedLimit is a limiter that holds the calls in flight to a number.
+type fixedLimit int
+
+func (l fixedLimit) Limit() int                { return int(l) }
+func (fixedLimit) Observe(backpressure.Sample) {}
+
+// A limiter below the reservations' sum (an adaptive limit lowered under
+// load) scales them down rather than letting the first level take every
+// slot: with 16/8/8 under a limit of 8, low keeps a slot of its own and
+// starts while high still waits (48 messages: all in the window at once).
+func TestLanesReservationsFitALowLimit(t *testing.T) {
+	var msgs []uint8
+	for range 40 {
+		msgs = append(msgs, 0)
+	}
+	for range 8 {
+		msgs = append(msgs, 2)
+	}
+	order, at := starts(t, msgs, 64, flow.Lanes(backpressure.StrictPriority(3), 16, 8, 8), flow.WithLimiter(fixedLimit(8)))
+	first := slices.Index(order, 2)
+	if first < 0 || first >= 40 {
+		t.Fatalf("low's first call started at position %d of %d, after every high call: its reservation kept nothing", first, len(order))
+	}
+	if at[first] > time.Second {
+		t.Fatalf("low's first call started at %v, want with the first calls", at[first])
 	}
 }
