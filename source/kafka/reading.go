@@ -109,6 +109,13 @@ func (s *Source) Topics() []string {
 // an estimate (0 before the first records, stale while a partition is not
 // fetched) for a priority source to tell a level that has work waiting
 // at the broker even when its pipe is momentarily empty.
+//
+// A partition whose log ends in what is never delivered — a transaction's
+// commit marker, a compacted-away record — keeps a lag of 1 (or more)
+// until its next record, as the client reports no fetch without records.
+// A priority source then counts the level as pressing: it pauses the
+// levels below only while their own pipes are half full, so they fetch
+// less far ahead, but are never starved.
 func (s *Source) Lag() int64 {
 	s.mu.Lock() // then each partition's, as forget takes them
 	defer s.mu.Unlock()
