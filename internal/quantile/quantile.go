@@ -18,3 +18,13 @@ func Of(s []time.Duration, q float64) time.Duration {
 	}
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
+
+// All sorts s and returns its qs-quantiles.
+func All(s []time.Duration, qs ...float64) []time.Duration {
+	slices.Sort(s)
+	out := make([]time.Duration, len(qs))
+	for i, q := range qs {
+		out[i] = Of(s, q)
+	}
+	return out
+}

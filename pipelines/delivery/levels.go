@@ -101,12 +101,7 @@ func (s *LevelStats) Quantiles(level int, qs ...float64) []time.Duration {
 	s.mu.Lock()
 	v := slices.Clone(s.all[level])
 	s.mu.Unlock()
-	slices.Sort(v)
-	out := make([]time.Duration, len(qs))
-	for i, q := range qs {
-		out[i] = quantile.Of(v, q)
-	}
-	return out
+	return quantile.All(v, qs...)
 }
 
 // record counts a batch of completed requests, under one lock.

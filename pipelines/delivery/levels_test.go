@@ -56,7 +56,6 @@ func (d *orderedDeliveries) Put(ctx context.Context, id string, p delivery.Progr
 // committed, and stops it.
 func runLevels(t *testing.T, brokers []string, producer *kgo.Client, cfg delivery.SchedulerConfig, recs []*kgo.Record) {
 	t.Helper()
-	n := int64(len(recs))
 	logger := slog.New(slog.DiscardHandler)
 	var srcs [delivery.Levels]*kafka.Source
 	for l, topic := range levelTopics {
@@ -104,26 +103,14 @@ func runLevels(t *testing.T, brokers []string, producer *kgo.Client, cfg deliver
 	if err := producer.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	committed := int64(0)
-	for deadline := time.Now().Add(60 * time.Second); committed < n; time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-done:
-			t.Fatalf("the scheduler stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			for _, st := range sch.Graph.Stats() {
-				t.Logf("%+v", st)
-			}
-			t.Fatalf("requests not all settled: committed %d of %d", committed, n)
-		}
-		committed = 0
+	waitCommitted(t, sch, done, 60*time.Second, int64(len(recs)), func() (committed int64) {
 		for _, s := range srcs {
 			for _, p := range s.Stats().Partitions {
 				committed += max(0, p.Committed)
 			}
 		}
-	}
+		return committed
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

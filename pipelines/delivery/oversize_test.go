@@ -101,7 +101,6 @@ func runUntilSettled(t *testing.T, brokers []string, producer *kgo.Client, backe
 	if err != nil {
 		t.Fatal(err)
 	}
-	committed := int64(0)
 	sch, err := delivery.NewScheduler(delivery.SchedulerConfig{Source: src, Committer: src, Backends: backends, Producer: producer,
 		FailuresTopic: "failures", DeadLetterTopic: "dead", Parallelism: 8, Logger: logger})
 	if err != nil {
@@ -111,7 +110,28 @@ func runUntilSettled(t *testing.T, brokers []string, producer *kgo.Client, backe
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- sch.Graph.Run(ctx) }()
-	for deadline := time.Now().Add(30 * time.Second); committed < n; time.Sleep(20 * time.Millisecond) {
+	waitCommitted(t, sch, done, 30*time.Second, n, func() (committed int64) {
+		for _, p := range src.Stats().Partitions {
+			committed = p.Committed
+		}
+		return committed
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCommitted waits until committed() reports n records committed,
+// failing the test with the stages' numbers if it takes longer than
+// limit, or if the scheduler's run (done) ends first.
+func waitCommitted(t *testing.T, sch *delivery.Scheduler, done <-chan error, limit time.Duration, n int64, committed func() int64) {
+	t.Helper()
+	got := int64(0)
+	for deadline := time.Now().Add(limit); got < n; time.Sleep(20 * time.Millisecond) {
 		select {
 		case err := <-done:
 			t.Fatalf("the scheduler stopped: %v", err)
@@ -121,18 +141,9 @@ func runUntilSettled(t *testing.T, brokers []string, producer *kgo.Client, backe
 			for _, st := range sch.Graph.Stats() {
 				t.Logf("%+v", st)
 			}
-			t.Fatalf("requests not all settled: committed %d of %d", committed, n)
+			t.Fatalf("requests not all settled: committed %d of %d", got, n)
 		}
-		for _, p := range src.Stats().Partitions {
-			committed = p.Committed
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if err := src.Close(context.Background()); err != nil {
-		t.Fatal(err)
+		got = committed()
 	}
 }
 

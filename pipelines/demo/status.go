@@ -146,10 +146,5 @@ func (l *latencies) overall(qs ...float64) []time.Duration {
 	l.mu.Lock()
 	s := slices.Clone(l.all)
 	l.mu.Unlock()
-	slices.Sort(s)
-	out := make([]time.Duration, len(qs))
-	for i, q := range qs {
-		out[i] = quantile.Of(s, q)
-	}
-	return out
+	return quantile.All(s, qs...)
 }
