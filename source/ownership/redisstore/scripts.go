@@ -1,0 +1,130 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts read the time from Redis (TIME, in milliseconds), never from
+// the caller, and change a record only after checking it in the same
+// script: a claim names the version it saw, a renewal or a checkpoint the
+// epoch of its lease. Numbers are written with %d so that no float
+// formatting reaches a record.
+
+// prelude is the start of every script that needs the time.
+const prelude = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function d(x) return string.format('%d', x) end
+`
+
+// renewScript: KEYS[1] the members hash, KEYS[2..] the ownership hashes of
+// the partitions in the table. ARGV: owner, expiration (ms), the number of
+// leases h, then per lease the index of its key (0-based, among the
+// partitions) and its epoch. Returns {now, outcomes, rows, members}: an
+// outcome per lease (0 renewed, 1 fenced), four values per partition
+// (owner, epoch, version, modified), and id, age pairs of the members
+// present (expired ones are removed).
+var renewScript = redis.NewScript(prelude + `
+local me, exp, h = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+for i = 1, h do
+  local k = KEYS[2 + tonumber(ARGV[2 + 2 * i])]
+  local r = redis.call('HMGET', k, 'owner', 'epoch', 'modified')
+  if r[1] == me and r[2] == ARGV[3 + 2 * i] and r[3] and now - tonumber(r[3]) <= exp then
+    redis.call('HSET', k, 'modified', d(now))
+    redis.call('HINCRBY', k, 'version', 1)
+    out[i] = 0
+  else
+    out[i] = 1
+  end
+end
+redis.call('HSET', KEYS[1], me, d(now))
+local m = redis.call('HGETALL', KEYS[1])
+local members = {}
+for i = 1, #m, 2 do
+  local age = now - tonumber(m[i + 1])
+  if age > exp then
+    redis.call('HDEL', KEYS[1], m[i])
+  else
+    members[#members + 1] = m[i]
+    members[#members + 1] = d(age)
+  end
+end
+local rows = {}
+for i = 2, #KEYS do
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
+  rows[#rows + 1] = r[1] or ''
+  rows[#rows + 1] = r[2] or '0'
+  rows[#rows + 1] = r[3] or '0'
+  rows[#rows + 1] = r[4] or '0'
+end
+return {d(now), out, rows, members}
+`)
+
+// claimScript: KEYS the ownership hashes; ARGV: owner, then the version
+// seen of each. Returns per partition the new epoch, or -1 if the record
+// changed since.
+var claimScript = redis.NewScript(prelude + `
+local out = {}
+for i = 1, #KEYS do
+  local v = tonumber(redis.call('HGET', KEYS[i], 'version') or '0')
+  if v == tonumber(ARGV[1 + i]) then
+    out[i] = redis.call('HINCRBY', KEYS[i], 'epoch', 1)
+    redis.call('HINCRBY', KEYS[i], 'version', 1)
+    redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'modified', d(now))
+  else
+    out[i] = -1
+  end
+end
+return out
+`)
+
+// relinquishScript: KEYS the ownership hashes; ARGV: owner, then the epoch
+// of each lease. A lease still held is given up: owner emptied, epoch and
+// version raised.
+var relinquishScript = redis.NewScript(prelude + `
+for i = 1, #KEYS do
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch')
+  if r[1] == ARGV[1] and r[2] == ARGV[1 + i] then
+    redis.call('HSET', KEYS[i], 'owner', '', 'modified', d(now))
+    redis.call('HINCRBY', KEYS[i], 'epoch', 1)
+    redis.call('HINCRBY', KEYS[i], 'version', 1)
+  end
+end
+return 0
+`)
+
+// checkpointScript: KEYS pairs of (ownership hash, checkpoint hash); ARGV:
+// owner, expiration (ms), then per write its epoch, offset and sequence.
+// Returns an outcome per write: 0 written, 1 fenced (not the owner, not
+// the epoch, or the lease expired by Redis's clock), 2 behind (below the
+// recorded offset).
+var checkpointScript = redis.NewScript(prelude + `
+local me, exp = ARGV[1], tonumber(ARGV[2])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local own, ck = KEYS[2 * i - 1], KEYS[2 * i]
+  local e, off, seq = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  local r = redis.call('HMGET', own, 'owner', 'epoch', 'modified')
+  if r[1] ~= me or r[2] ~= e or not r[3] or now - tonumber(r[3]) > exp then
+    out[i] = 1
+  else
+    local c = redis.call('HGET', ck, 'offset')
+    if c and tonumber(c) > tonumber(off) then
+      out[i] = 2
+    else
+      redis.call('HSET', ck, 'offset', off, 'sequence', seq, 'epoch', e, 'owner', me, 'written', d(now))
+      out[i] = 0
+    end
+  end
+end
+return out
+`)
+
+// setCheckpointScript: KEYS[1] the ownership hash, KEYS[2] the checkpoint
+// hash; ARGV[1] the offset. Raises the epoch (fencing the owner's lease)
+// and writes the checkpoint under it.
+var setCheckpointScript = redis.NewScript(prelude + `
+local e = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+redis.call('HSET', KEYS[2], 'offset', ARGV[1], 'sequence', '-1', 'epoch', d(e), 'owner', '', 'written', d(now))
+return e
+`)

@@ -1,0 +1,272 @@
+package redisstore_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+)
+
+func newStore(t *testing.T, exp time.Duration) (*redisstore.Store, *redis.Client) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(redisstore.Config{Client: c, Namespace: "ns", Stream: "readings", Group: "g", Expiration: exp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+// table reads the table of partitions as member "observer".
+func table(t *testing.T, s *redisstore.Store, parts ...int32) ownership.Table {
+	t.Helper()
+	tb, _, err := s.Renew(context.Background(), "observer", parts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+// Many claimants of one partition, each naming the version they saw:
+// exactly one wins per version, and every win raises the epoch.
+func TestClaimOneWinnerPerVersion(t *testing.T) {
+	s, _ := newStore(t, time.Minute)
+	ctx := context.Background()
+	for round := range 20 {
+		v := table(t, s, 0).Owners[0].Version
+		var (
+			mu  sync.Mutex
+			won []string
+			wg  sync.WaitGroup
+		)
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := "i-" + string(rune('a'+g))
+				leases, err := s.Claim(ctx, id, []ownership.Claim{{Partition: 0, Version: v}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(leases) == 1 {
+					mu.Lock()
+					won = append(won, id)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(won) != 1 {
+			t.Fatalf("round %d: %d winners %v, want one", round, len(won), won)
+		}
+		o := table(t, s, 0).Owners[0]
+		if o.Owner != won[0] || o.Epoch != int64(round+1) || o.Version <= v {
+			t.Fatalf("round %d: record %+v, want owner %s at epoch %d and a version above %d", round, o, won[0], round+1, v)
+		}
+	}
+}
+
+// A checkpoint is written only by the current owner under its current
+// epoch; an owner whose partition was taken has its checkpoints and
+// renewals refused, and checkpoints never move back but by SetCheckpoint.
+func TestCheckpointFencedByEpoch(t *testing.T) {
+	s, _ := newStore(t, time.Minute)
+	ctx := context.Background()
+	a, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 3, Version: 0}})
+	if err != nil || len(a) != 1 || a[0].Epoch != 1 {
+		t.Fatalf("a's claim: %v, %v", a, err)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 100, Sequence: 7}, ownership.Accepted)
+	// b takes the partition from a (a steal names the version it saw).
+	b, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 3, Version: table(t, s, 3).Owners[0].Version}})
+	if err != nil || len(b) != 1 || b[0].Epoch != 2 {
+		t.Fatalf("b's claim: %v, %v", b, err)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 150}, ownership.Fenced)
+	// a's epoch with b's name is no better: the epoch is the token.
+	mustOutcome(t, s, "b", ownership.Write{Lease: a[0], Offset: 150}, ownership.Fenced)
+	if _, outs, err := s.Renew(ctx, "a", nil, a); err != nil || outs[0] != ownership.Fenced {
+		t.Fatalf("a's renewal after b's claim: %v, %v; want fenced", outs, err)
+	}
+	mustOutcome(t, s, "b", ownership.Write{Lease: b[0], Offset: 120}, ownership.Accepted)
+	mustOutcome(t, s, "b", ownership.Write{Lease: b[0], Offset: 110}, ownership.Behind)
+	ck := checkpoints(t, s, 3)[0]
+	if ck.Offset != 120 || ck.Epoch != 2 || ck.Owner != "b" || ck.Written.IsZero() {
+		t.Fatalf("checkpoint %+v, want b's 120 at epoch 2", ck)
+	}
+	// a relinquishing what it no longer holds changes nothing.
+	if err := s.Relinquish(ctx, "a", a); err != nil {
+		t.Fatal(err)
+	}
+	if o := table(t, s, 3).Owners[0]; o.Owner != "b" || o.Epoch != 2 {
+		t.Fatalf("after a's relinquish: %+v, want b's at epoch 2", o)
+	}
+	if err := s.Relinquish(ctx, "b", b); err != nil {
+		t.Fatal(err)
+	}
+	o := table(t, s, 3).Owners[0]
+	if o.Owner != "" || o.Epoch != 3 || !o.Expired(time.Minute) {
+		t.Fatalf("after b's relinquish: %+v, want no owner at epoch 3", o)
+	}
+	mustOutcome(t, s, "b", ownership.Write{Lease: b[0], Offset: 130}, ownership.Fenced)
+}
+
+// A lease lapses by Redis's clock: past the expiration without a renewal,
+// the owner's checkpoints and renewals are refused and its presence is
+// gone, though nobody claimed the partition.
+func TestLeaseExpiresByRedisClock(t *testing.T) {
+	const exp = 300 * time.Millisecond
+	s, _ := newStore(t, exp)
+	ctx := context.Background()
+	if _, _, err := s.Renew(ctx, "a", []int32{0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 0, Version: 0}})
+	if err != nil || len(a) != 1 {
+		t.Fatalf("claim: %v, %v", a, err)
+	}
+	// Renewed within the expiration, the lease holds.
+	for range 3 {
+		time.Sleep(exp / 3)
+		if _, outs, err := s.Renew(ctx, "a", nil, a); err != nil || outs[0] != ownership.Accepted {
+			t.Fatalf("renewal: %v, %v", outs, err)
+		}
+	}
+	var o ownership.Ownership
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		tb := table(t, s, 0)
+		if o = tb.Owners[0]; o.Expired(exp) {
+			for _, m := range tb.Members {
+				if m.ID == "a" {
+					t.Fatalf("member a present (%v old) with its lease expired", m.Age)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease has not expired in 10 s: %+v", o)
+		}
+	}
+	if o.Owner != "a" {
+		t.Fatalf("record %+v: an expired lease keeps its owner's name until claimed", o)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 5}, ownership.Fenced)
+	if _, outs, err := s.Renew(ctx, "a", nil, a); err != nil || outs[0] != ownership.Fenced {
+		t.Fatalf("renewal of an expired lease: %v, %v; want fenced", outs, err)
+	}
+	// Claiming it again, even by a, is a new epoch.
+	again, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 0, Version: o.Version}})
+	if err != nil || len(again) != 1 || again[0].Epoch != a[0].Epoch+1 {
+		t.Fatalf("claim after expiry: %v, %v", again, err)
+	}
+}
+
+// A rewind sets the checkpoint back and raises the epoch: the owner's
+// lease is fenced; claiming the partition again, it finds the rewound
+// checkpoint and writes from there.
+func TestSetCheckpointRewindsAndFences(t *testing.T) {
+	s, _ := newStore(t, time.Minute)
+	ctx := context.Background()
+	if err := s.SetCheckpoint(ctx, 1, 40); err != nil { // a start before any claim
+		t.Fatal(err)
+	}
+	if ck := checkpoints(t, s, 1)[0]; ck.Offset != 40 {
+		t.Fatalf("checkpoint %+v, want 40", ck)
+	}
+	a, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 1, Version: table(t, s, 1).Owners[0].Version}})
+	if err != nil || len(a) != 1 {
+		t.Fatalf("claim: %v, %v", a, err)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 900}, ownership.Accepted)
+	if err := s.SetCheckpoint(ctx, 1, 500); err != nil {
+		t.Fatal(err)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 950}, ownership.Fenced)
+	if _, outs, err := s.Renew(ctx, "a", nil, a); err != nil || outs[0] != ownership.Fenced {
+		t.Fatalf("renewal after a rewind: %v, %v; want fenced", outs, err)
+	}
+	o := table(t, s, 1).Owners[0]
+	again, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 1, Version: o.Version}})
+	if err != nil || len(again) != 1 {
+		t.Fatalf("claim after the rewind: %v, %v", again, err)
+	}
+	if ck := checkpoints(t, s, 1)[0]; ck.Offset != 500 {
+		t.Fatalf("checkpoint %+v after the rewind, want 500", ck)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: again[0], Offset: 501}, ownership.Accepted)
+	if got := checkpoints(t, s, 2)[0]; got.Offset != -1 {
+		t.Fatalf("a partition never checkpointed: %+v, want offset -1", got)
+	}
+}
+
+// Every key of a (namespace, stream, group) carries the same hash tag, so
+// the scripts' keys fall in one Redis Cluster slot.
+func TestKeysShareOneHashTag(t *testing.T) {
+	s, c := newStore(t, time.Minute)
+	ctx := context.Background()
+	a, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 0, Version: 0}, {Partition: 9, Version: 0}})
+	if err != nil || len(a) != 2 {
+		t.Fatalf("claim: %v, %v", a, err)
+	}
+	mustOutcome(t, s, "a", ownership.Write{Lease: a[1], Offset: 1}, ownership.Accepted)
+	table(t, s, 0, 9)
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 4 {
+		t.Fatalf("keys %v, want two ownerships, a checkpoint and the members", keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "sluice:own:{ns/readings/g}:") {
+			t.Fatalf("key %q outside the hash tag {ns/readings/g}", k)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		cfg  redisstore.Config
+		want string
+	}{
+		{redisstore.Config{Stream: "s", Group: "g", Expiration: time.Second}, "Client"},
+		{redisstore.Config{Client: c, Group: "g", Expiration: time.Second}, "Stream and Group"},
+		{redisstore.Config{Client: c, Stream: "s", Group: "g"}, "Expiration"},
+		{redisstore.Config{Client: c, Stream: "s{1}", Group: "g", Expiration: time.Second}, "Stream \"s{1}\" holds a brace"},
+	} {
+		if _, err := redisstore.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func mustOutcome(t *testing.T, s *redisstore.Store, owner string, w ownership.Write, want ownership.Outcome) {
+	t.Helper()
+	outs, err := s.Checkpoint(context.Background(), owner, []ownership.Write{w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outs[0] != want {
+		t.Fatalf("%s's checkpoint %+v: %v, want %v", owner, w, outs[0], want)
+	}
+}
+
+func checkpoints(t *testing.T, s *redisstore.Store, parts ...int32) []ownership.Checkpoint {
+	t.Helper()
+	cks, err := s.Checkpoints(context.Background(), parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cks
+}
