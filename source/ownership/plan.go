@@ -1,0 +1,120 @@
+package ownership
+
+import (
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Strategy is how many partitions a member claims in one round.
+type Strategy int
+
+const (
+	// Balanced claims one partition per round (the default): ownership
+	// moves slowly and a member joining takes its share over a few rounds.
+	Balanced Strategy = iota
+	// Greedy claims every partition it lacks in one round.
+	Greedy
+)
+
+// Plan decides what member me claims this round, from a fresh table: the
+// partitions it lacks to reach its fair share, first among those without
+// a live owner (none, or a lease expired by the store's clock), then from
+// owners above their fair share, at most one per round with Balanced.
+//
+// The fair share of n partitions among m members present (me counted,
+// idle members included) is n/m, and n%m members may hold one more. A
+// member takes one more only while fewer than n%m live owners hold
+// n/m+1; it steals only from an owner above what it may hold, or from
+// one holding n/m+1 while more than n%m do. So once every member holds
+// its share no member wants more and nothing moves: no ping-pong.
+// Members are counted from the table's Members and from the owners of
+// live leases. rnd picks among equal candidates (spreading claimants
+// over the partitions); nil picks the lowest partition.
+func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *rand.Rand) []Claim {
+	live := map[string][]int{} // live owner -> indexes in t.Owners
+	members := map[string]bool{me: true}
+	for _, m := range t.Members {
+		members[m.ID] = true
+	}
+	var free []int
+	for i, o := range t.Owners {
+		if o.Expired(expiration) {
+			free = append(free, i)
+			continue
+		}
+		live[o.Owner] = append(live[o.Owner], i)
+		members[o.Owner] = true
+	}
+	n, m := len(t.Owners), len(members)
+	if n == 0 {
+		return nil
+	}
+	base, extra := n/m, n%m
+	mine := len(live[me])
+	atMax := 0 // live owners other than me holding base+1 or more
+	for id, ps := range live {
+		if id != me && len(ps) > base {
+			atMax++
+		}
+	}
+	// want is how many more me may take: up to base, or base+1 while a
+	// slot for one more is left.
+	want := base - mine
+	if mine >= base && extra > 0 && atMax < extra && mine < base+1 {
+		want = base + 1 - mine
+	}
+	if want <= 0 {
+		return nil
+	}
+	if strategy == Balanced {
+		want = 1
+	}
+	pick := func(c []int) int {
+		if rnd == nil {
+			return 0
+		}
+		return rnd.IntN(len(c))
+	}
+	var claims []Claim
+	for want > 0 && len(free) > 0 {
+		k := pick(free)
+		o := t.Owners[free[k]]
+		claims = append(claims, Claim{Partition: o.Partition, Version: o.Version})
+		free = append(free[:k], free[k+1:]...)
+		want--
+	}
+	// Steal: from owners holding more than base+1, or base+1 while more
+	// than extra owners do (counting me once I hold base+1), the one
+	// holding most first.
+	if want > 0 {
+		owners := make([]string, 0, len(live))
+		for id := range live {
+			if id != me {
+				owners = append(owners, id)
+			}
+		}
+		sort.Slice(owners, func(i, j int) bool {
+			if a, b := len(live[owners[i]]), len(live[owners[j]]); a != b {
+				return a > b
+			}
+			return owners[i] < owners[j]
+		})
+		over := atMax
+		for _, id := range owners {
+			for want > 0 && (len(live[id]) > base+1 || (len(live[id]) == base+1 && over > extra)) {
+				if len(live[id]) == base+1 {
+					over--
+				}
+				ps := live[id]
+				k := pick(ps)
+				o := t.Owners[ps[k]]
+				claims = append(claims, Claim{Partition: o.Partition, Version: o.Version})
+				live[id] = append(ps[:k:k], ps[k+1:]...)
+				want--
+			}
+		}
+	}
+	sort.Slice(claims, func(i, j int) bool { return claims[i].Partition < claims[j].Partition })
+	return claims
+}
