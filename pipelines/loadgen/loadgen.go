@@ -86,10 +86,7 @@ func (cfg Config) validate() error {
 			return fmt.Errorf("loadgen: an empty topic name in %q", cfg.Topics)
 		}
 	}
-	mix := cfg.Mix
-	if mix == nil {
-		mix = DefaultMix
-	}
+	mix := cfg.mix()
 	sum := 0.0
 	for _, m := range mix {
 		if m < 0 {
@@ -106,12 +103,17 @@ func (cfg Config) validate() error {
 	return nil
 }
 
+// mix is Mix, or DefaultMix if unset.
+func (cfg Config) mix() []float64 {
+	if cfg.Mix == nil {
+		return DefaultMix
+	}
+	return cfg.Mix
+}
+
 // cumulative returns the mix as cumulative shares that end at 1.
 func (cfg Config) cumulative() [delivery.Levels]float64 {
-	mix := cfg.Mix
-	if mix == nil {
-		mix = DefaultMix
-	}
+	mix := cfg.mix()
 	sum := 0.0
 	for _, m := range mix {
 		sum += m
