@@ -47,7 +47,14 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	var held []heldPartition
 	for {
-		fs := s.cl.PollRecords(ctx, s.cfg.MaxPollRecords)
+		pctx := ctx
+		if s.direct != nil {
+			pctx = s.direct.apply(ctx, s)
+		}
+		fs := s.cl.PollRecords(pctx, s.cfg.MaxPollRecords)
+		if s.direct != nil {
+			s.direct.polled()
+		}
 		held = s.track(fs, held[:0])
 		s.cl.AllowRebalance()
 		if ctx.Err() != nil {

@@ -34,6 +34,7 @@ type Source struct {
 	records                                         atomic.Int64
 	health                                          *health
 	reading                                         reading // PauseReading's state
+	direct                                          *direct // an Assigned source's pending changes; nil in a group
 }
 
 type tpKey struct {

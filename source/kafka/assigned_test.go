@@ -1,0 +1,219 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// assignedRun runs an Assigned source into a sink that records every
+// record (partition, offset) and settles it unless hold says not to.
+type assignedRun struct {
+	mu   sync.Mutex
+	got  map[int32][]int64
+	hold func(p int32, off int64) bool
+	held []stream.Message[[]byte]
+	done chan error
+}
+
+func runAssigned(t *testing.T, ctx context.Context, a *kafka.Assigned, hold func(int32, int64) bool) *assignedRun {
+	t.Helper()
+	r := &assignedRun{got: map[int32][]int64{}, hold: hold, done: make(chan error, 1)}
+	g := stream.New(stream.WithLogger(quiet))
+	stream.To(stream.From(g, a), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			for i := range b.Items {
+				m := b.Items[i]
+				r.mu.Lock()
+				r.got[m.Partition] = append(r.got[m.Partition], m.Offset)
+				if r.hold != nil && r.hold(m.Partition, m.Offset) {
+					r.held = append(r.held, m)
+					r.mu.Unlock()
+					continue
+				}
+				r.mu.Unlock()
+				in.Settle(&b.Items[i], stream.Completed)
+			}
+			b.Release()
+		}
+	}))
+	go func() { r.done <- g.Run(ctx) }()
+	return r
+}
+
+func (r *assignedRun) offsets(p int32) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.got[p]...)
+}
+
+func (r *assignedRun) reset(p int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.got, p)
+}
+
+func newAssigned(t *testing.T, brokers []string, mut ...func(*kafka.AssignedConfig)) *kafka.Assigned {
+	t.Helper()
+	cfg := kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 5 * time.Second}, Topic: "in", Logger: quiet}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	a, err := kafka.NewAssigned(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return a
+}
+
+// contiguous reports whether offs is from, from+1, ..., to-1 in order.
+func contiguous(offs []int64, from, to int64) error {
+	if int64(len(offs)) != to-from {
+		return fmt.Errorf("got %d records, want %d (offsets %d..%d)", len(offs), to-from, from, to-1)
+	}
+	for i, o := range offs {
+		if o != from+int64(i) {
+			return fmt.Errorf("record %d has offset %d, want %d", i, o, from+int64(i))
+		}
+	}
+	return nil
+}
+
+func TestAssignedReadsWhatItIsGivenFromWhereItIsTold(t *testing.T) {
+	brokers := testenv.Kfake(t, 4, "in")
+	testenv.Produce(t, brokers, "in", 2000, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	a := newAssigned(t, brokers)
+	ps, err := a.Partitions(context.Background())
+	if err != nil || len(ps) != 4 {
+		t.Fatalf("Partitions = %v, %v; want 4 partitions", ps, err)
+	}
+	ends := endOffsets(t, brokers, "in")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := runAssigned(t, ctx, a, nil)
+	a.Start(0, -1) // the configured start: earliest
+	a.Start(1, 10)
+	waitFor(t, "partitions 0 and 1 read to their ends", 20*time.Second, func() bool {
+		return len(r.offsets(0)) == int(ends[0]) && len(r.offsets(1)) == int(ends[1]-10)
+	})
+	if err := contiguous(r.offsets(0), 0, ends[0]); err != nil {
+		t.Errorf("partition 0: %v", err)
+	}
+	if err := contiguous(r.offsets(1), 10, ends[1]); err != nil {
+		t.Errorf("partition 1: %v", err)
+	}
+	if len(r.offsets(2))+len(r.offsets(3)) != 0 {
+		t.Errorf("partitions 2 and 3 were never started, yet %d records came from them", len(r.offsets(2))+len(r.offsets(3)))
+	}
+	waitFor(t, "partition 0 settled to its end", 20*time.Second, func() bool { off, ok := a.Settled(0); return ok && off == ends[0] })
+
+	// Stopped: no longer reported, and no longer read.
+	a.Stop(1)
+	if off, ok := a.Settled(1); ok {
+		t.Errorf("Settled(1) = %d after Stop; want nothing", off)
+	}
+	// Started again further back: a new assignment from that offset.
+	r.reset(0)
+	a.Start(0, 5)
+	waitFor(t, "partition 0 read again from 5", 20*time.Second, func() bool { return len(r.offsets(0)) == int(ends[0]-5) })
+	if err := contiguous(r.offsets(0), 5, ends[0]); err != nil {
+		t.Errorf("partition 0 restarted at 5: %v", err)
+	}
+	cancel()
+	if err := <-r.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+}
+
+// A record delivered before its partition was stopped and settled after it
+// must not count in a later assignment of the partition: the new one
+// starts where it is told and reports only its own records.
+func TestAssignedStopFencesSettlesOfTheOldAssignment(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "in")
+	testenv.Produce(t, brokers, "in", 500, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	a := newAssigned(t, brokers)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := true
+	var mu sync.Mutex
+	r := runAssigned(t, ctx, a, func(_ int32, off int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first && off == 100 // the first assignment never settles offset 100
+	})
+	a.Start(0, -1)
+	waitFor(t, "500 records", 20*time.Second, func() bool { return len(r.offsets(0)) == 500 })
+	if off, ok := a.Settled(0); !ok || off != 100 {
+		t.Fatalf("Settled(0) = %d, %v; want 100 (offset 100 is held)", off, ok)
+	}
+	a.Stop(0)
+	mu.Lock()
+	first = false
+	mu.Unlock()
+	r.reset(0)
+	a.Start(0, 300)
+	// The old assignment's held record settles now: ignored.
+	r.mu.Lock()
+	for i := range r.held {
+		r.held[i].Settle(stream.Completed) // through the handle: the source's settler is safe from any goroutine
+	}
+	r.mu.Unlock()
+	waitFor(t, "the second assignment read 300..499", 20*time.Second, func() bool { return len(r.offsets(0)) == 200 })
+	waitFor(t, "the second assignment settled to 500", 20*time.Second, func() bool { off, ok := a.Settled(0); return ok && off == 500 })
+	if err := contiguous(r.offsets(0), 300, 500); err != nil {
+		t.Error(err)
+	}
+	if late := a.Stats().LateSettles; late != 1 {
+		t.Errorf("LateSettles = %d; want 1 (the old assignment's record)", late)
+	}
+	cancel()
+	<-r.done
+}
+
+func TestAssignedConfigErrors(t *testing.T) {
+	_, err := kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: []string{"nohost"}}})
+	if !errors.Is(err, kafka.ErrConfig) {
+		t.Fatalf("err = %v; want ErrConfig", err)
+	}
+	for _, want := range []string{"Topic", "Brokers"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+}
+
+// endOffsets returns the log end offset of each partition of topic.
+func endOffsets(t *testing.T, brokers []string, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ls, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	ls.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends
+}
