@@ -10,17 +10,21 @@ import (
 type Strategy int
 
 const (
-	// Balanced claims one partition per round (the default): ownership
-	// moves slowly and a member joining takes its share over a few rounds.
+	// Balanced (the default) claims partitions without a live owner up to
+	// its fair share in one round — nobody processes them — but steals at
+	// most one partition per round from members above their share:
+	// ownership moves slowly, and a member joining takes its share over a
+	// few rounds.
 	Balanced Strategy = iota
-	// Greedy claims every partition it lacks in one round.
+	// Greedy also steals every partition it lacks in one round.
 	Greedy
 )
 
 // Plan decides what member me claims this round, from a fresh table: the
 // partitions it lacks to reach its fair share, first among those without
 // a live owner (none, or a lease expired by the store's clock), then from
-// owners above their fair share, at most one per round with Balanced.
+// owners above their fair share (at most one per round, and only in a
+// round without free claims, with Balanced).
 //
 // The fair share of n partitions among m members present (me counted,
 // idle members included) is n/m, and n%m members may hold one more. A
@@ -67,9 +71,6 @@ func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *
 	if want <= 0 {
 		return nil
 	}
-	if strategy == Balanced {
-		want = 1
-	}
 	pick := func(c []int) int {
 		if rnd == nil {
 			return 0
@@ -86,7 +87,14 @@ func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *
 	}
 	// Steal: from owners holding more than base+1, or base+1 while more
 	// than extra owners do (counting me once I hold base+1), the one
-	// holding most first.
+	// holding most first. Balanced steals one partition per round, and
+	// none in a round that claims free ones.
+	if strategy == Balanced {
+		want = min(want, 1)
+		if len(claims) > 0 {
+			want = 0
+		}
+	}
 	if want > 0 {
 		owners := make([]string, 0, len(live))
 		for id := range live {
