@@ -165,11 +165,11 @@ type held struct {
 }
 
 type counters struct {
-	rounds, renewFailures, claimed, stolen, reclaimed, lost                atomic.Int64
+	rounds, renewFailures, claimed, stolen, reclaimed, lost                  atomic.Int64
 	writes, writeErrors, fencedWrites, behindWrites, checkpointsLost, fences atomic.Int64
-	stops                                                                     [4]atomic.Int64
-	lastRenew                                                                 atomic.Int64 // ns
-	lastCheckpoint                                                            atomic.Int64 // unix ns of the last accepted write
+	stops                                                                    [4]atomic.Int64
+	lastRenew                                                                atomic.Int64 // ns
+	lastCheckpoint                                                           atomic.Int64 // unix ns of the last accepted write
 }
 
 // NewBalancer returns a balancer of src's partitions over store, or an
@@ -223,8 +223,8 @@ func NewBalancer[T any](store Store, src Partitioned[T], cfg Config) (*Balancer[
 	h := fnv.New64a()
 	h.Write([]byte(cfg.ID))
 	return &Balancer[T]{store: store, src: src, cfg: cfg, exp: exp,
-		log: cfg.Logger.With("component", "ownership", "member", cfg.ID),
-		rnd: rand.New(rand.NewPCG(h.Sum64(), uint64(time.Now().UnixNano()))),
+		log:  cfg.Logger.With("component", "ownership", "member", cfg.ID),
+		rnd:  rand.New(rand.NewPCG(h.Sum64(), uint64(time.Now().UnixNano()))),
 		held: map[int32]*held{}, known: map[int32]int64{}, kick: make(chan struct{}, 1)}, nil
 }
 
