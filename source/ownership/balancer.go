@@ -165,7 +165,7 @@ type held struct {
 }
 
 type counters struct {
-	rounds, renewFailures, claimed, stolen, reclaimed, lost                  atomic.Int64
+	rounds, renewFailures, claimed, stolen, reclaimed                        atomic.Int64
 	writes, writeErrors, fencedWrites, behindWrites, checkpointsLost, fences atomic.Int64
 	stops                                                                    [4]atomic.Int64
 	lastRenew                                                                atomic.Int64 // ns
