@@ -9,12 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
 	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -148,4 +152,64 @@ func BenchmarkKafkaPipeline(b *testing.B) {
 		b.ReportMetric(base.Seconds()/el.Seconds(), "vs_baseline")
 		b.ReportMetric(0, "ns/op")
 	})
+	// owned: the same pipeline on the assigned source, its partitions
+	// claimed from a real redis-server and checkpointed there, paired with
+	// a sluice iteration (vs_sluice, target >= 0.9).
+	b.Run("owned", func(b *testing.B) {
+		rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b)})
+		defer rdb.Close()
+		var el, pair time.Duration
+		for b.Loop() {
+			pair += sluiceConsume(b, brokers, next("pair"))
+			el += ownedConsume(b, brokers, rdb, next("owned"))
+		}
+		b.ReportMetric(float64(kafkaRecords*b.N)/el.Seconds(), "records/s")
+		b.ReportMetric(float64(kafkaRecords*b.N)/pair.Seconds(), "paired_sluice_records/s")
+		b.ReportMetric(pair.Seconds()/el.Seconds(), "vs_sluice")
+		b.ReportMetric(0, "ns/op")
+	})
+}
+
+// ownedConsume is sluiceConsume on kafka.Assigned driven by an ownership
+// balancer over Redis (namespace ns): the time includes the first claim
+// round and ends with the last checkpoint written to Redis.
+func ownedConsume(b *testing.B, brokers []string, rdb *redis.Client, ns string) time.Duration {
+	quiet := slog.New(slog.DiscardHandler)
+	src, err := kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers}, Topic: "bench", Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	store, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: ns, Stream: "bench", Group: "g", Expiration: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bal, err := ownership.NewBalancer[[]byte](store, src, ownership.Config{ID: "bench", Interval: time.Second, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n atomic.Int64
+	g := stream.New(stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, stream.Source[[]byte](bal)), flow.MapAsync(64,
+		func(_ context.Context, v []byte) ([]byte, error) {
+			if n.Add(1) == kafkaRecords {
+				cancel()
+			}
+			return v, nil
+		}))
+	stream.To(s, checkpoint.New[[]byte](bal))
+	t0 := time.Now()
+	if err := g.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(t0)
+	if err := bal.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if n.Load() < kafkaRecords {
+		b.Fatalf("consumed %d of %d", n.Load(), kafkaRecords)
+	}
+	return el
 }

@@ -338,14 +338,11 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table) {
 			}
 		}
 	} else {
-		planned := Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd)
-		if b.cfg.Strategy == Balanced && b.stats.rounds.Load() == 1 && len(planned) > 1 {
-			// The first round may not see every member yet (all starting
-			// at once, each alone in its first table): one claim, the
-			// fair share from the next round on.
-			planned = planned[:1]
-		}
-		for _, c := range planned {
+		// Members starting at once may each see only themselves in
+		// their first table and claim every free partition: the version
+		// check gives each partition to one of them, and the steals of
+		// the next rounds even the shares out.
+		for _, c := range Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd) {
 			if kinds[c.Partition] != nil {
 				continue
 			}
