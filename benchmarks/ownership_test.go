@@ -1,0 +1,151 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// busySource stands for a source that always makes progress: every
+// partition it runs reports a higher settled offset at each look, so that
+// every commit writes every partition's checkpoint (the most Redis work).
+type busySource struct {
+	parts []int32
+	mu    sync.Mutex
+	run   map[int32]bool
+	off   atomic.Int64
+}
+
+func (s *busySource) Run(ctx context.Context, _ *stream.Outlet[[]byte]) error {
+	<-ctx.Done()
+	return nil
+}
+func (s *busySource) Partitions(context.Context) ([]int32, error) { return s.parts, nil }
+func (s *busySource) Start(p int32, _ int64)                      { s.mu.Lock(); s.run[p] = true; s.mu.Unlock() }
+func (s *busySource) Stop(p int32)                                { s.mu.Lock(); delete(s.run, p); s.mu.Unlock() }
+func (s *busySource) Settled(p int32) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.off.Add(1), s.run[p]
+}
+
+// BenchmarkOwnershipRedisLoad runs 10 instances sharing 16 partitions
+// through a real redis-server, renewing every second and checkpointing
+// every partition every second, and reports the commands Redis served per
+// second once the shares are settled: script calls (one round trip each)
+// and all commands, those the scripts run included (target < 50 script
+// calls/s).
+func BenchmarkOwnershipRedisLoad(b *testing.B) {
+	const instances, partitions = 10, 16
+	const window = 10 * time.Second
+	addr := testenv.Redis(b)
+	for b.Loop() {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		quiet := slog.New(slog.DiscardHandler)
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var bals []*ownership.Balancer[[]byte]
+		for i := range instances {
+			store, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: fmt.Sprint("load", b.N), Stream: "s", Group: "g",
+				Expiration: 10 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			src := &busySource{run: map[int32]bool{}}
+			for p := range partitions {
+				src.parts = append(src.parts, int32(p))
+			}
+			bal, err := ownership.NewBalancer[[]byte](store, src, ownership.Config{ID: fmt.Sprint("i", i), Interval: time.Second, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bals = append(bals, bal)
+			g := stream.New(stream.WithLogger(quiet))
+			stream.To(stream.From(g, stream.Source[[]byte](bal)), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+				<-ctx.Done()
+				return nil
+			}))
+			wg.Add(2)
+			go func() { defer wg.Done(); _ = g.Run(ctx) }()
+			go func() { // the checkpoint sink's committer, every second
+				defer wg.Done()
+				t := time.NewTicker(time.Second)
+				defer t.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-t.C:
+						_ = bal.Commit(ctx)
+					}
+				}
+			}()
+		}
+		// Settle: every partition owned by one instance, shares even.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			owned, most := 0, 0
+			for _, bal := range bals {
+				n := len(bal.Owned())
+				owned += n
+				most = max(most, n)
+			}
+			if owned == partitions && most <= partitions/instances+1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("not settled after 30 s: %d partitions owned", owned)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		calls0, all0 := redisCalls(b, rdb)
+		time.Sleep(window)
+		calls1, all1 := redisCalls(b, rdb)
+		cancel()
+		wg.Wait()
+		for _, bal := range bals {
+			_ = bal.Close(context.Background())
+		}
+		rdb.Close()
+		b.ReportMetric(float64(calls1-calls0)/window.Seconds(), "script_calls/s")
+		b.ReportMetric(float64(all1-all0)/window.Seconds(), "commands/s")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// redisCalls returns the script calls (EVALSHA and EVAL) and all the
+// commands Redis has served, from INFO commandstats.
+func redisCalls(b *testing.B, rdb *redis.Client) (scripts, all int64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			scripts += n
+		}
+		if name != "cmdstat_info" {
+			all += n
+		}
+	}
+	return scripts, all
+}
