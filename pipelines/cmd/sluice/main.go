@@ -17,6 +17,9 @@
 //	sluice deadletters  list a dead-letter topic (counts by stage and reason,
 //	                 the records); "replay" sends selected ones back to their
 //	                 original topic, once per request id
+//	sluice checkpoints  list the partition ownership records and checkpoints
+//	                 kept in Redis for a stream and group; "set" rewinds (or
+//	                 moves forward) a partition's checkpoint
 //	sluice broker    a standalone in-process Kafka-compatible dev broker
 //	sluice version   the version and those of the dependencies compiled in
 //
@@ -75,6 +78,8 @@ func usage() error {
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
   sluice deadletters [-topic delivery-dead-letters] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-limit 20] [-json]
   sluice deadletters replay [-topic T] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-to TOPIC] [-rate 100] [-dry-run] [-again]
+  sluice checkpoints [list|set] -stream TOPIC -group G [-redis host:port|redis://...] [-namespace sluice] [-partitions 16]
+              [-expiration 1m] [-partition P -offset O (set)]
   sluice broker [-port 9092] [-partitions 16] [-topics ` + defaultTopics + `]
   sluice version
 Every flag defaults to a variable: $SLUICE_<FLAG> for run and the connection flags (-brokers, -tls, -sasl-*),
@@ -192,6 +197,8 @@ func run(args []string) error {
 		return runVerify(ctx, args[1:])
 	case "deadletters":
 		return runDeadLetters(ctx, args[1:])
+	case "checkpoints":
+		return runCheckpoints(ctx, args[1:], os.Stdout)
 	case "broker":
 		fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 		port := fs.Int("port", 9092, "port on 127.0.0.1")

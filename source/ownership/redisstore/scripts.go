@@ -18,7 +18,8 @@ local function d(x) return string.format('%d', x) end
 // renewScript: KEYS[1] the members hash, KEYS[2..] the ownership hashes of
 // the partitions in the table. ARGV: owner, expiration (ms), the number of
 // leases h, then per lease the index of its key (0-based, among the
-// partitions) and its epoch. Returns {now, outcomes, rows, members}: an
+// partitions) and its epoch; an empty owner only reads (no presence
+// recorded). Returns {now, outcomes, rows, members}: an
 // outcome per lease (0 renewed, 1 fenced), four values per partition
 // (owner, epoch, version, modified), and id, age pairs of the members
 // present (expired ones are removed).
@@ -36,7 +37,7 @@ for i = 1, h do
     out[i] = 1
   end
 end
-redis.call('HSET', KEYS[1], me, d(now))
+if me ~= '' then redis.call('HSET', KEYS[1], me, d(now)) end
 local m = redis.call('HGETALL', KEYS[1])
 local members = {}
 for i = 1, #m, 2 do

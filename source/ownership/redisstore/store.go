@@ -88,6 +88,17 @@ func (s *Store) Renew(ctx context.Context, owner string, partitions []int32, hel
 	if owner == "" {
 		return ownership.Table{}, nil, errors.New("redisstore: an owner id is required")
 	}
+	return s.renew(ctx, owner, partitions, held)
+}
+
+// Table reads the table of partitions without writing anything: no
+// renewal, no presence (for tools such as "sluice checkpoints list").
+func (s *Store) Table(ctx context.Context, partitions []int32) (ownership.Table, error) {
+	tb, _, err := s.renew(ctx, "", partitions, nil)
+	return tb, err
+}
+
+func (s *Store) renew(ctx context.Context, owner string, partitions []int32, held []ownership.Lease) (ownership.Table, []ownership.Outcome, error) {
 	index := make(map[int32]int, len(partitions)+len(held))
 	keys := []string{s.membersKey()}
 	parts := make([]int32, 0, len(partitions)+len(held))

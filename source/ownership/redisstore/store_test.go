@@ -270,3 +270,23 @@ func checkpoints(t *testing.T, s *redisstore.Store, parts ...int32) []ownership.
 	}
 	return cks
 }
+
+// Table reads without writing: no presence recorded, no version changed.
+func TestTableOnlyReads(t *testing.T) {
+	s, _ := newStore(t, time.Minute)
+	ctx := context.Background()
+	if _, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Table(ctx, []int32{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Table(ctx, []int32{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Members) != 0 || after.Owners[0].Version != before.Owners[0].Version || after.Owners[0].Owner != "a" {
+		t.Fatalf("Table wrote: members %v, version %d -> %d, owner %q", after.Members, before.Owners[0].Version, after.Owners[0].Version, after.Owners[0].Owner)
+	}
+}

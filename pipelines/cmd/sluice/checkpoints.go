@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+)
+
+// runCheckpoints is "sluice checkpoints list|set": the partition
+// ownership records and checkpoints of one namespace, stream and group in
+// Redis, and the rewind (or move forward) of a partition's checkpoint.
+func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
+	verb := "list"
+	if len(args) > 0 && (args[0] == "list" || args[0] == "set") {
+		verb, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("checkpoints", flag.ContinueOnError)
+	redisURL := fs.String("redis", "127.0.0.1:6379", "the Redis of the checkpoint store: host:port or redis://[user:password@]host:port[/db], rediss:// for TLS")
+	redisCA := fs.String("redis-ca", "", "PEM file of the CA a rediss:// server's certificate must chain to")
+	ns := fs.String("namespace", "sluice", "ownership namespace")
+	streamName := fs.String("stream", "", "the stream (Kafka topic) the checkpoints are of (required)")
+	group := fs.String("group", "", "the consumer group (required)")
+	partitions := fs.Int("partitions", 16, "list partitions 0 to N-1")
+	expiration := fs.Duration("expiration", time.Minute, "the workers' lease expiration, to tell live owners from expired ones")
+	partition := fs.Int("partition", -1, "set: the partition")
+	offset := fs.Int64("offset", -1, "set: the offset of the next record to process")
+	if err := parseFlags("checkpoints", fs, args); err != nil {
+		return err
+	}
+	if *streamName == "" || *group == "" {
+		return fmt.Errorf("checkpoints: -stream and -group are required")
+	}
+	opts, err := redisOptions(*redisURL, *redisCA)
+	if err != nil {
+		return err
+	}
+	rc := redis.NewClient(opts)
+	defer rc.Close()
+	if err := checkRedis(ctx, rc, opts); err != nil {
+		return err
+	}
+	store, err := redisstore.New(redisstore.Config{Client: rc, Namespace: *ns, Stream: *streamName, Group: *group, Expiration: *expiration})
+	if err != nil {
+		return fmt.Errorf("checkpoints: %w", err)
+	}
+	if verb == "set" {
+		if *partition < 0 || *offset < 0 {
+			return fmt.Errorf("checkpoints set: -partition and -offset are required (0 or more)")
+		}
+		if *partition >= *partitions {
+			return fmt.Errorf("checkpoints set: -partition %d: the stream has %d partitions (-partitions)", *partition, *partitions)
+		}
+		if err := store.SetCheckpoint(ctx, int32(*partition), *offset); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "partition %d of %s/%s/%s: checkpoint set to %d; its owner is fenced and resumes there at its next renewal\n",
+			*partition, *ns, *streamName, *group, *offset)
+		return nil
+	}
+	ps := make([]int32, *partitions)
+	for i := range ps {
+		ps[i] = int32(i)
+	}
+	tb, err := store.Table(ctx, ps)
+	if err != nil {
+		return err
+	}
+	cks, err := store.Checkpoints(ctx, ps)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s/%s/%s at %s (Redis time); %d members present\n", *ns, *streamName, *group, tb.Now.UTC().Format(time.RFC3339), len(tb.Members))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tOFFSET\tWRITTEN\tBY\tOWNER\tEPOCH\tLEASE AGE")
+	for i, o := range tb.Owners {
+		ck := cks[i]
+		off, written, by := "-", "-", "-"
+		if ck.Offset >= 0 {
+			off = fmt.Sprint(ck.Offset)
+			if !ck.Written.IsZero() {
+				written = tb.Now.Sub(ck.Written).Round(time.Millisecond).String() + " ago"
+			}
+			by = ck.Owner
+			if by == "" {
+				by = "(set)"
+			}
+		}
+		owner, age := o.Owner, "-"
+		switch {
+		case o.Owner == "":
+			owner = "(none)"
+		case o.Expired(*expiration):
+			owner += " (expired)"
+		}
+		if !o.Modified.IsZero() {
+			age = o.Age.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\n", o.Partition, off, written, by, owner, o.Epoch, age)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, m := range tb.Members {
+		fmt.Fprintf(w, "member %s: last heartbeat %v ago\n", m.ID, m.Age.Round(time.Millisecond))
+	}
+	return nil
+}
