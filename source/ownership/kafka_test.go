@@ -42,14 +42,14 @@ func (s *seenSet) add(p int32, off int64) {
 	s.mu.Unlock()
 }
 
-func startInstance(t *testing.T, brokers []string, redisAddr, id string, seen *seenSet, a *audit, work time.Duration) *instance {
+func startInstance(t *testing.T, brokers []string, topic, redisAddr, id string, seen *seenSet, a *audit, work time.Duration) *instance {
 	t.Helper()
 	in := &instance{id: id, rdb: redis.NewClient(&redis.Options{Addr: redisAddr, MaxRetries: -1}), done: make(chan error, 1)}
-	store, err := redisstore.New(redisstore.Config{Client: in.rdb, Namespace: "test", Stream: "in", Group: "g", Expiration: 1500 * time.Millisecond})
+	store, err := redisstore.New(redisstore.Config{Client: in.rdb, Namespace: "test", Stream: topic, Group: "g", Expiration: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in.a, err = kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers}, Topic: "in",
+	in.a, err = kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers}, Topic: topic,
 		Logger: quiet, MaxUnsettledPerPartition: 500})
 	if err != nil {
 		t.Fatal(err)
@@ -112,18 +112,22 @@ func (in *instance) crash() {
 // checkpoints end at the log ends and never move back, and no two members
 // have checkpoints accepted under one epoch.
 func TestOwnedKafkaAcrossJoinsLeavesAndCrashes(t *testing.T) {
+	ownedAcrossMembers(t, testenv.Kfake(t, 8, "in"), "in")
+}
+
+// ownedAcrossMembers is the test on brokers, whose topic has 8 partitions.
+func ownedAcrossMembers(t *testing.T, brokers []string, topic string) {
 	const parts, n = 8, 30_000
-	brokers := testenv.Kfake(t, parts, "in")
-	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	testenv.Produce(t, brokers, topic, n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
 	redisAddr := testenv.Redis(t)
-	ends := endOffsetsOf(t, brokers)
+	ends := endOffsetsOf(t, brokers, topic)
 	seen := &seenSet{recs: map[[2]int64]int{}}
 	var a audit
 
 	// Checkpoints polled from Redis never move back.
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	observer, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: "test", Stream: "in", Group: "g", Expiration: 1500 * time.Millisecond})
+	observer, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: "test", Stream: topic, Group: "g", Expiration: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,15 +168,15 @@ func TestOwnedKafkaAcrossJoinsLeavesAndCrashes(t *testing.T) {
 	}()
 
 	work := 3 * time.Millisecond
-	m1 := startInstance(t, brokers, redisAddr, "m1", seen, &a, work)
-	m2 := startInstance(t, brokers, redisAddr, "m2", seen, &a, work)
+	m1 := startInstance(t, brokers, topic, redisAddr, "m1", seen, &a, work)
+	m2 := startInstance(t, brokers, topic, redisAddr, "m2", seen, &a, work)
 	time.Sleep(time.Second)
-	m3 := startInstance(t, brokers, redisAddr, "m3", seen, &a, work)
+	m3 := startInstance(t, brokers, topic, redisAddr, "m3", seen, &a, work)
 	time.Sleep(time.Second)
 	m2.crash()
 	time.Sleep(time.Second)
 	m1.stop(t)
-	m4 := startInstance(t, brokers, redisAddr, "m4", seen, &a, work)
+	m4 := startInstance(t, brokers, topic, redisAddr, "m4", seen, &a, work)
 
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -226,14 +230,14 @@ func TestOwnedKafkaAcrossJoinsLeavesAndCrashes(t *testing.T) {
 	}
 }
 
-func endOffsetsOf(t *testing.T, brokers []string) map[int32]int64 {
+func endOffsetsOf(t *testing.T, brokers []string, topic string) map[int32]int64 {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ls, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), "in")
+	ls, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
 	if err != nil {
 		t.Fatal(err)
 	}
