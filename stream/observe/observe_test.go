@@ -18,9 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
@@ -29,6 +31,8 @@ import (
 	"github.com/sluice-streams/sluice/sink/checkpoint"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -127,6 +131,10 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	// The source still owns its partitions until Close: their gauges are
 	// there.
 	defer src.Close(context.Background())
+	// A second pipeline reads the topic by direct assignment through the
+	// Redis ownership balancer (miniredis here), for its metrics.
+	bal := ownedPipeline(t, reg, brokers)
+	defer bal.Close(context.Background())
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +151,8 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		"sluice_checkpoint_commits_total", "sluice_breaker_state",
 		"sluice_lane_started_total", "sluice_lane_completed_total", "sluice_lane_wait_seconds", "sluice_lane_latency_seconds",
 		"sluice_lane_busy_seconds_total", "sluice_priority_received_total", "sluice_priority_emitted_total",
+		"sluice_ownership_owned_partitions", "sluice_ownership_members", "sluice_ownership_claims_total",
+		"sluice_ownership_renewals_total", "sluice_ownership_checkpoints_total", "sluice_ownership_renewal_seconds",
 	} {
 		if v := total(t, reg, name); v <= 0 {
 			t.Errorf("%s = %v: absent or did not move", name, v)
@@ -152,7 +162,8 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		"sluice_async_in_flight", "sluice_async_delayed", "sluice_breaker_transitions_total", "sluice_kafka_unsettled",
 		"sluice_kafka_committed_offset", "sluice_kafka_lag", "sluice_lane_waiting", "sluice_lane_in_flight",
 		"sluice_lane_desired_workers", "sluice_priority_queued", "sluice_priority_lag", "sluice_priority_paused",
-		"sluice_priority_pauses_total"} {
+		"sluice_priority_pauses_total", "sluice_ownership_stops_total", "sluice_ownership_renewal_failures_total",
+		"sluice_ownership_checkpoint_age_seconds", "sluice_ownership_self_fences_total", "sluice_ownership_checkpoints_lost_total"} {
 		if v := total(t, reg, name); v < 0 {
 			t.Errorf("%s absent", name)
 		}
@@ -520,4 +531,50 @@ func TestRegisterWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// ownedPipeline runs kafka.Assigned under an ownership balancer over
+// miniredis until it has read the 5,000 records of brokers' topic "in",
+// registered in reg as pipeline "owned", and returns the balancer (to
+// Close once the metrics are read).
+func ownedPipeline(t *testing.T, reg *prometheus.Registry, brokers []string) *ownership.Balancer[[]byte] {
+	t.Helper()
+	m, err := observe.New(reg, "owned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	a, err := kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers}, Topic: "in", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	store, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: "obs", Stream: "in", Group: "g", Expiration: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bal, err := ownership.NewBalancer[[]byte](store, a, ownership.Config{ID: "obs-1", Interval: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var n atomic.Int64
+	g := stream.New(stream.WithPipeline("owned"), stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, stream.Source[[]byte](bal), stream.Name("owned")), flow.Map(func(v []byte) ([]byte, error) {
+		if n.Add(1) == 5000 {
+			cancel()
+		}
+		return v, nil
+	}), stream.Name("count"))
+	stream.To(s, checkpoint.New[[]byte](bal, checkpoint.Interval(20*time.Millisecond)), stream.Name("checkpoint"))
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return bal
 }
