@@ -50,8 +50,8 @@ type Config struct {
 	// ±10% (default 10 s). The store's Expiration must be at least three
 	// times as long.
 	Interval time.Duration
-	// Strategy is Balanced (the default: one partition per round) or
-	// Greedy.
+	// Strategy is Balanced (the default: free partitions up to the fair
+	// share at once, at most one steal per round) or Greedy.
 	Strategy Strategy
 	// Fixed, if set, are the partitions this instance reads, whatever the
 	// others hold: no balancing (a static layout). It claims each as soon
@@ -214,8 +214,12 @@ func NewBalancer[T any](store Store, src Partitioned[T], cfg Config) (*Balancer[
 	if cfg.Strategy != Balanced && cfg.Strategy != Greedy {
 		bad("Strategy", "unknown strategy %d", cfg.Strategy)
 	}
-	if exp > 0 && (cfg.Margin < 0 || cfg.Margin >= exp-cfg.Interval) {
-		bad("Margin", "%v: must be at least 0 and below the expiration minus the interval (%v)", cfg.Margin, exp-cfg.Interval)
+	// Two renewals may be 1.1 intervals apart (the jitter) plus a round's
+	// other calls, each bounded by the interval: the deadline must leave
+	// room for both.
+	if room := exp - 2*cfg.Interval - cfg.Interval/10; exp > 0 && (cfg.Margin < 0 || cfg.Margin >= room) {
+		bad("Margin", "%v: must be at least 0 and below the expiration minus 2.1 x the interval (%v), or the instance fences itself between renewals",
+			cfg.Margin, room)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
@@ -236,10 +240,11 @@ func (b *Balancer[T]) Name() string {
 	return "owned"
 }
 
-// Run starts the renewal loop (once: it runs until Close), then runs the
-// source until ctx is cancelled or it fails. When it returns, the balancer
-// claims nothing more but keeps renewing what it holds, so that the
-// pipeline's final checkpoint is accepted.
+// Run starts the renewal loop, then runs the source until ctx is
+// cancelled or it fails. When it returns, the balancer claims nothing more
+// but keeps renewing what it holds, so that the pipeline's final
+// checkpoint is accepted: Close must follow (even when Run failed), or the
+// partitions stay owned and unread. A balancer runs once.
 func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 	parts, err := b.src.Partitions(ctx)
 	if err != nil {
@@ -252,14 +257,18 @@ func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 		}
 	}
 	b.mu.Lock()
-	if !b.runs {
-		b.runs = true
-		b.parts = parts
-		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		b.cancel, b.loopDone = cancel, make(chan struct{})
-		b.claiming.Store(true)
-		go b.loop(lctx)
+	if b.runs {
+		b.mu.Unlock()
+		// The source still holds the first run's partition states (and
+		// their unsettled records, which nobody will settle).
+		return errors.New("sluice: ownership: Run called twice: create a new source and balancer for another run")
 	}
+	b.runs = true
+	b.parts = parts
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.cancel, b.loopDone = cancel, make(chan struct{})
+	b.claiming.Store(true)
+	go b.loop(lctx)
 	b.mu.Unlock()
 	defer b.claiming.Store(false)
 	return b.src.Run(ctx, out)

@@ -532,6 +532,9 @@ func TestBalancerFixedPartitions(t *testing.T) {
 		}
 		ma.close(t)
 		mb.close(t)
+		if err := ma.b.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Fatalf("a second Run: %v, want an error (the source holds the first run's states)", err)
+		}
 	})
 }
 

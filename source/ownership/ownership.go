@@ -20,9 +20,21 @@
 // accepted checkpoint and sends them again), so sinks must be idempotent;
 // and a store that loses acknowledged writes (a Redis failover to a
 // replica that had not received them) can lose a claim or a checkpoint —
-// a checkpoint lost moves the resume point back (records are processed
-// again, never skipped), a claim lost lets two instances believe they own
-// a partition until the next renewal, when one is refused.
+// a checkpoint lost moves the resume point back to the source's configured
+// start (records are processed again with Earliest; skipped with Latest
+// or a start time), a claim lost lets two instances believe they own a
+// partition until the next renewal, when one is refused.
+//
+// Ownership moves without a handshake: a member that steals a partition
+// (or takes one whose lease expired) starts it at once, while the old
+// owner learns of it at its next renewal or checkpoint, so the two may
+// process the partition together for up to one interval (only the new
+// owner's checkpoints are accepted). Records already in a stopped
+// partition's pipeline are still processed. A partition without a
+// checkpoint that starts at Latest (or a start time) and changes owner
+// before its first checkpoint is resolved again by the new owner: the
+// records in between are read by nobody; use Earliest, or give the
+// partition a checkpoint first ("sluice checkpoints set").
 package ownership
 
 import (
