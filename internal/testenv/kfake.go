@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -156,4 +157,24 @@ func CommittedOffsets(ctx context.Context, cl *kgo.Client, group, topic string) 
 		}
 	}
 	return out
+}
+
+// EndOffsets returns the log end offset of each partition of topic; it
+// fails the test if the cluster does not answer within 10 s.
+func EndOffsets(t testing.TB, brokers []string, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ls, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	ls.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return ends
 }

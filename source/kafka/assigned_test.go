@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
@@ -103,7 +100,7 @@ func TestAssignedReadsWhatItIsGivenFromWhereItIsTold(t *testing.T) {
 	if err != nil || len(ps) != 4 {
 		t.Fatalf("Partitions = %v, %v; want 4 partitions", ps, err)
 	}
-	ends := endOffsets(t, brokers, "in")
+	ends := testenv.EndOffsets(t, brokers, "in")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -197,23 +194,4 @@ func TestAssignedConfigErrors(t *testing.T) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
 	}
-}
-
-// endOffsets returns the log end offset of each partition of topic.
-func endOffsets(t *testing.T, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ls, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends := map[int32]int64{}
-	ls.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
-	return ends
 }

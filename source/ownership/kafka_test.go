@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
@@ -120,7 +118,7 @@ func ownedAcrossMembers(t *testing.T, brokers []string, topic string) {
 	const parts, n = 8, 30_000
 	testenv.Produce(t, brokers, topic, n, func(i int) []byte { return []byte(fmt.Sprint(i)) })
 	redisAddr := testenv.Redis(t)
-	ends := endOffsetsOf(t, brokers, topic)
+	ends := testenv.EndOffsets(t, brokers, topic)
 	seen := &seenSet{recs: map[[2]int64]int{}}
 	var a audit
 
@@ -228,20 +226,4 @@ func ownedAcrossMembers(t *testing.T, brokers []string, topic string) {
 	if len(a.bad) > 0 {
 		t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
 	}
-}
-
-func endOffsetsOf(t *testing.T, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ls, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends := map[int32]int64{}
-	ls.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
-	return ends
 }
