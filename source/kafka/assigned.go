@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -103,9 +102,7 @@ func NewAssigned(ctx context.Context, cfg AssignedConfig) (*Assigned, error) {
 	case cfg.Start == Latest:
 		start = kgo.NewOffset().AtEnd()
 	}
-	s := &Source{cfg: c, log: c.Logger.With("component", "kafka-assigned", "topic", cfg.Topic), parts: map[tpKey]*partition{},
-		topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
-	s.limited = logx.NewLimited(s.log, time.Second, 5)
+	s := newState(c, c.Logger.With("component", "kafka-assigned", "topic", cfg.Topic))
 	a := &Assigned{s: s, d: &direct{topic: cfg.Topic, start: start, consuming: map[int32]bool{}}}
 	s.direct = a.d
 	opts := append(c.ClientOpts(),
@@ -113,14 +110,11 @@ func NewAssigned(ctx context.Context, cfg AssignedConfig) (*Assigned, error) {
 		kgo.WithHooks(s.health),
 		kgo.WithLogger(NewLogger(c.Logger)),
 	)
-	opts = append(opts, c.Opts...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("Opts", "%v", err))
+	if err := s.connect(opts); err != nil {
+		return nil, err
 	}
-	s.cl = cl
 	if err := s.check(ctx); err != nil {
-		cl.Close()
+		s.cl.Close()
 		return nil, err
 	}
 	return a, nil

@@ -50,9 +50,7 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg, log: cfg.Logger.With("component", "kafka-source", "group", cfg.Group), parts: map[tpKey]*partition{},
-		topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
-	s.limited = logx.NewLimited(s.log, time.Second, 5)
+	s := newState(cfg, cfg.Logger.With("component", "kafka-source", "group", cfg.Group))
 	balancer := cfg.Balancer
 	if balancer == nil {
 		balancer = kgo.CooperativeStickyBalancer()
@@ -87,12 +85,10 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.Regex {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
-	opts = append(opts, cfg.Opts...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("Opts", "%v", err))
+	if err := s.connect(opts); err != nil {
+		return nil, err
 	}
-	s.cl = cl
+	cl := s.cl
 	if hb, ok := cl.OptValue(kgo.HeartbeatInterval).(time.Duration); ok && cfg.MaxBrokerLoss > 0 && cfg.MaxBrokerLoss < 3*hb {
 		cl.Close()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("MaxBrokerLoss",
@@ -103,6 +99,24 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newState returns a source's state before its client exists.
+func newState(cfg Config, log *slog.Logger) *Source {
+	s := &Source{cfg: cfg, log: log, parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
+	s.limited = logx.NewLimited(s.log, time.Second, 5)
+	return s
+}
+
+// connect creates the client from the source's options followed by
+// Config.Opts.
+func (s *Source) connect(opts []kgo.Opt) error {
+	cl, err := kgo.NewClient(append(opts, s.cfg.Opts...)...)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, configError("Opts", "%v", err))
+	}
+	s.cl = cl
+	return nil
 }
 
 // check asks the cluster for the topics' metadata: it proves a broker is
