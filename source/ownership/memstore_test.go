@@ -122,7 +122,7 @@ func (s *memStore) Claim(_ context.Context, owner string, claims []ownership.Cla
 		if r.version != c.Version {
 			continue
 		}
-		r.epoch++
+		r.bump()
 		r.version++
 		r.owner, r.modified = owner, time.Now()
 		won = append(won, ownership.Lease{Partition: c.Partition, Epoch: r.epoch})
@@ -138,7 +138,7 @@ func (s *memStore) Relinquish(_ context.Context, owner string, held []ownership.
 	for _, l := range held {
 		if r := s.rec(l.Partition); r.owner == owner && r.epoch == l.Epoch {
 			r.owner, r.modified = "", time.Now()
-			r.epoch++
+			r.bump()
 			r.version++
 		}
 	}
@@ -198,11 +198,15 @@ func (s *memStore) SetCheckpoint(_ context.Context, partition int32, offset int6
 	}
 	defer s.mu.Unlock()
 	r := s.rec(partition)
-	r.epoch++
+	r.bump()
 	r.version++
 	s.cks[partition] = ownership.Checkpoint{Partition: partition, Offset: offset, Sequence: -1, Epoch: r.epoch, Written: time.Now()}
 	return nil
 }
+
+// bump raises the epoch as the scripts do: to the greater of epoch+1 and
+// the time in milliseconds.
+func (r *memRec) bump() { r.epoch = max(r.epoch+1, time.Now().UnixMilli()) }
 
 // wipe loses every record, as a Redis restarted without persistence.
 func (s *memStore) wipe() {

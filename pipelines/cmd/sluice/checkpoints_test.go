@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +41,8 @@ func TestCheckpointsListAndSet(t *testing.T) {
 			row = l
 		}
 	}
-	if f := strings.Fields(row); len(f) < 6 || f[1] != "1234" || !strings.Contains(row, "worker-1") || f[len(f)-2] != "1" {
-		t.Fatalf("partition 2's row %q (want offset 1234, written by and owned by worker-1, epoch 1):\n%s", row, out.String())
+	if f := strings.Fields(row); len(f) < 6 || f[1] != "1234" || !strings.Contains(row, "worker-1") || f[len(f)-2] != strconv.FormatInt(won[0].Epoch, 10) {
+		t.Fatalf("partition 2's row %q (want offset 1234, written by and owned by worker-1, epoch %d):\n%s", row, won[0].Epoch, out.String())
 	}
 
 	out.Reset()
@@ -53,7 +54,7 @@ func TestCheckpointsListAndSet(t *testing.T) {
 	if err != nil || cks[0].Offset != 100 {
 		t.Fatalf("after set: %+v %v", cks, err)
 	}
-	// The owner is fenced: its next checkpoint under epoch 1 is refused.
+	// The owner is fenced: its next checkpoint under its epoch is refused.
 	if outs, _ := store.Checkpoint(ctx, "worker-1", []ownership.Write{{Lease: won[0], Offset: 1300, Sequence: -1}}); outs[0] != ownership.Fenced {
 		t.Fatalf("the old owner's checkpoint after a rewind: %v, want fenced", outs[0])
 	}

@@ -8,11 +8,21 @@ import "github.com/redis/go-redis/v9"
 // epoch of its lease. Numbers are written with %d so that no float
 // formatting reaches a record.
 
-// prelude is the start of every script that needs the time.
+// prelude is the start of every script that needs the time. bump raises a
+// partition's epoch to the greater of epoch+1 and the time in
+// milliseconds: epochs grow by one while Redis keeps its data, and a
+// record lost with its data (a restart without persistence, a failover)
+// starts again above every epoch handed out before, so a lease from
+// before the loss can never match a new one (same owner id and epoch).
 const prelude = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function d(x) return string.format('%d', x) end
+local function bump(k)
+  local e = math.max(tonumber(redis.call('HGET', k, 'epoch') or '0') + 1, now)
+  redis.call('HSET', k, 'epoch', d(e))
+  return e
+end
 `
 
 // renewScript: KEYS[1] the members hash, KEYS[2..] the ownership hashes of
@@ -68,7 +78,7 @@ local out = {}
 for i = 1, #KEYS do
   local v = tonumber(redis.call('HGET', KEYS[i], 'version') or '0')
   if v == tonumber(ARGV[1 + i]) then
-    out[i] = redis.call('HINCRBY', KEYS[i], 'epoch', 1)
+    out[i] = bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'modified', d(now))
   else
@@ -86,7 +96,7 @@ for i = 1, #KEYS do
   local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch')
   if r[1] == ARGV[1] and r[2] == ARGV[1 + i] then
     redis.call('HSET', KEYS[i], 'owner', '', 'modified', d(now))
-    redis.call('HINCRBY', KEYS[i], 'epoch', 1)
+    bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
   end
 end
@@ -124,7 +134,7 @@ return out
 // hash; ARGV[1] the offset. Raises the epoch (fencing the owner's lease)
 // and writes the checkpoint under it.
 var setCheckpointScript = redis.NewScript(prelude + `
-local e = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+local e = bump(KEYS[1])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[2], 'offset', ARGV[1], 'sequence', '-1', 'epoch', d(e), 'owner', '', 'written', d(now))
 return e
