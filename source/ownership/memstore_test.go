@@ -205,8 +205,8 @@ func (s *memStore) SetCheckpoint(_ context.Context, partition int32, offset int6
 }
 
 // bump raises the epoch as the scripts do: to the greater of epoch+1 and
-// the time in milliseconds.
-func (r *memRec) bump() { r.epoch = max(r.epoch+1, time.Now().UnixMilli()) }
+// the time in microseconds.
+func (r *memRec) bump() { r.epoch = max(r.epoch+1, time.Now().UnixMicro()) }
 
 // wipe loses every record, as a Redis restarted without persistence.
 func (s *memStore) wipe() {

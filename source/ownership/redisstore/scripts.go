@@ -10,16 +10,17 @@ import "github.com/redis/go-redis/v9"
 
 // prelude is the start of every script that needs the time. bump raises a
 // partition's epoch to the greater of epoch+1 and the time in
-// milliseconds: epochs grow by one while Redis keeps its data, and a
-// record lost with its data (a restart without persistence, a failover)
-// starts again above every epoch handed out before, so a lease from
-// before the loss can never match a new one (same owner id and epoch).
+// microseconds (exact in Lua's doubles until the year 2255): epochs grow
+// by one while Redis keeps its data, and a record lost with its data (a
+// restart without persistence, a failover) starts again above every epoch
+// handed out before, so a lease from before the loss can never match a
+// new one (same owner id and epoch).
 const prelude = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function d(x) return string.format('%d', x) end
 local function bump(k)
-  local e = math.max(tonumber(redis.call('HGET', k, 'epoch') or '0') + 1, now)
+  local e = math.max(tonumber(redis.call('HGET', k, 'epoch') or '0') + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   redis.call('HSET', k, 'epoch', d(e))
   return e
 end

@@ -70,8 +70,8 @@ func TestClaimOneWinnerPerVersion(t *testing.T) {
 			t.Fatalf("round %d: %d winners %v, want one", round, len(won), won)
 		}
 		o := table(t, s, 0).Owners[0]
-		if o.Owner != won[0] || o.Epoch <= epoch || (round > 0 && o.Epoch != epoch+1) || o.Version <= v {
-			t.Fatalf("round %d: record %+v, want owner %s at an epoch above %d (one above, after the first) and a version above %d", round, o, won[0], epoch, v)
+		if o.Owner != won[0] || o.Epoch <= epoch || o.Version <= v {
+			t.Fatalf("round %d: record %+v, want owner %s at an epoch above %d and a version above %d", round, o, won[0], epoch, v)
 		}
 		epoch = o.Epoch
 	}
@@ -90,8 +90,8 @@ func TestCheckpointFencedByEpoch(t *testing.T) {
 	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 100, Sequence: 7}, ownership.Accepted)
 	// b takes the partition from a (a steal names the version it saw).
 	b, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 3, Version: table(t, s, 3).Owners[0].Version}})
-	if err != nil || len(b) != 1 || b[0].Epoch != a[0].Epoch+1 {
-		t.Fatalf("b's claim: %v, %v; want epoch %d", b, err, a[0].Epoch+1)
+	if err != nil || len(b) != 1 || b[0].Epoch <= a[0].Epoch {
+		t.Fatalf("b's claim: %v, %v; want an epoch above %d", b, err, a[0].Epoch)
 	}
 	mustOutcome(t, s, "a", ownership.Write{Lease: a[0], Offset: 150}, ownership.Fenced)
 	// a's epoch with b's name is no better: the epoch is the token.
@@ -116,8 +116,8 @@ func TestCheckpointFencedByEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := table(t, s, 3).Owners[0]
-	if o.Owner != "" || o.Epoch != b[0].Epoch+1 || !o.Expired(time.Minute) {
-		t.Fatalf("after b's relinquish: %+v, want no owner at epoch %d", o, b[0].Epoch+1)
+	if o.Owner != "" || o.Epoch <= b[0].Epoch || !o.Expired(time.Minute) {
+		t.Fatalf("after b's relinquish: %+v, want no owner at an epoch above %d", o, b[0].Epoch)
 	}
 	mustOutcome(t, s, "b", ownership.Write{Lease: b[0], Offset: 130}, ownership.Fenced)
 }
