@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -70,6 +71,9 @@ type direct struct {
 	cancel context.CancelFunc // wakes the poll in progress
 
 	consuming map[int32]bool // partitions the client consumes; the poll loop's only
+
+	gate func() // called after each poll, before its records are emitted
+	at   func(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error)
 }
 
 type assignOp struct {
@@ -103,7 +107,21 @@ func NewAssigned(ctx context.Context, cfg AssignedConfig) (*Assigned, error) {
 		start = kgo.NewOffset().AtEnd()
 	}
 	s := newState(c, c.Logger.With("component", "kafka-assigned", "topic", cfg.Topic))
-	a := &Assigned{s: s, d: &direct{topic: cfg.Topic, start: start, consuming: map[int32]bool{}}}
+	at := func(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
+		return adm.ListStartOffsets(ctx, topic)
+	}
+	switch {
+	case !cfg.StartTime.IsZero():
+		ms := cfg.StartTime.UnixMilli()
+		at = func(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, ms, topic)
+		}
+	case cfg.Start == Latest:
+		at = func(ctx context.Context, adm *kadm.Client, topic string) (kadm.ListedOffsets, error) {
+			return adm.ListEndOffsets(ctx, topic)
+		}
+	}
+	a := &Assigned{s: s, d: &direct{topic: cfg.Topic, start: start, consuming: map[int32]bool{}, at: at}}
 	s.direct = a.d
 	opts := append(c.ClientOpts(),
 		kgo.FetchMaxWait(100*time.Millisecond), // as NewSource: a resumed partition waits for the fetch in flight
@@ -175,6 +193,36 @@ func (a *Assigned) Partitions(ctx context.Context) ([]int32, error) {
 	}
 	return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, a.d.topic)
 }
+
+// StartOffsets returns the offset the configured start stands for now in
+// each partition: the log start (Earliest), the log end (Latest), or the
+// first record at or after StartTime (the log end if none is that
+// recent). A caller that records it as the partition's first checkpoint
+// before Start makes whoever reads the partition next begin there too.
+func (a *Assigned) StartOffsets(ctx context.Context, partitions []int32) (map[int32]int64, error) {
+	listed, err := a.d.at(ctx, kadm.NewClient(a.s.cl), a.d.topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sluice: kafka: the start offsets of %s: %w", a.d.topic, err)
+	}
+	offs := make(map[int32]int64, len(partitions))
+	for _, p := range partitions {
+		o, ok := listed.Lookup(a.d.topic, p)
+		if !ok || o.Offset < 0 {
+			return nil, fmt.Errorf("sluice: kafka: no start offset for %s/%d", a.d.topic, p)
+		}
+		offs[p] = o.Offset
+	}
+	return offs, nil
+}
+
+// BeforeEmit makes the poll loop call f after each poll, before the
+// poll's records are emitted; partitions f stops emit none of them. Set
+// it before Run (source/ownership's Balancer checks its self-fence
+// deadline there).
+func (a *Assigned) BeforeEmit(f func()) { a.d.gate = f }
 
 // Start reads partition p from offset (the offset of the next record to
 // deliver), or from the configured start if offset < 0. Starting a

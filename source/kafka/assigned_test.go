@@ -184,6 +184,60 @@ func TestAssignedStopFencesSettlesOfTheOldAssignment(t *testing.T) {
 	<-r.done
 }
 
+// StartOffsets resolves the configured start to offsets: the log start,
+// the log end, or the first record at or after a time (the end if none).
+func TestAssignedStartOffsets(t *testing.T) {
+	brokers := testenv.Kfake(t, 2, "in")
+	testenv.Produce(t, brokers, "in", 200, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	mid := testenv.EndOffsets(t, brokers, "in")
+	time.Sleep(20 * time.Millisecond) // the next records' timestamps are after cut
+	cut := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	testenv.Produce(t, brokers, "in", 200, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	ends := testenv.EndOffsets(t, brokers, "in")
+	for _, c := range []struct {
+		name string
+		mut  func(*kafka.AssignedConfig)
+		want map[int32]int64
+	}{
+		{"earliest", func(*kafka.AssignedConfig) {}, map[int32]int64{0: 0, 1: 0}},
+		{"latest", func(c *kafka.AssignedConfig) { c.Start = kafka.Latest }, ends},
+		{"a time between the two batches", func(c *kafka.AssignedConfig) { c.StartTime = cut }, mid},
+		{"a time after every record", func(c *kafka.AssignedConfig) { c.StartTime = time.Now().Add(time.Hour) }, ends},
+	} {
+		got, err := newAssigned(t, brokers, c.mut).StartOffsets(context.Background(), []int32{0, 1})
+		if err != nil || got[0] != c.want[0] || got[1] != c.want[1] {
+			t.Errorf("%s: StartOffsets = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
+
+// A partition stopped by the BeforeEmit hook emits none of the records
+// of the poll it was stopped after (a balancer past its self-fence
+// deadline stops there).
+func TestAssignedBeforeEmitStopsBeforeEmitting(t *testing.T) {
+	brokers := testenv.Kfake(t, 2, "in")
+	testenv.Produce(t, brokers, "in", 1000, func(i int) []byte { return []byte(fmt.Sprint(i)) })
+	ends := testenv.EndOffsets(t, brokers, "in")
+	a := newAssigned(t, brokers)
+	var calls sync.WaitGroup
+	calls.Add(1)
+	var once sync.Once
+	a.BeforeEmit(func() { once.Do(func() { a.Stop(1); calls.Done() }) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a.Start(0, -1)
+	a.Start(1, -1)
+	r := runAssigned(t, ctx, a, nil)
+	calls.Wait()
+	waitFor(t, "partition 0 read to its end", 20*time.Second, func() bool { return len(r.offsets(0)) == int(ends[0]) })
+	if n := len(r.offsets(1)); n != 0 {
+		t.Errorf("%d records of partition 1 emitted after the hook stopped it", n)
+	}
+	cancel()
+	<-r.done
+}
+
 func TestAssignedConfigErrors(t *testing.T) {
 	_, err := kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: []string{"nohost"}}})
 	if !errors.Is(err, kafka.ErrConfig) {

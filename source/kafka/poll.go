@@ -66,6 +66,9 @@ func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 		if err := s.fetchErrors(ctx, fs); err != nil {
 			return err
 		}
+		if s.direct != nil && s.direct.gate != nil && len(held) > 0 {
+			s.direct.gate()
+		}
 		for i := range held {
 			if err := s.emit(ctx, &held[i], out); err != nil {
 				return err

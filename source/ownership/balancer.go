@@ -34,6 +34,27 @@ type Assignable interface {
 	Settled(partition int32) (offset int64, ok bool)
 }
 
+// StartResolver is implemented by a source that can tell, before reading
+// a partition, the offset its configured start stands for (source/kafka's
+// Assigned: the log start, the log end, or the first record at a time).
+// A Balancer records that offset as the first checkpoint of a partition
+// that has none before starting it, so that an owner that takes the
+// partition over resumes there: with Latest or a start time, a new owner
+// resolving the start again would skip what arrived in between.
+type StartResolver interface {
+	StartOffsets(ctx context.Context, partitions []int32) (map[int32]int64, error)
+}
+
+// EmitGate is implemented by a source that calls a function after each
+// poll, before emitting its records (source/kafka's Assigned). A Balancer
+// gives it a check of the self-fence deadline, so that a process resumed
+// after a pause (SIGSTOP, a VM frozen) past its deadline stops its
+// partitions before it emits anything more, whether or not the
+// deadline's timer has run yet.
+type EmitGate interface {
+	BeforeEmit(func())
+}
+
 // Partitioned is a source of T that a Balancer can drive.
 type Partitioned[T any] interface {
 	stream.Source[T]
@@ -142,18 +163,25 @@ type Balancer[T any] struct {
 	rnd   *rand.Rand // the loop's only
 
 	claiming atomic.Bool
+	closeMu  sync.Mutex // one Close at a time
 
 	mu       sync.Mutex
 	parts    []int32
 	held     map[int32]*held
-	deadline time.Time   // self-fence deadline; zero while nothing is held
+	deadline time.Time   // self-fence deadline (monotonic and wall readings); zero while nothing is held
 	fence    *time.Timer // fires at deadline
 	table    Table
+	lastOK   time.Time       // send time of the last renewal that succeeded
+	streak   time.Time       // send time of the first of the renewals since none failed for an expiration
 	known    map[int32]int64 // the latest checkpoint seen or written per partition
 	runs     bool
+	closed   bool
+	orphan   *time.Timer // relinquishes if Close does not follow Run
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	kick     chan struct{}
+	listing  sync.WaitGroup // the partition list's refresh in flight
+	busy     atomic.Bool    // a refresh is in flight
 
 	stats counters
 }
@@ -226,10 +254,14 @@ func NewBalancer[T any](store Store, src Partitioned[T], cfg Config) (*Balancer[
 	}
 	h := fnv.New64a()
 	h.Write([]byte(cfg.ID))
-	return &Balancer[T]{store: store, src: src, cfg: cfg, exp: exp,
+	b := &Balancer[T]{store: store, src: src, cfg: cfg, exp: exp,
 		log:  cfg.Logger.With("component", "ownership", "member", cfg.ID),
 		rnd:  rand.New(rand.NewPCG(h.Sum64(), uint64(time.Now().UnixNano()))),
-		held: map[int32]*held{}, known: map[int32]int64{}, kick: make(chan struct{}, 1)}, nil
+		held: map[int32]*held{}, known: map[int32]int64{}, kick: make(chan struct{}, 1)}
+	if g, ok := src.(EmitGate); ok {
+		g.BeforeEmit(b.gate)
+	}
+	return b, nil
 }
 
 // Name returns the source's name, or "owned".
@@ -243,8 +275,11 @@ func (b *Balancer[T]) Name() string {
 // Run starts the renewal loop, then runs the source until ctx is
 // cancelled or it fails. When it returns, the balancer claims nothing more
 // but keeps renewing what it holds, so that the pipeline's final
-// checkpoint is accepted: Close must follow (even when Run failed), or the
-// partitions stay owned and unread. A balancer runs once.
+// checkpoint is accepted: Close must follow (even when Run failed). If it
+// does not within the store's expiration, the balancer closes itself (a
+// checkpoint of what is settled, then its partitions are relinquished),
+// so that a forgotten Close does not leave them owned and unread. A
+// balancer runs once.
 func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 	parts, err := b.src.Partitions(ctx)
 	if err != nil {
@@ -270,14 +305,34 @@ func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 	b.claiming.Store(true)
 	go b.loop(lctx)
 	b.mu.Unlock()
-	defer b.claiming.Store(false)
+	defer func() {
+		b.claiming.Store(false)
+		b.mu.Lock()
+		if !b.closed {
+			b.orphan = time.AfterFunc(b.exp, b.abandon)
+		}
+		b.mu.Unlock()
+	}()
 	return b.src.Run(ctx, out)
+}
+
+// abandon closes a balancer whose Run returned long ago without a Close.
+func (b *Balancer[T]) abandon() {
+	b.log.Warn("Close was not called within the expiration after Run returned; closing: a final checkpoint, then the partitions are relinquished",
+		"expiration", b.exp)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		b.log.Warn("closing failed; the leases expire by themselves", "err", err)
+	}
 }
 
 func (b *Balancer[T]) loop(ctx context.Context) {
 	defer close(b.loopDone)
+	defer b.listing.Wait()
 	for {
 		b.round(ctx)
+		b.refresh(ctx)
 		d := time.Duration(float64(b.cfg.Interval) * (0.9 + 0.2*b.rnd.Float64()))
 		t := time.NewTimer(d)
 		select {
@@ -291,7 +346,36 @@ func (b *Balancer[T]) loop(ctx context.Context) {
 	}
 }
 
-// round renews, stops what was refused, claims and starts.
+// refresh lists the stream's partitions again, in the background (a
+// broker that does not answer must not hold renewals up), so that
+// partitions added to the stream are claimed too.
+func (b *Balancer[T]) refresh(ctx context.Context) {
+	if !b.claiming.Load() || !b.busy.CompareAndSwap(false, true) {
+		return
+	}
+	b.listing.Add(1)
+	go func() {
+		defer b.listing.Done()
+		defer b.busy.Store(false)
+		lctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+		ps, err := b.src.Partitions(lctx)
+		cancel()
+		if err != nil {
+			b.log.Debug("listing the partitions failed; keeping the last list", "err", err)
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.cfg.Fixed == nil && len(ps) > len(b.parts) {
+			b.log.Info("the stream has new partitions", "partitions", len(ps), "were", len(b.parts))
+		}
+		b.parts = ps
+	}()
+}
+
+// round renews, stops what was refused, claims and starts. Its store
+// calls share one interval, so that the next renewal is sent at most 2.1
+// intervals after this one (see Config.Margin).
 func (b *Balancer[T]) round(ctx context.Context) {
 	b.stats.rounds.Add(1)
 	b.mu.Lock()
@@ -299,13 +383,13 @@ func (b *Balancer[T]) round(ctx context.Context) {
 	parts := b.parts
 	b.mu.Unlock()
 	sent := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
-	table, outs, err := b.store.Renew(rctx, b.cfg.ID, parts, leases)
-	cancel()
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+	defer cancel()
+	table, outs, err := b.store.Renew(ctx, b.cfg.ID, parts, leases)
 	b.stats.lastRenew.Store(int64(time.Since(sent)))
 	if err != nil {
 		b.stats.renewFailures.Add(1)
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
 			b.log.Warn("renewal failed; partitions stop at the self-fence deadline unless one succeeds before", "err", err,
 				"deadline_in", b.untilDeadline())
 		}
@@ -318,18 +402,32 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		}
 	}
 	b.table = table
+	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp {
+		b.streak = sent
+	}
+	b.lastOK = sent
+	// Every live member renews (records its presence) at least every 1.1
+	// intervals: a table read that long after this member's renewals
+	// resumed shows them all.
+	stable := sent.Sub(b.streak) > b.cfg.Interval*11/10
 	if len(b.held) > 0 {
 		b.arm(sent)
 	}
 	b.mu.Unlock()
 	if b.claiming.Load() {
-		b.claim(ctx, sent, table)
+		b.claim(ctx, sent, table, stable)
 	}
 	b.startWon(ctx)
 }
 
-// claim claims what this member lacks, from table.
-func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table) {
+// claim claims what this member lacks, from table. Unless stable, it
+// claims at most one partition by Plan: a member that starts, or comes
+// back after an outage longer than the expiration, may read a table in
+// which the presence of the others, back too, is not recorded yet (or
+// has lapsed), and would take every partition, for them to steal back
+// one per round. So for 1.1 intervals after its renewals start (or
+// resume), it claims one partition per round.
+func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, stable bool) {
 	b.mu.Lock()
 	var claims []Claim
 	kinds := map[int32]*atomic.Int64{}
@@ -351,7 +449,11 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table) {
 		// their first table and claim every free partition: the version
 		// check gives each partition to one of them, and the steals of
 		// the next rounds even the shares out.
-		for _, c := range Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd) {
+		plan := Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd)
+		if !stable && len(plan) > 1 {
+			plan = plan[b.rnd.IntN(len(plan)):][:1]
+		}
+		for _, c := range plan {
 			if kinds[c.Partition] != nil {
 				continue
 			}
@@ -368,11 +470,9 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table) {
 	if len(claims) == 0 {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
-	won, err := b.store.Claim(cctx, b.cfg.ID, claims)
-	cancel()
+	won, err := b.store.Claim(ctx, b.cfg.ID, claims)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
 			b.log.Warn("claim failed", "err", err)
 		}
 		return
@@ -390,7 +490,10 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table) {
 }
 
 // startWon reads the checkpoints of the leases won and not started yet
-// and starts their partitions there.
+// and starts their partitions there. A partition without a checkpoint
+// gets one first, if the source can resolve its configured start
+// (StartResolver): the offset is written under the lease, and the
+// partition starts only once that write is accepted.
 func (b *Balancer[T]) startWon(ctx context.Context) {
 	b.mu.Lock()
 	var ps []int32
@@ -404,29 +507,47 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 		return
 	}
 	slices.Sort(ps)
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
-	cks, err := b.store.Checkpoints(cctx, ps)
-	cancel()
+	cks, err := b.store.Checkpoints(ctx, ps)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
 			b.log.Warn("reading checkpoints failed; the partitions won start at the next round", "err", err)
 		}
 		return
+	}
+	var missing []int32
+	b.mu.Lock()
+	for _, ck := range cks {
+		if last, ok := b.known[ck.Partition]; ok && ck.Offset < 0 && b.held[ck.Partition] != nil {
+			b.stats.checkpointsLost.Add(1)
+			b.log.Error("CHECKPOINT LOST: the store has no checkpoint for a partition that had one (the store lost its data: a restart without persistence, a failover); resuming from the source's configured start",
+				"partition", ck.Partition, "last_known_offset", last)
+			delete(b.known, ck.Partition)
+		}
+		if ck.Offset < 0 {
+			missing = append(missing, ck.Partition)
+		}
+	}
+	b.mu.Unlock()
+	if r, ok := b.src.(StartResolver); ok && len(missing) > 0 {
+		first := b.writeStarts(ctx, r, missing)
+		for i, ck := range cks {
+			if ck.Offset < 0 {
+				cks[i].Offset = -2 // not started this round
+				if off, ok := first[ck.Partition]; ok {
+					cks[i].Offset = off
+				}
+			}
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ck := range cks {
 		h := b.held[ck.Partition]
-		if h == nil || h.started {
-			continue // stopped (or fenced) meanwhile
-		}
-		if last, ok := b.known[ck.Partition]; ok && ck.Offset < 0 {
-			b.stats.checkpointsLost.Add(1)
-			b.log.Error("CHECKPOINT LOST: the store has no checkpoint for a partition that had one (the store lost its data: a restart without persistence, a failover); resuming from the source's configured start",
-				"partition", ck.Partition, "last_known_offset", last)
+		if h == nil || h.started || ck.Offset < -1 {
+			continue // stopped (or fenced) meanwhile, or its start not recorded yet
 		}
 		if ck.Offset >= 0 {
-			b.known[ck.Partition] = ck.Offset
+			b.known[ck.Partition] = max(b.known[ck.Partition], ck.Offset)
 		}
 		h.started, h.written = true, ck.Offset
 		b.src.Start(ck.Partition, ck.Offset)
@@ -435,6 +556,38 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 			b.cfg.OnChange(Change{Partition: ck.Partition, Epoch: h.Epoch, Started: true, Offset: ck.Offset})
 		}
 	}
+}
+
+// writeStarts resolves the configured start of partitions without a
+// checkpoint and records it as their checkpoint, under the leases held.
+// It returns the offsets recorded.
+func (b *Balancer[T]) writeStarts(ctx context.Context, r StartResolver, ps []int32) map[int32]int64 {
+	offs, err := r.StartOffsets(ctx, ps)
+	if err != nil {
+		b.log.Warn("resolving the start of partitions without a checkpoint failed; they start at the next round", "partitions", ps, "err", err)
+		return nil
+	}
+	b.mu.Lock()
+	var writes []Write
+	for _, p := range ps {
+		h, off := b.held[p], offs[p]
+		if _, ok := offs[p]; ok && h != nil && !h.started && off >= 0 {
+			writes = append(writes, Write{Lease: h.Lease, Offset: off, Sequence: -1})
+		}
+	}
+	b.mu.Unlock()
+	outs, err := b.write(ctx, writes)
+	if err != nil {
+		b.log.Warn("recording the start of partitions without a checkpoint failed; they start at the next round", "err", err)
+		return nil
+	}
+	first := map[int32]int64{}
+	for i, w := range writes {
+		if outs[i] == Accepted {
+			first[w.Partition] = w.Offset
+		}
+	}
+	return first
 }
 
 // arm sets the self-fence deadline from a renewal sent at sent. Called
@@ -458,11 +611,19 @@ func (b *Balancer[T]) untilDeadline() time.Duration {
 	return time.Until(b.deadline)
 }
 
-// selfFence stops every partition if the deadline has passed.
+// gate stops every partition if the self-fence deadline has passed; the
+// source calls it before emitting each poll's records (EmitGate).
+func (b *Balancer[T]) gate() { b.selfFence() }
+
+// selfFence stops every partition if the deadline has passed, on the
+// monotonic clock or on the wall clock (the monotonic clock stands still
+// while the machine is suspended; Redis's does not).
 func (b *Balancer[T]) selfFence() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.deadline.IsZero() || time.Now().Before(b.deadline) || len(b.held) == 0 {
+	now := time.Now()
+	if b.deadline.IsZero() || len(b.held) == 0 ||
+		(now.Before(b.deadline) && now.Round(0).Before(b.deadline.Round(0))) {
 		return
 	}
 	b.stats.fences.Add(1)
@@ -523,14 +684,21 @@ func (b *Balancer[T]) Commit(ctx context.Context) error {
 		}
 	}
 	b.mu.Unlock()
+	_, err := b.write(ctx, writes)
+	return err
+}
+
+// write records checkpoints in one store call and applies the outcomes:
+// an accepted write is remembered, a fenced one stops its partition.
+func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, error) {
 	if len(writes) == 0 {
-		return nil
+		return nil, nil
 	}
 	slices.SortFunc(writes, func(a, c Write) int { return int(a.Partition - c.Partition) })
 	outs, err := b.store.Checkpoint(ctx, b.cfg.ID, writes)
 	if err != nil {
 		b.stats.writeErrors.Add(1)
-		return fmt.Errorf("sluice: ownership: checkpoint: %w", err)
+		return nil, fmt.Errorf("sluice: ownership: checkpoint: %w", err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -558,7 +726,7 @@ func (b *Balancer[T]) Commit(ctx context.Context) error {
 			b.log.Warn("checkpoint behind the recorded one, refused", "partition", w.Partition, "offset", w.Offset)
 		}
 	}
-	return nil
+	return outs, nil
 }
 
 // Close ends the renewal loop, writes a final checkpoint of every
@@ -567,9 +735,15 @@ func (b *Balancer[T]) Commit(ctx context.Context) error {
 // expiration), and removes this member's presence. Call it after the
 // pipeline's Run has returned.
 func (b *Balancer[T]) Close(ctx context.Context) error {
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
 	b.claiming.Store(false)
 	b.mu.Lock()
 	cancel, done := b.cancel, b.loopDone
+	b.closed = true
+	if b.orphan != nil {
+		b.orphan.Stop()
+	}
 	b.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -23,9 +23,8 @@ var quiet = slog.New(slog.DiscardHandler)
 // partitions run, from where, and reports as settled whatever the test
 // says it processed.
 type fakeSource struct {
-	parts []int32
-
 	mu      sync.Mutex
+	parts   []int32
 	running map[int32]int64 // partition -> offset started at
 	settled map[int32]int64
 	starts  []string
@@ -44,7 +43,11 @@ func (f *fakeSource) Run(ctx context.Context, _ *stream.Outlet[int]) error {
 	return nil
 }
 
-func (f *fakeSource) Partitions(context.Context) ([]int32, error) { return f.parts, nil }
+func (f *fakeSource) Partitions(context.Context) ([]int32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.parts), nil
+}
 
 func (f *fakeSource) Start(p int32, off int64) {
 	f.mu.Lock()
@@ -102,8 +105,9 @@ func (f *fakeSource) startedAt(p int32) (int64, bool) {
 // calls fail (the store unreachable from this member only).
 type view struct {
 	*memStore
-	mu  sync.Mutex
-	cut bool
+	mu    sync.Mutex
+	cut   bool
+	delay time.Duration // of each Claim and Checkpoints call (a slow store)
 }
 
 func (v *view) err() error {
@@ -113,6 +117,31 @@ func (v *view) err() error {
 		return errDown
 	}
 	return nil
+}
+
+// slow waits for the view's delay, or until ctx ends.
+func (v *view) slow(ctx context.Context) error {
+	v.mu.Lock()
+	d := v.delay
+	v.mu.Unlock()
+	if d == 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (v *view) Checkpoints(ctx context.Context, ps []int32) ([]ownership.Checkpoint, error) {
+	if err := v.slow(ctx); err != nil {
+		return nil, err
+	}
+	return v.memStore.Checkpoints(ctx, ps)
 }
 
 func (v *view) setCut(c bool) { v.mu.Lock(); v.cut = c; v.mu.Unlock() }
@@ -126,6 +155,9 @@ func (v *view) Renew(ctx context.Context, o string, ps []int32, h []ownership.Le
 
 func (v *view) Claim(ctx context.Context, o string, c []ownership.Claim) ([]ownership.Lease, error) {
 	if err := v.err(); err != nil {
+		return nil, err
+	}
+	if err := v.slow(ctx); err != nil {
 		return nil, err
 	}
 	return v.memStore.Claim(ctx, o, c)
@@ -187,7 +219,14 @@ func (a *audit) record(id string) func(ownership.Write, ownership.Outcome) {
 
 func startMember(t *testing.T, s *memStore, a *audit, id string, n int, mut ...func(*ownership.Config)) *member {
 	t.Helper()
-	m := &member{id: id, src: newFake(n), v: &view{memStore: s}, done: make(chan struct{})}
+	f := newFake(n)
+	return startMemberOf(t, s, a, id, f, f, mut...)
+}
+
+// startMemberOf starts a member over src, which is f or wraps it.
+func startMemberOf(t *testing.T, s *memStore, a *audit, id string, src ownership.Partitioned[int], f *fakeSource, mut ...func(*ownership.Config)) *member {
+	t.Helper()
+	m := &member{id: id, src: f, v: &view{memStore: s}, done: make(chan struct{})}
 	cfg := ownership.Config{ID: id, Interval: tInterval, Logger: quiet,
 		OnChange: func(c ownership.Change) { m.mu.Lock(); m.changes = append(m.changes, c); m.mu.Unlock() }}
 	if a != nil {
@@ -196,7 +235,7 @@ func startMember(t *testing.T, s *memStore, a *audit, id string, n int, mut ...f
 	for _, f := range mut {
 		f(&cfg)
 	}
-	b, err := ownership.NewBalancer[int](m.v, m.src, cfg)
+	b, err := ownership.NewBalancer[int](m.v, src, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,11 +57,11 @@ func ExampleNewBalancer() {
 	}
 	defer src.Close()
 	store, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: "example", Stream: "readings", Group: "sensors",
-		Expiration: 30 * time.Second})
+		Expiration: 5 * time.Second}) // production: a minute, with a 10 s interval
 	if err != nil {
 		log.Fatal(err)
 	}
-	bal, err := ownership.NewBalancer[[]byte](store, src, ownership.Config{ID: "instance-1", Interval: 10 * time.Second,
+	bal, err := ownership.NewBalancer[[]byte](store, src, ownership.Config{ID: "instance-1", Interval: time.Second,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err) // names what is wrong: a missing ID, an expiration below 3 x the interval...

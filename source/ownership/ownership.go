@@ -31,10 +31,13 @@
 // process the partition together for up to one interval (only the new
 // owner's checkpoints are accepted). Records already in a stopped
 // partition's pipeline are still processed. A partition without a
-// checkpoint that starts at Latest (or a start time) and changes owner
-// before its first checkpoint is resolved again by the new owner: the
-// records in between are read by nobody; use Earliest, or give the
-// partition a checkpoint first ("sluice checkpoints set").
+// checkpoint starts where the source's configured start stands when it is
+// first claimed; with a source that can say so before reading
+// (StartResolver, as source/kafka's Assigned), that offset is recorded as
+// the first checkpoint before the partition starts, so a later owner
+// resumes there rather than at its own resolution of Latest or a start
+// time. With other sources, use a start that does not move (Earliest) or
+// give the partition a checkpoint first ("sluice checkpoints set").
 package ownership
 
 import (

@@ -1,0 +1,188 @@
+package ownership_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/source/ownership"
+)
+
+// resolving is a fake source whose configured start moves on, as Latest
+// does: each resolution is further than the one before.
+type resolving struct {
+	*fakeSource
+	end int64
+}
+
+func (r *resolving) StartOffsets(_ context.Context, ps []int32) (map[int32]int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.end += 1000
+	m := map[int32]int64{}
+	for _, p := range ps {
+		m[p] = r.end + int64(p)
+	}
+	return m, nil
+}
+
+// A partition without a checkpoint, read from Latest, changes owner
+// before its first checkpoint: the new owner resumes where the first one
+// started, not at its own (later) resolution of Latest — the records in
+// between would be read by nobody.
+func TestBalancerRecordsTheResolvedStartBeforeStarting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore(tExpiration)
+		fa := newFake(2)
+		ma := startMemberOf(t, s, nil, "a", &resolving{fakeSource: fa}, fa)
+		waitBalanced(t, 3, 2, ma)
+		starts := map[int32]int64{}
+		for p := range int32(2) {
+			off, _ := fa.startedAt(p)
+			if off < 0 {
+				t.Fatalf("partition %d started at %d: the configured start was not resolved", p, off)
+			}
+			if got := s.checkpoint(p); got != off {
+				t.Fatalf("partition %d started at %d with checkpoint %d: the start was not recorded first", p, off, got)
+			}
+			starts[p] = off
+		}
+		ma.crash() // before any record was processed or checkpointed
+		fb := newFake(2)
+		mb := startMemberOf(t, s, nil, "b", &resolving{fakeSource: fb, end: 50_000}, fb)
+		time.Sleep(tExpiration + 3*tInterval)
+		synctest.Wait()
+		for p := range int32(2) {
+			if off, ok := fb.startedAt(p); !ok || off != starts[p] {
+				t.Errorf("b resumed partition %d at %d (%v), want a's start %d", p, off, ok, starts[p])
+			}
+		}
+		mb.close(t)
+		ma.b.Close(context.Background())
+	})
+}
+
+// After an outage longer than the expiration, every member comes back to
+// a table where the others' presence has lapsed: none may take every
+// partition (for the others to steal back one per round).
+func TestBalancerDoesNotGrabEverythingAfterAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 12
+		s := newMemStore(tExpiration)
+		var a audit
+		ms := []*member{startMember(t, s, &a, "a", n), startMember(t, s, &a, "b", n), startMember(t, s, &a, "c", n)}
+		waitBalanced(t, 10, n, ms...)
+		stolen := func() (k int64) {
+			for _, m := range ms {
+				k += m.b.Stats().Stolen
+			}
+			return k
+		}
+		before := stolen()
+		s.setDown(true)
+		time.Sleep(3 * tExpiration)
+		synctest.Wait()
+		if o := ownedBy(ms...); len(o) != 0 {
+			t.Fatalf("partitions still run through the outage: %v", o)
+		}
+		s.setDown(false)
+		waitBalanced(t, 4, n, ms...)
+		if k := stolen() - before; k != 0 {
+			t.Errorf("%d partitions stolen after the outage; want 0 (the shares taken from free partitions)", k)
+		}
+		for _, m := range ms {
+			m.close(t)
+		}
+		if len(a.bad) > 0 {
+			t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
+		}
+	})
+}
+
+// A slow store (each claim and checkpoint read takes most of an interval)
+// must not push the next renewal past the self-fence deadline: the calls
+// of one round share one interval.
+func TestBalancerRenewsOnTimeBehindSlowCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore(tExpiration)
+		// Another instance holds partitions 2 and 3, and dies.
+		if won, _ := s.Claim(context.Background(), "gone", []ownership.Claim{{Partition: 2}, {Partition: 3}}); len(won) != 2 {
+			t.Fatal("the other instance's claims failed")
+		}
+		m := startMember(t, s, nil, "a", 4)
+		time.Sleep(2 * tInterval)
+		synctest.Wait()
+		if got := m.src.owned(); !slices.Equal(got, []int32{0, 1}) {
+			t.Fatalf("runs %v, want [0 1] while the other holds 2 and 3", got)
+		}
+		m.v.mu.Lock()
+		m.v.delay = tInterval * 9 / 10
+		m.v.mu.Unlock()
+		// When their leases expire, a claims them, then reads their
+		// checkpoints: two slow calls in one round.
+		time.Sleep(tExpiration + 3*tInterval)
+		synctest.Wait()
+		if st := m.b.Stats(); st.SelfFences != 0 {
+			t.Fatalf("self-fenced %d times behind slow calls: %+v", st.SelfFences, st)
+		}
+		if got := m.src.owned(); len(got) != 4 {
+			t.Fatalf("runs %v, want all 4", got)
+		}
+		m.v.mu.Lock()
+		m.v.delay = 0
+		m.v.mu.Unlock()
+		m.close(t)
+	})
+}
+
+// A pipeline whose Run returned without a Close (a forgotten Close, a
+// worker stuck in its shutdown) does not keep its partitions owned and
+// unread: after the expiration the balancer closes itself.
+func TestBalancerRelinquishesWhenCloseDoesNotFollowRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore(tExpiration)
+		ma := startMember(t, s, nil, "a", 4)
+		waitBalanced(t, 3, 4, ma)
+		ma.src.process(2, 77)
+		ma.cancel()
+		<-ma.done
+		time.Sleep(tExpiration + tInterval)
+		synctest.Wait()
+		for p := range int32(4) {
+			if o, _ := s.owner(p); o != "" {
+				t.Fatalf("partition %d still owned by %q %v after a's Run returned", p, o, tExpiration+tInterval)
+			}
+		}
+		if got := s.checkpoint(2); got != 77 {
+			t.Fatalf("checkpoint of partition 2 = %d, want the settled 77", got)
+		}
+		mb := startMember(t, s, nil, "b", 4)
+		waitBalanced(t, 3, 4, mb)
+		if err := ma.b.Close(context.Background()); err != nil {
+			t.Fatalf("a late Close: %v", err)
+		}
+		mb.close(t)
+	})
+}
+
+// Partitions added to the stream are claimed too.
+func TestBalancerClaimsPartitionsAddedLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore(tExpiration)
+		m := startMember(t, s, nil, "a", 2)
+		waitBalanced(t, 3, 2, m)
+		m.src.mu.Lock()
+		m.src.parts = append(m.src.parts, 2, 3)
+		m.src.mu.Unlock()
+		time.Sleep(3 * tInterval)
+		synctest.Wait()
+		if got := m.src.owned(); !slices.Equal(got, []int32{0, 1, 2, 3}) {
+			t.Fatalf("runs %v three intervals after partitions 2 and 3 were added", got)
+		}
+		m.close(t)
+	})
+}
+
+var _ ownership.StartResolver = (*resolving)(nil)
