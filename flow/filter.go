@@ -14,14 +14,23 @@ func Filter[T any](keep func(T) bool) stream.Flow[T, T] {
 	return &filterFlow[T]{keep: keep}
 }
 
+// FilterMessages is Filter deciding on the whole message: its envelope
+// (key, partition, offset, headers) as well as its value. One reader of
+// a partition shared by key keeps its keys with it; the others' records
+// are settled as stream.Filtered.
+func FilterMessages[T any](keep func(*stream.Message[T]) bool) stream.Flow[T, T] {
+	return &filterFlow[T]{keepMsg: keep}
+}
+
 type filterFlow[T any] struct {
-	keep func(T) bool
+	keep    func(T) bool
+	keepMsg func(*stream.Message[T]) bool
 }
 
 func (f *filterFlow[T]) Name() string { return "filter" }
 
 func (f *filterFlow[T]) Validate() error {
-	if f.keep == nil {
+	if f.keep == nil && f.keepMsg == nil {
 		return stage.NilArg("filter", "keep")
 	}
 	return nil
@@ -53,7 +62,7 @@ func (f *filterFlow[T]) compact(ctx context.Context, in *stream.Inlet[T], items 
 	}()
 	k := *kept
 	for ; i < len(items); i++ {
-		if f.keep(items[i].Value) {
+		if f.keepMsg != nil && f.keepMsg(&items[i]) || f.keepMsg == nil && f.keep(items[i].Value) {
 			if k != i {
 				items[k] = items[i]
 			}

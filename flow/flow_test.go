@@ -246,3 +246,28 @@ func TestDelayHoldsBackOnlyItsPartition(t *testing.T) {
 		}
 	})
 }
+
+// FilterMessages decides on the envelope: here the offset, not the value.
+func TestFilterMessagesDecidesOnTheEnvelope(t *testing.T) {
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	vals := make([]string, 1000)
+	for i := range vals {
+		vals[i] = "same"
+	}
+	s := stream.Via(stream.From(g, source.Slice(vals, source.Track(tr))),
+		flow.FilterMessages(func(m *stream.Message[string]) bool { return m.Offset%3 == 0 }))
+	out := sink.Collect[string]()
+	stream.To(s, out)
+	run(t, g)
+	if n := len(out.Values()); n != 334 {
+		t.Fatalf("kept %d, want 334 (offsets divisible by 3)", n)
+	}
+	st := checkSettled(t, tr)
+	if st.Settled[stream.Completed] != 334 || st.Settled[stream.Filtered] != 666 {
+		t.Fatalf("outcomes %+v", st.Settled)
+	}
+	if err := flow.FilterMessages[int](nil).(stream.Validator).Validate(); err == nil {
+		t.Fatal("a nil keep was accepted")
+	}
+}

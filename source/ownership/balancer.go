@@ -176,7 +176,8 @@ type Balancer[T any] struct {
 	known    map[int32]int64 // the latest checkpoint seen or written per partition
 	runs     bool
 	closed   bool
-	orphan   *time.Timer // relinquishes if Close does not follow Run
+	orphan   *time.Timer  // relinquishes if Close does not follow Run
+	commits  atomic.Int64 // Commit calls, to tell a pipeline draining from one gone
 	cancel   context.CancelFunc
 	loopDone chan struct{}
 	kick     chan struct{}
@@ -276,10 +277,11 @@ func (b *Balancer[T]) Name() string {
 // cancelled or it fails. When it returns, the balancer claims nothing more
 // but keeps renewing what it holds, so that the pipeline's final
 // checkpoint is accepted: Close must follow (even when Run failed). If it
-// does not within the store's expiration, the balancer closes itself (a
-// checkpoint of what is settled, then its partitions are relinquished),
-// so that a forgotten Close does not leave them owned and unread. A
-// balancer runs once.
+// does not, and no Commit came for a whole expiration (the pipeline is
+// not draining any more), the balancer closes itself (a checkpoint of
+// what is settled, then its partitions are relinquished), so that a
+// forgotten Close does not leave them owned and unread. A balancer runs
+// once.
 func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 	parts, err := b.src.Partitions(ctx)
 	if err != nil {
@@ -309,16 +311,25 @@ func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 		b.claiming.Store(false)
 		b.mu.Lock()
 		if !b.closed {
-			b.orphan = time.AfterFunc(b.exp, b.abandon)
+			seen := b.commits.Load()
+			b.orphan = time.AfterFunc(b.exp, func() { b.abandon(seen) })
 		}
 		b.mu.Unlock()
 	}()
 	return b.src.Run(ctx, out)
 }
 
-// abandon closes a balancer whose Run returned long ago without a Close.
-func (b *Balancer[T]) abandon() {
-	b.log.Warn("Close was not called within the expiration after Run returned; closing: a final checkpoint, then the partitions are relinquished",
+// abandon closes a balancer whose Run returned long ago without a Close,
+// unless the pipeline committed since seen (it is still draining).
+func (b *Balancer[T]) abandon(seen int64) {
+	b.mu.Lock()
+	if now := b.commits.Load(); now != seen && !b.closed {
+		b.orphan = time.AfterFunc(b.exp, func() { b.abandon(now) })
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	b.log.Warn("Close was not called after Run returned, and nothing was committed for the expiration; closing: a final checkpoint, then the partitions are relinquished",
 		"expiration", b.exp)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
 	defer cancel()
@@ -673,6 +684,7 @@ func (b *Balancer[T]) leases() []Lease {
 // each write is fenced by its lease. A refused write stops its partition
 // at once. It implements stream.Committer.
 func (b *Balancer[T]) Commit(ctx context.Context) error {
+	b.commits.Add(1)
 	b.mu.Lock()
 	var writes []Write
 	for p, h := range b.held {
