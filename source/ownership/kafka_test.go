@@ -64,24 +64,32 @@ func startInstance(t *testing.T, brokers []string, topic, redisAddr, id string, 
 		time.Sleep(work)
 		return v, nil
 	}))
-	s = stream.Via(s, stream.FlowFunc[[]byte, []byte](func(ctx context.Context, inl *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
+	s = stream.Via(s, recorder(func(m *stream.Message[[]byte]) error { seen.add(m.Partition, m.Offset); return nil }))
+	stream.To(s, checkpoint.New[[]byte](in.b, checkpoint.Interval(50*time.Millisecond)))
+	go func() { in.done <- g.Run(ctx) }()
+	return in
+}
+
+// recorder is a flow that calls each for every message, in order, before
+// passing it on; an error from each ends the pipeline.
+func recorder(each func(*stream.Message[[]byte]) error) stream.Flow[[]byte, []byte] {
+	return stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
 		for {
-			b, err := inl.Recv(ctx)
+			b, err := in.Recv(ctx)
 			if err != nil {
 				return nil
 			}
-			for _, m := range b.Items {
-				seen.add(m.Partition, m.Offset)
-				if err := out.Send(ctx, m); err != nil {
+			for i := range b.Items {
+				if err := each(&b.Items[i]); err != nil {
+					return err
+				}
+				if err := out.Send(ctx, b.Items[i]); err != nil {
 					return err
 				}
 			}
 			b.Release()
 		}
-	}))
-	stream.To(s, checkpoint.New[[]byte](in.b, checkpoint.Interval(50*time.Millisecond)))
-	go func() { in.done <- g.Run(ctx) }()
-	return in
+	})
 }
 
 // stop ends the pipeline and closes the balancer (a graceful stop).

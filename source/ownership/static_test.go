@@ -143,24 +143,13 @@ func startStatic(t *testing.T, brokers []string, topic, redisAddr, pod string, p
 	g := stream.New(stream.WithLogger(quiet))
 	s := stream.Via(stream.From(g, stream.Source[[]byte](r.b)),
 		flow.FilterMessages(func(m *stream.Message[[]byte]) bool { return r.st.Mine(m.Key) }))
-	s = stream.Via(s, stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			for i := range b.Items {
-				if r.dead.Load() {
-					return errors.New("killed")
-				}
-				seen.add(idx, &b.Items[i])
-				time.Sleep(300 * time.Microsecond)
-				if err := out.Send(ctx, b.Items[i]); err != nil {
-					return err
-				}
-			}
-			b.Release()
+	s = stream.Via(s, recorder(func(m *stream.Message[[]byte]) error {
+		if r.dead.Load() {
+			return errors.New("killed")
 		}
+		seen.add(idx, m)
+		time.Sleep(300 * time.Microsecond)
+		return nil
 	}))
 	stream.To(s, checkpoint.New[[]byte](r.b, checkpoint.Interval(50*time.Millisecond)))
 	go func() { r.done <- g.Run(ctx) }()
