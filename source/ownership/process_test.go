@@ -1,7 +1,6 @@
 package ownership_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -90,21 +88,10 @@ func ownedWorker() int {
 // worker is a running worker process and its stderr.
 type worker struct {
 	cmd *exec.Cmd
-	mu  sync.Mutex
-	out bytes.Buffer
+	out testenv.Buffer
 }
 
-func (w *worker) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.Write(p)
-}
-
-func (w *worker) log() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.out.String()
-}
+func (w *worker) log() string { return w.out.String() }
 
 // Worker processes share a topic's partitions through Redis while one is
 // SIGKILLed, one is SIGSTOPped for longer than the expiration and then
@@ -130,7 +117,7 @@ func TestOwnedWorkerProcessesAcrossKillPauseAndDataLoss(t *testing.T) {
 		w.cmd = exec.Command(os.Args[0], "-test.run=^$")
 		w.cmd.Env = append(os.Environ(), ownedWorkerEnv+"=1", "SLUICE_ID="+id, "SLUICE_BROKERS="+strings.Join(brokers, ","),
 			"SLUICE_REDIS="+addr, "SLUICE_TOPIC=in")
-		w.cmd.Stderr = w
+		w.cmd.Stderr = &w.out
 		if err := w.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
