@@ -199,27 +199,34 @@ func (a *Assigned) Partitions(ctx context.Context) ([]int32, error) {
 // first record at or after StartTime (the log end if none is that
 // recent). A caller that records it as the partition's first checkpoint
 // before Start makes whoever reads the partition next begin there too.
+// Partitions the broker could not answer for are left out of the map and
+// named in the error; an error of a partition not asked for is ignored.
 func (a *Assigned) StartOffsets(ctx context.Context, partitions []int32) (map[int32]int64, error) {
 	listed, err := a.d.at(ctx, kadm.NewClient(a.s.cl), a.d.topic)
-	if err == nil {
-		err = listed.Error()
-	}
 	if err != nil {
 		return nil, fmt.Errorf("sluice: kafka: the start offsets of %s: %w", a.d.topic, err)
 	}
 	offs := make(map[int32]int64, len(partitions))
+	var errs []error
 	for _, p := range partitions {
 		o, ok := listed.Lookup(a.d.topic, p)
-		if !ok || o.Offset < 0 {
-			return nil, fmt.Errorf("sluice: kafka: no start offset for %s/%d", a.d.topic, p)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("sluice: kafka: no start offset for %s/%d", a.d.topic, p))
+		case o.Err != nil:
+			errs = append(errs, fmt.Errorf("sluice: kafka: the start offset of %s/%d: %w", a.d.topic, p, o.Err))
+		case o.Offset < 0:
+			errs = append(errs, fmt.Errorf("sluice: kafka: no start offset for %s/%d (%d)", a.d.topic, p, o.Offset))
+		default:
+			offs[p] = o.Offset
 		}
-		offs[p] = o.Offset
 	}
-	return offs, nil
+	return offs, errors.Join(errs...)
 }
 
-// BeforeEmit makes the poll loop call f after each poll, before the
-// poll's records are emitted; partitions f stops emit none of them. Set
+// BeforeEmit makes the poll loop call f before it emits each batch of a
+// poll's records (after waiting for room downstream); partitions f stops
+// emit nothing more. Set
 // it before Run (source/ownership's Balancer checks its self-fence
 // deadline there).
 func (a *Assigned) BeforeEmit(f func()) { a.d.gate = f }

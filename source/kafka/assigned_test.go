@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
@@ -247,5 +251,49 @@ func TestAssignedConfigErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %s", err, want)
 		}
+	}
+}
+
+// StartOffsets answers for the partitions asked even while another
+// partition of the topic has an error (the balancer must not hold every
+// new partition back for one unavailable), and names a partition asked
+// for that has one.
+func TestAssignedStartOffsetsDespiteAnotherPartitionsError(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := newAssigned(t, c.ListenAddrs())
+	c.ControlKey(int16(kmsg.ListOffsets), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ListOffsetsRequest)
+		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewListOffsetsResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewListOffsetsResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.Offset = 0
+				sp.Timestamp = -1
+				if rp.Partition == 1 {
+					sp.ErrorCode = kerr.UnknownServerError.Code
+				}
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	offs, err := a.StartOffsets(ctx, []int32{0})
+	if err != nil || offs[0] != 0 {
+		t.Errorf("StartOffsets([0]) = %v, %v: partition 0's start not resolved because of partition 1", offs, err)
+	}
+	offs, err = a.StartOffsets(ctx, []int32{0, 1})
+	if _, has1 := offs[1]; err == nil || !strings.Contains(err.Error(), "in/1") || has1 || offs[0] != 0 {
+		t.Errorf("StartOffsets([0 1]) = %v, %v; want partition 0's and an error naming in/1", offs, err)
 	}
 }

@@ -66,9 +66,6 @@ func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 		if err := s.fetchErrors(ctx, fs); err != nil {
 			return err
 		}
-		if s.direct != nil && s.direct.gate != nil && len(held) > 0 {
-			s.direct.gate()
-		}
 		for i := range held {
 			if err := s.emit(ctx, &held[i], out); err != nil {
 				return err
@@ -152,6 +149,9 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		dst, err := out.Free(ctx)
 		if err != nil {
 			return err
+		}
+		if s.direct != nil && s.direct.gate != nil {
+			s.direct.gate() // may stop the partition: Free may have waited long
 		}
 		if h.p.isRevoked() {
 			return nil

@@ -45,8 +45,8 @@ type StartResolver interface {
 	StartOffsets(ctx context.Context, partitions []int32) (map[int32]int64, error)
 }
 
-// EmitGate is implemented by a source that calls a function after each
-// poll, before emitting its records (source/kafka's Assigned). A Balancer
+// EmitGate is implemented by a source that calls a function before it
+// emits each batch of records (source/kafka's Assigned). A Balancer
 // gives it a check of the self-fence deadline, so that a process resumed
 // after a pause (SIGSTOP, a VM frozen) past its deadline stops its
 // partitions before it emits anything more, whether or not the
@@ -323,7 +323,11 @@ func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 // unless the pipeline committed since seen (it is still draining).
 func (b *Balancer[T]) abandon(seen int64) {
 	b.mu.Lock()
-	if now := b.commits.Load(); now != seen && !b.closed {
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	if now := b.commits.Load(); now != seen {
 		b.orphan = time.AfterFunc(b.exp, func() { b.abandon(now) })
 		b.mu.Unlock()
 		return
@@ -413,8 +417,8 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		}
 	}
 	b.table = table
-	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp {
-		b.streak = sent
+	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp || table.Fresh {
+		b.streak = sent // a start, a comeback, or a store that lost its data
 	}
 	b.lastOK = sent
 	// Every live member renews (records its presence) at least every 1.1
@@ -530,16 +534,22 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	for _, ck := range cks {
 		if last, ok := b.known[ck.Partition]; ok && ck.Offset < 0 && b.held[ck.Partition] != nil {
 			b.stats.checkpointsLost.Add(1)
-			b.log.Error("CHECKPOINT LOST: the store has no checkpoint for a partition that had one (the store lost its data: a restart without persistence, a failover); resuming from the source's configured start",
+			b.log.Error("CHECKPOINT LOST: the store has no checkpoint for a partition that had one (the store lost its data: a restart without persistence, a failover); resuming from the last checkpoint this instance knew",
 				"partition", ck.Partition, "last_known_offset", last)
-			delete(b.known, ck.Partition)
 		}
 		if ck.Offset < 0 {
 			missing = append(missing, ck.Partition)
 		}
 	}
+	known := 0
+	for _, p := range missing {
+		if _, ok := b.known[p]; ok {
+			known++
+		}
+	}
 	b.mu.Unlock()
-	if r, ok := b.src.(StartResolver); ok && len(missing) > 0 {
+	r, resolves := b.src.(StartResolver)
+	if len(missing) > 0 && (resolves || known > 0) {
 		first := b.writeStarts(ctx, r, missing)
 		for i, ck := range cks {
 			if ck.Offset < 0 {
@@ -569,14 +579,30 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	}
 }
 
-// writeStarts resolves the configured start of partitions without a
-// checkpoint and records it as their checkpoint, under the leases held.
+// writeStarts records the first checkpoint of partitions without one,
+// under the leases held: the last checkpoint this instance knew of (the
+// store lost it), else the configured start resolved by r (nil: none).
 // It returns the offsets recorded.
 func (b *Balancer[T]) writeStarts(ctx context.Context, r StartResolver, ps []int32) map[int32]int64 {
-	offs, err := r.StartOffsets(ctx, ps)
-	if err != nil {
-		b.log.Warn("resolving the start of partitions without a checkpoint failed; they start at the next round", "partitions", ps, "err", err)
-		return nil
+	offs := map[int32]int64{}
+	var resolve []int32
+	b.mu.Lock()
+	for _, p := range ps {
+		if off, ok := b.known[p]; ok {
+			offs[p] = off
+		} else {
+			resolve = append(resolve, p)
+		}
+	}
+	b.mu.Unlock()
+	if len(resolve) > 0 && r != nil {
+		got, err := r.StartOffsets(ctx, resolve)
+		if err != nil {
+			b.log.Warn("resolving the start of partitions without a checkpoint failed; those not resolved start at the next round", "partitions", resolve, "err", err)
+		}
+		for p, off := range got {
+			offs[p] = off
+		}
 	}
 	b.mu.Lock()
 	var writes []Write
@@ -745,8 +771,15 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 // partition held, stops them and relinquishes their leases (so another
 // instance claims them at its next round instead of after the
 // expiration), and removes this member's presence. Call it after the
-// pipeline's Run has returned.
+// pipeline's Run has returned. A ctx already done (often the one that
+// stopped the pipeline) is replaced by one of an interval, so that the
+// final checkpoint and the relinquish are still sent.
 func (b *Balancer[T]) Close(ctx context.Context) error {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Interval)
+		defer cancel()
+	}
 	b.closeMu.Lock()
 	defer b.closeMu.Unlock()
 	b.claiming.Store(false)

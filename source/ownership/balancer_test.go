@@ -514,7 +514,8 @@ func TestBalancerResumesFromARewind(t *testing.T) {
 }
 
 // A store that lost everything (Redis restarted without persistence):
-// the member claims again, resumes from the configured start, and says so.
+// the member claims again, resumes from the last checkpoint it knew
+// (writing it back), and says so.
 func TestBalancerSaysWhenCheckpointsAreLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var logs strings.Builder
@@ -535,8 +536,11 @@ func TestBalancerSaysWhenCheckpointsAreLost(t *testing.T) {
 		s.wipe()
 		time.Sleep(3 * tInterval)
 		synctest.Wait()
-		if off, ok := m.src.startedAt(0); !ok || off != -1 {
-			t.Fatalf("partition 0 runs from %d (%v) after the store lost its data; want the configured start (-1)", off, ok)
+		if off, ok := m.src.startedAt(0); !ok || off != 42 {
+			t.Fatalf("partition 0 runs from %d (%v) after the store lost its data; want the last checkpoint it knew (42)", off, ok)
+		}
+		if got := s.checkpoint(0); got != 42 {
+			t.Fatalf("checkpoint %d after the loss, want 42 written back", got)
 		}
 		logMu.Lock()
 		got := logs.String()

@@ -7,7 +7,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // resolving is a fake source whose configured start moves on, as Latest
@@ -101,6 +106,127 @@ func TestBalancerDoesNotGrabEverythingAfterAnOutage(t *testing.T) {
 	})
 }
 
+// Redis restarted without its data: every member is long settled, but
+// the first whose renewal is refused reads a table without the others'
+// presence. Its presence recorded anew tells it so: it claims one
+// partition per round until the others are back in the table, instead of
+// taking every partition for them to steal back.
+func TestBalancerDoesNotGrabEverythingAfterADataLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 12
+		s := newMemStore(tExpiration)
+		var a audit
+		ms := []*member{startMember(t, s, &a, "a", n), startMember(t, s, &a, "b", n), startMember(t, s, &a, "c", n)}
+		waitBalanced(t, 10, n, ms...)
+		time.Sleep(5 * tInterval)
+		synctest.Wait()
+		stolen := func() (k int64) {
+			for _, m := range ms {
+				k += m.b.Stats().Stolen
+			}
+			return k
+		}
+		before := stolen()
+		s.wipe()
+		most, mostBy := 0, ""
+		for start := time.Now(); time.Since(start) < 10*tInterval; {
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
+			for _, m := range ms {
+				if k := len(m.src.owned()); k > most {
+					most, mostBy = k, m.id
+				}
+			}
+		}
+		if most > n/3+1 || stolen() != before {
+			t.Errorf("after the data loss %s ran %d of %d partitions at once (fair share %d); %d steals followed",
+				mostBy, most, n, n/3, stolen()-before)
+		}
+		if err := balanced(n, ms...); err != nil {
+			t.Errorf("10 intervals after the data loss: %v", err)
+		}
+		for _, m := range ms {
+			m.close(t)
+		}
+		if len(a.bad) > 0 {
+			t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
+		}
+	})
+}
+
+// A checkpoint lost with the store's data, with a moving start (Latest):
+// the balancer knows the last checkpoint it saw and resumes there, not
+// at a fresh resolution of Latest (which would skip what came between).
+func TestBalancerResumesAtTheKnownCheckpointAfterADataLoss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore(tExpiration)
+		fa := newFake(1)
+		m := startMemberOf(t, s, nil, "a", &resolving{fakeSource: fa}, fa)
+		waitBalanced(t, 3, 1, m)
+		off, _ := fa.startedAt(0)
+		fa.process(0, off+42)
+		if err := m.b.Commit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s.wipe()
+		time.Sleep(3 * tInterval)
+		synctest.Wait()
+		if now, ok := fa.startedAt(0); !ok || now != off+42 {
+			t.Errorf("after the loss partition 0 runs from %d (%v), want the last known checkpoint %d", now, ok, off+42)
+		}
+		if got := s.checkpoint(0); got != off+42 {
+			t.Errorf("checkpoint after the loss %d, want %d written back", got, off+42)
+		}
+		m.close(t)
+	})
+}
+
+// A steal from an owner cut off from the store: the old owner cannot
+// learn of it and runs the partition until its self-fence deadline, so
+// the two run it together for up to expiration - margin (not one
+// interval): the bound the README states.
+func TestBalancerStealOverlapEndsAtTheSelfFenceDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 4
+		s := newMemStore(tExpiration)
+		ma := startMember(t, s, nil, "a", n)
+		waitBalanced(t, 5, n, ma)
+		time.Sleep(3 * tInterval)
+		synctest.Wait()
+		r0 := ma.b.Stats().Rounds
+		for ma.b.Stats().Rounds == r0 { // just after a good renewal
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+		}
+		ma.v.setCut(true)
+		mb := startMember(t, s, nil, "b", n)
+		var longest time.Duration
+		var since time.Time
+		for range 5000 {
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			concurrent := false
+			for _, ids := range ownedBy(ma, mb) {
+				concurrent = concurrent || len(ids) == 2
+			}
+			switch {
+			case concurrent && since.IsZero():
+				since = time.Now()
+			case concurrent:
+				longest = max(longest, time.Since(since))
+			default:
+				since = time.Time{}
+			}
+		}
+		if bound := tExpiration - tExpiration/5; longest > bound {
+			t.Errorf("old owner and thief ran one partition together for %v, past expiration - margin (%v)", longest, bound)
+		}
+		ma.v.setCut(false)
+		mb.close(t)
+		ma.close(t)
+	})
+}
+
 // A slow store (each claim and checkpoint read takes most of an interval)
 // must not push the next renewal past the self-fence deadline: the calls
 // of one round share one interval.
@@ -186,3 +312,46 @@ func TestBalancerClaimsPartitionsAddedLater(t *testing.T) {
 }
 
 var _ ownership.StartResolver = (*resolving)(nil)
+
+// Close given the context that stopped the pipeline (already cancelled):
+// with a real Redis, the final checkpoint and the relinquish must still
+// be sent, or the next owner waits for the expiration and reprocesses what
+// was settled since the last periodic checkpoint.
+func TestBalancerCloseWithTheContextThatStoppedThePipeline(t *testing.T) {
+	addr := testenv.Redis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	store, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: "review", Stream: "s", Group: "g", Expiration: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newFake(1)
+	bal, err := ownership.NewBalancer[int](store, src, ownership.Config{ID: "me", Interval: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background()) // signal.NotifyContext in a worker
+	g := stream.New(stream.WithLogger(quiet))
+	stream.To(stream.From(g, stream.Source[int](bal)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+		for {
+			if _, err := in.Recv(ctx); err != nil {
+				return nil
+			}
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(src.owned()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	src.process(0, 1234) // settled, not yet checkpointed
+	cancel()
+	<-done
+	cerr := bal.Close(ctx)
+	cks, _ := store.Checkpoints(context.Background(), []int32{0})
+	tb, _ := store.Table(context.Background(), []int32{0})
+	if cerr != nil || cks[0].Offset != 1234 || tb.Owners[0].Owner != "" {
+		t.Errorf("Close(cancelled ctx) = %v: final checkpoint %d (want 1234), owner %q (want relinquished)", cerr, cks[0].Offset, tb.Owners[0].Owner)
+	}
+}

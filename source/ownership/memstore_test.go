@@ -80,8 +80,9 @@ func (s *memStore) Renew(_ context.Context, owner string, partitions []int32, he
 			outs[i] = ownership.Fenced
 		}
 	}
+	_, had := s.members[owner]
 	s.members[owner] = now
-	t := ownership.Table{Now: now}
+	t := ownership.Table{Now: now, Fresh: !had}
 	for id, at := range s.members {
 		if now.Sub(at) > s.exp {
 			delete(s.members, id)

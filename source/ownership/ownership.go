@@ -20,16 +20,19 @@
 // accepted checkpoint and sends them again), so sinks must be idempotent;
 // and a store that loses acknowledged writes (a Redis failover to a
 // replica that had not received them) can lose a claim or a checkpoint —
-// a checkpoint lost moves the resume point back to the source's configured
-// start (records are processed again with Earliest; skipped with Latest
-// or a start time), a claim lost lets two instances believe they own a
-// partition until the next renewal, when one is refused.
+// a checkpoint lost is written back from the last one the claiming
+// instance saw, if it saw one, else the partition resumes at the source's
+// configured start (records are processed again with Earliest; skipped
+// with Latest or a start time); a claim lost lets two instances believe
+// they own a partition until the next renewal, when one is refused.
 //
 // Ownership moves without a handshake: a member that steals a partition
 // (or takes one whose lease expired) starts it at once, while the old
 // owner learns of it at its next renewal or checkpoint, so the two may
-// process the partition together for up to one interval (only the new
-// owner's checkpoints are accepted). Records already in a stopped
+// process the partition together for up to one interval — or, if the old
+// owner cannot reach the store, until its self-fence deadline, at most
+// expiration - margin after its last renewal (only the new owner's
+// checkpoints are accepted). Records already in a stopped
 // partition's pipeline are still processed. A partition without a
 // checkpoint starts where the source's configured start stands when it is
 // first claimed; with a source that can say so before reading
@@ -113,6 +116,11 @@ type Table struct {
 	// Members are the instances whose presence has not expired, with the
 	// age of their last heartbeat, sorted by id.
 	Members []Member
+	// Fresh is true if the renewal that read the table recorded the
+	// member's presence anew: its first, one after its presence lapsed,
+	// or one after the store lost its data. The others' presence may not
+	// be recorded yet.
+	Fresh bool
 }
 
 // Member is an instance present in the group.

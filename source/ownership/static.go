@@ -78,6 +78,9 @@ func (s Static) Mine(key []byte) bool {
 	if s.Shares <= 1 {
 		return true
 	}
+	if len(key) == 0 {
+		return s.Share == 0
+	}
 	h := fnv.New32a()
 	h.Write(key)
 	return int(h.Sum32()%uint32(s.Shares)) == s.Share

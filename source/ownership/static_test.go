@@ -71,6 +71,13 @@ func TestInstanceIndexAndStaticLayout(t *testing.T) {
 			t.Fatalf("key home-%d is in %d shares", k, n)
 		}
 	}
+	for shares := 2; shares <= 5; shares++ { // a record without a key: share 0's
+		for i := range shares {
+			if st, _ := ownership.NewStatic(i, shares, parts); st.Mine(nil) != (i == 0) {
+				t.Errorf("%d shares: share %d says Mine(nil) = %v", shares, i, st.Mine(nil))
+			}
+		}
+	}
 	for i, c := range count {
 		if c < 800 {
 			t.Errorf("share %d holds %d of 3000 keys: the hash does not spread", i, c)

@@ -30,10 +30,11 @@ end
 // the partitions in the table. ARGV: owner, expiration (ms), the number of
 // leases h, then per lease the index of its key (0-based, among the
 // partitions) and its epoch; an empty owner only reads (no presence
-// recorded). Returns {now, outcomes, rows, members}: an
+// recorded). Returns {now, outcomes, rows, members, fresh}: an
 // outcome per lease (0 renewed, 1 fenced), four values per partition
-// (owner, epoch, version, modified), and id, age pairs of the members
-// present (expired ones are removed).
+// (owner, epoch, version, modified), id, age pairs of the members
+// present (expired ones are removed), and 1 if the owner's presence was
+// not recorded before this call.
 var renewScript = redis.NewScript(prelude + `
 local me, exp, h = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
@@ -48,7 +49,8 @@ for i = 1, h do
     out[i] = 1
   end
 end
-if me ~= '' then redis.call('HSET', KEYS[1], me, d(now)) end
+local fresh = 0
+if me ~= '' then fresh = redis.call('HSET', KEYS[1], me, d(now)) end
 local m = redis.call('HGETALL', KEYS[1])
 local members = {}
 for i = 1, #m, 2 do
@@ -68,7 +70,7 @@ for i = 2, #KEYS do
   rows[#rows + 1] = r[3] or '0'
   rows[#rows + 1] = r[4] or '0'
 end
-return {d(now), out, rows, members}
+return {d(now), out, rows, members, fresh}
 `)
 
 // claimScript: KEYS the ownership hashes; ARGV: owner, then the version

@@ -122,8 +122,8 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	if err != nil {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	if len(res) != 4 {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 4", len(res))
+	if len(res) != 5 {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 5", len(res))
 	}
 	nowMs, err := atoi(res[0])
 	if err != nil {
@@ -137,7 +137,8 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	if len(rows) != 4*len(parts) {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values for %d partitions", len(rows), len(parts))
 	}
-	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts))}
+	fresh, _ := atoi(res[4])
+	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1}
 	for i, p := range parts {
 		o := ownership.Ownership{Partition: p, Owner: fmt.Sprint(rows[4*i])}
 		var mod int64

@@ -324,3 +324,25 @@ func TestTableOnlyReads(t *testing.T) {
 		t.Fatalf("Table wrote: members %v, version %d -> %d, owner %q", after.Members, before.Owners[0].Version, after.Owners[0].Version, after.Owners[0].Owner)
 	}
 }
+
+// A renewal says whether it recorded the member's presence anew: its
+// first, or one after Redis lost the members with its data.
+func TestRenewSaysWhenPresenceIsFresh(t *testing.T) {
+	s, c := newStore(t, time.Minute)
+	ctx := context.Background()
+	for i, want := range []bool{true, false, false} {
+		tb, _, err := s.Renew(ctx, "a", []int32{0}, nil)
+		if err != nil || tb.Fresh != want {
+			t.Fatalf("renewal %d: Fresh = %v, %v; want %v", i, tb.Fresh, err, want)
+		}
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tb, _, err := s.Renew(ctx, "a", []int32{0}, nil); err != nil || !tb.Fresh {
+		t.Fatalf("renewal after the data loss: Fresh = %v, %v; want true", tb.Fresh, err)
+	}
+	if tb, err := s.Table(ctx, []int32{0}); err != nil || tb.Fresh {
+		t.Fatalf("a read-only table: Fresh = %v, %v; want false", tb.Fresh, err)
+	}
+}
