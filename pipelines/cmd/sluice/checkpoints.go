@@ -31,6 +31,7 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 	expiration := fs.Duration("expiration", time.Minute, "the workers' lease expiration, to tell live owners from expired ones")
 	partition := fs.Int("partition", -1, "set: the partition")
 	offset := fs.Int64("offset", -1, "set: the offset of the next record to process")
+	fresh := fs.Bool("new", false, "set: allow a namespace, stream and group under which no worker has recorded anything yet (a start given before the first run)")
 	if err := parseFlags("checkpoints", fs, args); err != nil {
 		return err
 	}
@@ -56,6 +57,16 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 		}
 		if *partition >= *partitions {
 			return fmt.Errorf("checkpoints set: -partition %d: the stream has %d partitions (-partitions)", *partition, *partitions)
+		}
+		if !*fresh {
+			used, err := anyRecord(ctx, store, *partitions)
+			if err != nil {
+				return err
+			}
+			if !used {
+				return fmt.Errorf("checkpoints set: no worker has recorded anything under namespace %q, stream %q, group %q: check -namespace (default %q), -stream and -group against the workers' configuration, or pass -new to give a start before any worker runs",
+					*ns, *streamName, *group, "sluice")
+			}
 		}
 		if err := store.SetCheckpoint(ctx, int32(*partition), *offset); err != nil {
 			return err
@@ -111,4 +122,31 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 		fmt.Fprintf(w, "member %s: last heartbeat %v ago\n", m.ID, m.Age.Round(time.Millisecond))
 	}
 	return nil
+}
+
+// anyRecord reports whether the store holds anything for its namespace,
+// stream and group: a member present, an ownership record or a checkpoint
+// among the first n partitions.
+func anyRecord(ctx context.Context, store *redisstore.Store, n int) (bool, error) {
+	ps := make([]int32, n)
+	for i := range ps {
+		ps[i] = int32(i)
+	}
+	tb, err := store.Table(ctx, ps)
+	if err != nil {
+		return false, err
+	}
+	cks, err := store.Checkpoints(ctx, ps)
+	if err != nil {
+		return false, err
+	}
+	if len(tb.Members) > 0 {
+		return true, nil
+	}
+	for i := range ps {
+		if tb.Owners[i].Version > 0 || cks[i].Offset >= 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }

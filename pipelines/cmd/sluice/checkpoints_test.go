@@ -68,3 +68,41 @@ func TestCheckpointsListAndSet(t *testing.T) {
 		}
 	}
 }
+
+// A rewind under a namespace, stream or group no worker uses (the default
+// namespace "sluice" against workers configured with "prod") is refused,
+// naming what to check, instead of setting a checkpoint nobody reads;
+// with the right namespace it fences the owner; -new gives a start before
+// any worker ran.
+func TestCheckpointsSetRefusesAGroupNobodyUses(t *testing.T) {
+	addr := testenv.Redis(t)
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	store, _ := redisstore.New(redisstore.Config{Client: rc, Namespace: "prod", Stream: "readings", Group: "sensors", Expiration: time.Minute})
+	ctx := context.Background()
+	won, err := store.Claim(ctx, "worker-1", []ownership.Claim{{Partition: 3}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("claim: %v %v", won, err)
+	}
+	if outs, err := store.Checkpoint(ctx, "worker-1", []ownership.Write{{Lease: won[0], Offset: 5000, Sequence: -1}}); err != nil || outs[0] != ownership.Accepted {
+		t.Fatalf("checkpoint: %v %v", outs, err)
+	}
+	var out bytes.Buffer
+	err = runCheckpoints(ctx, []string{"set", "-redis", addr, "-stream", "readings", "-group", "sensors", "-partition", "3", "-offset", "1000"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "-namespace") || !strings.Contains(err.Error(), `"sluice"`) {
+		t.Fatalf("set under the default namespace: %v, want an error naming -namespace", err)
+	}
+	if err := runCheckpoints(ctx, []string{"set", "-redis", addr, "-namespace", "prod", "-stream", "readings", "-group", "sensors",
+		"-partition", "3", "-offset", "1000"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	cks, _ := store.Checkpoints(ctx, []int32{3})
+	outs, _ := store.Checkpoint(ctx, "worker-1", []ownership.Write{{Lease: won[0], Offset: 5001, Sequence: -1}})
+	if cks[0].Offset != 1000 || outs[0] != ownership.Fenced {
+		t.Fatalf("rewind: checkpoint %d (want 1000), the owner's next write %v (want fenced)", cks[0].Offset, outs[0])
+	}
+	if err := runCheckpoints(ctx, []string{"set", "-redis", addr, "-namespace", "prod", "-stream", "readings", "-group", "new-group",
+		"-partition", "0", "-offset", "7", "-new"}, &out); err != nil {
+		t.Fatalf("-new: %v", err)
+	}
+}
