@@ -568,7 +568,7 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 			continue // stopped (or fenced) meanwhile, or its start not recorded yet
 		}
 		if ck.Offset >= 0 {
-			b.known[ck.Partition] = max(b.known[ck.Partition], ck.Offset)
+			b.known[ck.Partition] = ck.Offset // the store's, a rewind's included
 		}
 		h.started, h.written = true, ck.Offset
 		b.src.Start(ck.Partition, ck.Offset)
@@ -649,7 +649,7 @@ func (b *Balancer[T]) untilDeadline() time.Duration {
 }
 
 // gate stops every partition if the self-fence deadline has passed; the
-// source calls it before emitting each poll's records (EmitGate).
+// source calls it before emitting each batch of records (EmitGate).
 func (b *Balancer[T]) gate() { b.selfFence() }
 
 // selfFence stops every partition if the deadline has passed, on the
