@@ -69,6 +69,31 @@ func TestBalancerRecordsTheResolvedStartBeforeStarting(t *testing.T) {
 	})
 }
 
+// settledTrio starts three members sharing n partitions and waits until
+// they are balanced; stolen counts their steals, done closes them and
+// checks the audit.
+func settledTrio(t *testing.T, s *memStore, n int) (ms []*member, stolen func() int64, done func()) {
+	t.Helper()
+	var a audit
+	ms = []*member{startMember(t, s, &a, "a", n), startMember(t, s, &a, "b", n), startMember(t, s, &a, "c", n)}
+	waitBalanced(t, 10, n, ms...)
+	stolen = func() (k int64) {
+		for _, m := range ms {
+			k += m.b.Stats().Stolen
+		}
+		return k
+	}
+	done = func() {
+		for _, m := range ms {
+			m.close(t)
+		}
+		if len(a.bad) > 0 {
+			t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
+		}
+	}
+	return ms, stolen, done
+}
+
 // After an outage longer than the expiration, every member comes back to
 // a table where the others' presence has lapsed: none may take every
 // partition (for the others to steal back one per round).
@@ -76,15 +101,7 @@ func TestBalancerDoesNotGrabEverythingAfterAnOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 12
 		s := newMemStore(tExpiration)
-		var a audit
-		ms := []*member{startMember(t, s, &a, "a", n), startMember(t, s, &a, "b", n), startMember(t, s, &a, "c", n)}
-		waitBalanced(t, 10, n, ms...)
-		stolen := func() (k int64) {
-			for _, m := range ms {
-				k += m.b.Stats().Stolen
-			}
-			return k
-		}
+		ms, stolen, done := settledTrio(t, s, n)
 		before := stolen()
 		s.setDown(true)
 		time.Sleep(3 * tExpiration)
@@ -97,12 +114,7 @@ func TestBalancerDoesNotGrabEverythingAfterAnOutage(t *testing.T) {
 		if k := stolen() - before; k != 0 {
 			t.Errorf("%d partitions stolen after the outage; want 0 (the shares taken from free partitions)", k)
 		}
-		for _, m := range ms {
-			m.close(t)
-		}
-		if len(a.bad) > 0 {
-			t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
-		}
+		done()
 	})
 }
 
@@ -115,17 +127,9 @@ func TestBalancerDoesNotGrabEverythingAfterADataLoss(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 12
 		s := newMemStore(tExpiration)
-		var a audit
-		ms := []*member{startMember(t, s, &a, "a", n), startMember(t, s, &a, "b", n), startMember(t, s, &a, "c", n)}
-		waitBalanced(t, 10, n, ms...)
+		ms, stolen, done := settledTrio(t, s, n)
 		time.Sleep(5 * tInterval)
 		synctest.Wait()
-		stolen := func() (k int64) {
-			for _, m := range ms {
-				k += m.b.Stats().Stolen
-			}
-			return k
-		}
 		before := stolen()
 		s.wipe()
 		most, mostBy := 0, ""
@@ -145,12 +149,7 @@ func TestBalancerDoesNotGrabEverythingAfterADataLoss(t *testing.T) {
 		if err := balanced(n, ms...); err != nil {
 			t.Errorf("10 intervals after the data loss: %v", err)
 		}
-		for _, m := range ms {
-			m.close(t)
-		}
-		if len(a.bad) > 0 {
-			t.Fatalf("two members' checkpoints accepted under one epoch: %v", a.bad)
-		}
+		done()
 	})
 }
 
