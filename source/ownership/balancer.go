@@ -168,8 +168,9 @@ type Balancer[T any] struct {
 	mu       sync.Mutex
 	parts    []int32
 	held     map[int32]*held
-	deadline time.Time   // self-fence deadline (monotonic and wall readings); zero while nothing is held
-	fence    *time.Timer // fires at deadline
+	deadline time.Time                 // self-fence deadline (monotonic and wall readings); zero while nothing is held
+	fence    *time.Timer               // fires at deadline
+	due      atomic.Pointer[time.Time] // deadline, read by gate without mu; nil when zero
 	table    Table
 	lastOK   time.Time       // send time of the last renewal that succeeded
 	streak   time.Time       // send time of the first of the renewals since none failed for an expiration
@@ -631,6 +632,8 @@ func (b *Balancer[T]) writeStarts(ctx context.Context, r StartResolver, ps []int
 // with mu held.
 func (b *Balancer[T]) arm(sent time.Time) {
 	b.deadline = sent.Add(b.exp - b.cfg.Margin)
+	d0 := b.deadline
+	b.due.Store(&d0)
 	d := time.Until(b.deadline)
 	if b.fence == nil {
 		b.fence = time.AfterFunc(d, b.selfFence)
@@ -650,7 +653,18 @@ func (b *Balancer[T]) untilDeadline() time.Duration {
 
 // gate stops every partition if the self-fence deadline has passed; the
 // source calls it before emitting each batch of records (EmitGate).
-func (b *Balancer[T]) gate() { b.selfFence() }
+// It runs for every batch: the deadline is read without the lock, which
+// is taken only once it has passed.
+func (b *Balancer[T]) gate() {
+	d := b.due.Load()
+	if d == nil {
+		return
+	}
+	if now := time.Now(); now.Before(*d) && now.Round(0).Before(d.Round(0)) {
+		return
+	}
+	b.selfFence()
+}
 
 // selfFence stops every partition if the deadline has passed, on the
 // monotonic clock or on the wall clock (the monotonic clock stands still
@@ -670,6 +684,7 @@ func (b *Balancer[T]) selfFence() {
 		b.stop(p, StopSelfFenced)
 	}
 	b.deadline = time.Time{}
+	b.due.Store(nil)
 }
 
 // stop stops partition p here. Called with mu held.
@@ -804,6 +819,7 @@ func (b *Balancer[T]) Close(ctx context.Context) error {
 		b.fence.Stop()
 	}
 	b.deadline = time.Time{}
+	b.due.Store(nil)
 	b.mu.Unlock()
 	if len(leases) > 0 {
 		if e := b.store.Relinquish(ctx, b.cfg.ID, leases); e != nil {
