@@ -167,6 +167,15 @@ func (h Handle) Settle(o Outcome) {
 	}
 }
 
+// Settler returns the settler the handle reports to, nil for the zero
+// handle. A source gives every message of one partition's assignment the
+// same settler, and a new one when the partition is assigned again (the
+// Kafka sources do), so a stage that keeps state per partition, such as
+// a window, can tell that a partition was taken away and given back:
+// records of the new assignment replay what the old one left unsettled.
+// Settlers are compared with ==, so implementations are pointer types.
+func (h Handle) Settler() Settler { return h.s }
+
 // IsZero reports whether the handle settles nothing.
 func (h Handle) IsZero() bool { return h.s == nil }
 
@@ -209,7 +218,8 @@ func (f *fanout) Settle(_ int64, o Outcome) {
 }
 
 // Join returns one handle that settles all of hs with the same outcome. Use
-// it when several messages become one (batching, windows).
+// it when several messages become one (batching, windows). Runs of handles
+// from one settler that implements BatchSettler are settled with one call.
 func Join(hs []Handle) Handle {
 	live := make([]Handle, 0, len(hs))
 	for _, h := range hs {
@@ -223,13 +233,30 @@ func Join(hs []Handle) Handle {
 	case 1:
 		return live[0]
 	}
-	return Handle{s: joined(live)}
+	return Handle{s: &joined{hs: live}}
 }
 
-type joined []Handle
+// joined is a pointer type so that Handle.Settler values stay comparable.
+type joined struct{ hs []Handle }
 
-func (j joined) Settle(_ int64, o Outcome) {
-	for _, h := range j {
-		h.Settle(o)
+func (j *joined) Settle(_ int64, o Outcome) {
+	buf := idBufs.Get().(*[]int64)
+	hs := j.hs
+	for i := 0; i < len(hs); {
+		bs, ok := hs[i].s.(BatchSettler)
+		if !ok {
+			hs[i].Settle(o)
+			i++
+			continue
+		}
+		s := hs[i].s
+		ids := (*buf)[:0]
+		for i < len(hs) && hs[i].s == s && len(ids) < cap(ids) {
+			ids = append(ids, hs[i].id)
+			i++
+		}
+		bs.SettleBatch(ids, o)
+		*buf = ids
 	}
+	idBufs.Put(buf)
 }

@@ -1,0 +1,455 @@
+package flow
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/stage"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Tumbling returns a flow that aggregates messages per key into tumbling
+// windows of event time, size long, one set of windows per source
+// partition, and emits them when they close: what a sink needs to write
+// one aggregate per key and window, and settle the messages only once it
+// is written.
+//
+// A message goes into the window [start, start+size) holding
+// eventTime(&m.Value), under key(&m); add folds its value into the
+// aggregate of that key and window (the zero A to begin). Nothing is
+// settled here: the messages of a window are settled when the Windows
+// message that carries them is, so a crash before the aggregate is written
+// replays them, and a source commits past a message only after its window
+// was written.
+//
+// Time. A message's arrival is its Envelope.Timestamp (the Kafka record's
+// timestamp), or its event time if the source gives none. A partition's
+// stream time is the latest arrival it has seen, and its windows close
+// when the stream time reaches their end plus the allowed lateness
+// (Lateness; default the window size). Then every window of the partition with that
+// start is emitted as one Windows message.
+//
+// Late and early messages are failed (routed to the failure stream, a
+// dead letter) with a *LateError, never dropped silently:
+//   - a message whose event time is more than the lateness before its
+//     arrival (it reached the stream too late, however the others came);
+//   - a message for a window of its partition already emitted;
+//   - a message whose event time is more than MaxAhead (default size)
+//     after its arrival: a clock far ahead would otherwise hold a window,
+//     and every offset after its message, open for as long.
+//
+// With timestamps that do not decrease within a partition (one producer,
+// or the broker's log-append time), the first rule makes every decision a
+// property of the record alone, so a replay from any checkpoint rebuilds
+// exactly the windows that start after it. A window that began before the
+// replay's start is rebuilt partially: Windows.FirstOffset and
+// Pane.FirstOffset let a writer keep the aggregate that began earlier
+// (see Pane).
+//
+// Idle partitions. A partition that receives nothing for IdleClose
+// (default size + lateness, in processing time) has all its windows
+// emitted, Early; so do all partitions at the end of the input. A window
+// left open this way is what keeps its messages, and every later offset
+// of the partition, uncommitted; a source that stops fetching a partition
+// once it has many unsettled messages (source/kafka's
+// MaxUnsettledPerPartition) must allow a window's worth, or the partition
+// waits for the idle close.
+//
+// Reassignment. Messages carry the settler of their partition's
+// assignment (stream.Handle.Settler). A message from a new assignment of a
+// partition discards the windows still open from the old one, unsettled:
+// the source ignores settles addressed to an old assignment, and the new
+// one replays those messages from its checkpoint. Windows already emitted
+// are not recalled.
+//
+// Panics in key, eventTime or add fail the message being added.
+func Tumbling[T any, K comparable, A any](size time.Duration, key func(*stream.Message[T]) K,
+	eventTime func(*T) time.Time, add func(acc *A, v *T), opts ...WindowOption) stream.Flow[T, Windows[K, A]] {
+	w := &tumbling[T, K, A]{size: size, key: key, eventTime: eventTime, add: add}
+	for _, o := range opts {
+		o(&w.windowConfig)
+	}
+	return w
+}
+
+// WindowOption configures Tumbling.
+type WindowOption func(*windowConfig)
+
+type windowConfig struct {
+	lateness, maxAhead, idle   time.Duration
+	lateSet, aheadSet, idleSet bool
+	onLate                     func(*LateError)
+}
+
+// Lateness is how long after its event time a message may arrive, and so
+// how long after a window's end, in stream time, the window stays open
+// (default the window size).
+func Lateness(d time.Duration) WindowOption {
+	return func(c *windowConfig) { c.lateness, c.lateSet = d, true }
+}
+
+// MaxAhead is how far after its arrival a message's event time may be
+// (default the window size).
+func MaxAhead(d time.Duration) WindowOption {
+	return func(c *windowConfig) { c.maxAhead, c.aheadSet = d, true }
+}
+
+// IdleClose is how long a partition may receive nothing, in processing
+// time, before its open windows are emitted anyway (default size +
+// lateness).
+func IdleClose(d time.Duration) WindowOption {
+	return func(c *windowConfig) { c.idle, c.idleSet = d, true }
+}
+
+// OnLate, if set, is called with every late or early message's error
+// before the message is failed (counters, tests).
+func OnLate(fn func(*LateError)) WindowOption { return func(c *windowConfig) { c.onLate = fn } }
+
+// Windows is every window of one partition that closed with one start:
+// the aggregate of each key seen in it.
+type Windows[K comparable, A any] struct {
+	Topic     string
+	Partition int32
+	// Start and End bound the windows' event time: [Start, End).
+	Start, End time.Time
+	Panes      []Pane[K, A]
+	// Count is the number of messages in the panes.
+	Count int
+	// FirstOffset is the lowest source offset of a message in the panes.
+	FirstOffset int64
+	// Early is true if the windows were emitted before the stream time
+	// passed their end plus the lateness: the partition was idle or the
+	// input ended.
+	Early bool
+}
+
+// Pane is one key's aggregate in one window.
+//
+// Count and FirstOffset say which messages it holds, for a writer that
+// must stay right across replays and reassignments: from the same source
+// log, the complete aggregate is the one with the lowest FirstOffset (a
+// replay that started inside the window misses its first messages) and,
+// among those, the highest Count (a window emitted Early misses its last).
+// Writing an aggregate only if it is complete by that order, relative to
+// the one stored, makes the stored one converge to the complete one
+// whatever the order of the writes.
+type Pane[K comparable, A any] struct {
+	Key         K
+	Value       A
+	Count       int
+	FirstOffset int64
+}
+
+// LateError is the reason a message was not put in a window.
+type LateError struct {
+	Partition int32
+	Offset    int64
+	Event     time.Time // the message's event time
+	Arrival   time.Time // its arrival (the record's timestamp)
+	// Closed is the end of the last window of the partition already
+	// emitted, if that is why (zero otherwise).
+	Closed time.Time
+	// Ahead is true if the event time is too far after the arrival.
+	Ahead    bool
+	Lateness time.Duration
+	MaxAhead time.Duration
+}
+
+func (e *LateError) Error() string {
+	switch {
+	case e.Ahead:
+		return fmt.Sprintf("event time %s is %v after its arrival %s: more than the %v allowed ahead",
+			e.Event.UTC().Format(time.RFC3339Nano), e.Event.Sub(e.Arrival), e.Arrival.UTC().Format(time.RFC3339Nano), e.MaxAhead)
+	case !e.Closed.IsZero():
+		return fmt.Sprintf("late: event time %s falls in a window already written (partition %d has emitted its windows up to %s)",
+			e.Event.UTC().Format(time.RFC3339Nano), e.Partition, e.Closed.UTC().Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("late: event time %s arrived %v later, at %s: more than the allowed lateness of %v",
+		e.Event.UTC().Format(time.RFC3339Nano), e.Arrival.Sub(e.Event), e.Arrival.UTC().Format(time.RFC3339Nano), e.Lateness)
+}
+
+type tumbling[T any, K comparable, A any] struct {
+	windowConfig
+	size      time.Duration
+	key       func(*stream.Message[T]) K
+	eventTime func(*T) time.Time
+	add       func(*A, *T)
+}
+
+func (w *tumbling[T, K, A]) Name() string { return "window" }
+
+func (w *tumbling[T, K, A]) Validate() error {
+	bad := func(arg, reason string, v any) error {
+		return &stream.ConfigError{Stage: "window", Argument: arg, Reason: fmt.Sprintf(reason, v)}
+	}
+	switch {
+	case w.size <= 0:
+		return bad("size", "must be positive, got %v", w.size)
+	case w.key == nil:
+		return stage.NilArg("window", "key")
+	case w.eventTime == nil:
+		return stage.NilArg("window", "eventTime")
+	case w.add == nil:
+		return stage.NilArg("window", "add")
+	case w.lateness < 0:
+		return bad("lateness", "must not be negative, got %v", w.lateness)
+	case w.maxAhead < 0:
+		return bad("maxAhead", "must not be negative, got %v", w.maxAhead)
+	case w.idle < 0:
+		return bad("idleClose", "must not be negative, got %v", w.idle)
+	}
+	return nil
+}
+
+func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[Windows[K, A]]) error {
+	if !w.lateSet {
+		w.lateness = w.size
+	}
+	if !w.aheadSet {
+		w.maxAhead = w.size
+	}
+	if !w.idleSet {
+		w.idle = w.size + w.lateness
+	}
+	r := &windowRun[T, K, A]{w: w, parts: map[partKey]*partWindows[K, A]{}, ctx: ctx, in: in, out: out}
+	var tick <-chan time.Time
+	if w.idle > 0 {
+		t := time.NewTicker(max(w.idle/4, time.Millisecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case b, ok := <-in.C():
+			if !ok {
+				return r.closeAll()
+			}
+			in.Received(b)
+			r.now = time.Now()
+			err := stage.Each(ctx, in, b.Items, r.one)
+			b.Release()
+			if err == nil {
+				err = out.Flush(ctx)
+			}
+			if err != nil {
+				return err
+			}
+		case now := <-tick:
+			if err := r.closeIdle(now); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+// partWindows is the open windows of one assignment of one partition.
+type partWindows[K comparable, A any] struct {
+	key      partKey
+	origin   stream.Settler
+	stream   int64     // stream time, ns: latest arrival seen (math.MinInt64: none)
+	closed   int64     // end of the last window emitted, ns
+	anyClose bool      // closed is set
+	seen     time.Time // processing time of the last message
+	open     []*openWindow[K, A]
+}
+
+type openWindow[K comparable, A any] struct {
+	start int64 // ns
+	index map[K]int
+	panes []Pane[K, A]
+	ids   []int64 // of the messages with a handle
+	n     int     // messages
+	first int64
+}
+
+type windowRun[T any, K comparable, A any] struct {
+	w     *tumbling[T, K, A]
+	parts map[partKey]*partWindows[K, A]
+	last  *partWindows[K, A]
+	now   time.Time
+	ctx   context.Context
+	in    *stream.Inlet[T]
+	out   *stream.Outlet[Windows[K, A]]
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func (r *windowRun[T, K, A]) part(m *stream.Message[T]) *partWindows[K, A] {
+	if p := r.last; p != nil && p.key.partition == m.Partition && p.key.topic == m.Topic {
+		return p
+	}
+	k := partKey{m.Topic, m.Partition}
+	p := r.parts[k]
+	if p == nil {
+		p = &partWindows[K, A]{key: k, origin: m.Handle().Settler(), stream: math.MinInt64}
+		r.parts[k] = p
+	}
+	r.last = p
+	return p
+}
+
+// one puts a message in its window.
+func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
+	w := r.w
+	p := r.part(m)
+	if s := m.Handle().Settler(); s != p.origin {
+		// A new assignment: what the old one left open is replayed by it.
+		// What was emitted is not recalled, and the replay rebuilds those
+		// windows too: the new assignment starts with nothing closed.
+		*p = partWindows[K, A]{key: p.key, origin: s, stream: math.MinInt64}
+	}
+	ev := w.eventTime(&m.Value)
+	evNs := ev.UnixNano()
+	arr := m.Timestamp
+	if arr.IsZero() {
+		arr = ev
+	}
+	arrNs := arr.UnixNano()
+	p.seen = r.now
+	late := func(e *LateError) error {
+		e.Partition, e.Offset, e.Event, e.Arrival, e.Lateness, e.MaxAhead = m.Partition, m.Offset, ev, arr, w.lateness, w.maxAhead
+		if w.onLate != nil {
+			w.onLate(e)
+		}
+		return r.in.Fail(r.ctx, *m, e)
+	}
+	if arrNs > p.stream {
+		// The windows this arrival closes go out before the message is
+		// placed, so that what is late depends on the order of the
+		// partition's messages, not on how they were batched.
+		p.stream = arrNs
+		if limit := arrNs - int64(w.lateness) - int64(w.size); len(p.open) > 0 && p.open[0].start <= limit {
+			if err := r.emit(p, func(start int64) bool { return start <= limit }, false); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case evNs > arrNs+int64(w.maxAhead):
+		return late(&LateError{Ahead: true})
+	case evNs < arrNs-int64(w.lateness):
+		return late(&LateError{})
+	}
+	size := int64(w.size)
+	start := floorDiv(evNs, size) * size
+	if p.anyClose && start+size <= p.closed {
+		return late(&LateError{Closed: time.Unix(0, p.closed)})
+	}
+	var win *openWindow[K, A]
+	for i := len(p.open) - 1; i >= 0; i-- {
+		if p.open[i].start == start {
+			win = p.open[i]
+			break
+		}
+	}
+	if win == nil {
+		win = &openWindow[K, A]{start: start, index: map[K]int{}}
+		at, _ := slices.BinarySearchFunc(p.open, start, func(o *openWindow[K, A], s int64) int { return cmp.Compare(o.start, s) })
+		p.open = slices.Insert(p.open, at, win) // oldest first
+	}
+	k := w.key(m)
+	i, ok := win.index[k]
+	if !ok {
+		i = len(win.panes)
+		win.panes = append(win.panes, Pane[K, A]{Key: k})
+		win.index[k] = i
+	}
+	pane := &win.panes[i]
+	w.add(&pane.Value, &m.Value) // before any count: a panic here leaves the message out
+	if pane.Count == 0 || m.Offset < pane.FirstOffset {
+		pane.FirstOffset = m.Offset
+	}
+	pane.Count++
+	if win.n == 0 || m.Offset < win.first {
+		win.first = m.Offset
+	}
+	win.n++
+	if !m.Handle().IsZero() {
+		win.ids = append(win.ids, m.Handle().ID())
+	}
+	return nil
+}
+
+func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
+	for _, p := range r.parts {
+		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle {
+			if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
+				return err
+			}
+		}
+	}
+	return r.out.Flush(r.ctx)
+}
+
+func (r *windowRun[T, K, A]) closeAll() error {
+	for _, p := range r.parts {
+		if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
+			return err
+		}
+	}
+	return r.out.Flush(r.ctx)
+}
+
+// emit sends the open windows of p whose start passes, oldest first, one
+// Windows message per start.
+func (r *windowRun[T, K, A]) emit(p *partWindows[K, A], closes func(start int64) bool, early bool) error {
+	for len(p.open) > 0 && closes(p.open[0].start) {
+		win := p.open[0]
+		p.open[0] = nil
+		p.open = p.open[1:]
+		win.panes = slices.DeleteFunc(win.panes, func(pn Pane[K, A]) bool { return pn.Count == 0 }) // add panicked
+		if win.n == 0 {
+			continue
+		}
+		size := int64(r.w.size)
+		if end := win.start + size; !p.anyClose || end > p.closed {
+			p.closed, p.anyClose = end, true
+		}
+		ws := Windows[K, A]{Topic: p.key.topic, Partition: p.key.partition,
+			Start: time.Unix(0, win.start), End: time.Unix(0, win.start+size),
+			Panes: win.panes, Count: win.n, FirstOffset: win.first, Early: early}
+		var h stream.Handle
+		if p.origin != nil && len(win.ids) > 0 {
+			h = stream.NewHandle(&settleIDs{s: p.origin, ids: win.ids}, 0)
+		}
+		m := stream.NewMessage(ws, h)
+		m.Topic, m.Partition, m.Offset, m.Timestamp = p.key.topic, p.key.partition, win.first, ws.End
+		if err := r.out.Send(r.ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settleIDs settles the messages of a window: many ids of one settler.
+type settleIDs struct {
+	s   stream.Settler
+	ids []int64
+}
+
+func (s *settleIDs) Settle(_ int64, o stream.Outcome) {
+	if bs, ok := s.s.(stream.BatchSettler); ok {
+		bs.SettleBatch(s.ids, o)
+		return
+	}
+	for _, id := range s.ids {
+		s.s.Settle(id, o)
+	}
+}
