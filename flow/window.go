@@ -52,7 +52,9 @@ import (
 //
 // Idle partitions. A partition that receives nothing for IdleClose
 // (default size + lateness, in processing time) has all its windows
-// emitted, Early; so do all partitions at the end of the input. A window
+// emitted, Early; so do all partitions at the end of the input, unless
+// the pipeline is draining (its context was cancelled): then they are
+// left unsettled, to be rebuilt from the checkpoint by the next reader. A window
 // left open this way is what keeps its messages, and every later offset
 // of the partition, uncommitted; a source that stops fetching a partition
 // once it has many unsettled messages (source/kafka's
@@ -125,6 +127,9 @@ type Windows[K comparable, A any] struct {
 	// passed their end plus the lateness: the partition was idle or the
 	// input ended.
 	Early bool
+	// Emitted is when the stage emitted them (processing time), to
+	// measure how long writing them takes.
+	Emitted time.Time
 }
 
 // Pane is one key's aggregate in one window.
@@ -226,14 +231,23 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 		select {
 		case b, ok := <-in.C():
 			if !ok {
-				return r.closeAll()
+				select {
+				case <-in.Draining():
+					// The pipeline is stopping, not the input ending: open
+					// windows are left unsettled for whoever reads the
+					// partition next. Written now, they would be committed
+					// without the rest of their minute.
+					return nil
+				default:
+					return r.closeAll()
+				}
 			}
 			in.Received(b)
 			r.now = time.Now()
 			err := stage.Each(ctx, in, b.Items, r.one)
 			b.Release()
 			if err == nil {
-				err = out.Flush(ctx)
+				err = in.FlushOutputs(ctx) // failures (late messages) too
 			}
 			if err != nil {
 				return err
@@ -395,7 +409,7 @@ func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 			}
 		}
 	}
-	return r.out.Flush(r.ctx)
+	return r.in.FlushOutputs(r.ctx)
 }
 
 func (r *windowRun[T, K, A]) closeAll() error {
@@ -404,7 +418,7 @@ func (r *windowRun[T, K, A]) closeAll() error {
 			return err
 		}
 	}
-	return r.out.Flush(r.ctx)
+	return r.in.FlushOutputs(r.ctx)
 }
 
 // emit sends the open windows of p whose start passes, oldest first, one
@@ -424,7 +438,7 @@ func (r *windowRun[T, K, A]) emit(p *partWindows[K, A], closes func(start int64)
 		}
 		ws := Windows[K, A]{Topic: p.key.topic, Partition: p.key.partition,
 			Start: time.Unix(0, win.start), End: time.Unix(0, win.start+size),
-			Panes: win.panes, Count: win.n, FirstOffset: win.first, Early: early}
+			Panes: win.panes, Count: win.n, FirstOffset: win.first, Early: early, Emitted: time.Now()}
 		var h stream.Handle
 		if p.origin != nil && len(win.ids) > 0 {
 			h = stream.NewHandle(&settleIDs{s: p.origin, ids: win.ids}, 0)

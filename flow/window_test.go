@@ -234,6 +234,7 @@ func TestTumblingMessagesStayUnsettledUntilTheirWindowIs(t *testing.T) {
 	g := stream.New()
 	out := &windowSink{hold: true}
 	stream.To(stream.Via(stream.From(g, stream.Source[reading](src)), sumWindow(flow.Lateness(10*time.Second), flow.IdleClose(0))), out)
+	tr := src.tracker(0)
 	done := make(chan error, 1)
 	go func() { done <- g.Run(context.Background()) }()
 	deadline := time.Now().Add(5 * time.Second)
@@ -244,7 +245,6 @@ func TestTumblingMessagesStayUnsettledUntilTheirWindowIs(t *testing.T) {
 	if len(ws) != 1 || ws[0].Count != 2 || ws[0].Early {
 		t.Fatalf("windows %+v", ws)
 	}
-	tr := src.tracker(0)
 	if w := tr.Watermark(); w != 0 {
 		t.Fatalf("watermark %d before the window is settled", w)
 	}
@@ -457,4 +457,67 @@ func TestTumblingPanicInAddFailsOnlyThatMessage(t *testing.T) {
 		t.Fatalf("windows %+v, failed %d", ws, failed)
 	}
 	checkSettled(t, src.tracker(0))
+}
+
+func TestTumblingHandsLateMessagesOnWithoutWaitingForMore(t *testing.T) {
+	// The source stays open after a late message: the dead letter must
+	// get it anyway, or its offset, and every later one, stays
+	// uncommitted.
+	src := newLog([]rec{
+		{0, at(0, 1), reading{"a", at(0, 0), 1}},
+		{0, at(5, 0), reading{"a", at(1, 0), 1}}, // 4 min late
+	})
+	src.pauseAt, src.release = 2, make(chan struct{})
+	g := stream.New()
+	stream.To(stream.Via(stream.From(g, stream.Source[reading](src)), sumWindow(flow.Lateness(10*time.Second))), &windowSink{})
+	var late lateLog
+	late.sink(g)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	deadline := time.Now().Add(5 * time.Second)
+	n := 0
+	for n == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		late.mu.Lock()
+		n = len(late.errs)
+		late.mu.Unlock()
+	}
+	close(src.release)
+	if n == 0 {
+		t.Fatal("the late message reached no dead letter while the input stayed open")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	if len(late.errs) != 1 {
+		t.Fatalf("late %v", late.errs)
+	}
+}
+
+func TestTumblingLeavesOpenWindowsUnsettledWhenThePipelineStops(t *testing.T) {
+	// A cancelled pipeline is not the end of the input: a window written
+	// now would be committed without the rest of its minute.
+	src := newLog([]rec{{0, at(0, 1), reading{"a", at(0, 0), 1}}})
+	src.pauseAt, src.release = 1, make(chan struct{})
+	g := stream.New()
+	out := &windowSink{}
+	stream.To(stream.Via(stream.From(g, stream.Source[reading](src)), sumWindow()), out)
+	tr := src.tracker(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	for tr.Stats().Issued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	<-done
+	if ws := out.windows(); len(ws) != 0 {
+		t.Fatalf("windows emitted on stop: %+v", ws)
+	}
+	if st := tr.Stats(); st.Total() != 0 {
+		t.Fatalf("settled on stop: %+v", st)
+	}
 }

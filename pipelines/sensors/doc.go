@@ -1,0 +1,42 @@
+// Package sensors is the home-security workload of seed 003, built from
+// sluice's public API as a user would: readings of the sensors of many
+// homes arrive on a Kafka topic keyed by home; several instances share the
+// topic's partitions through the Redis ownership balancer
+// (source/ownership), parse and filter the readings, aggregate them per
+// home and event-time minute (flow.Tumbling) and write each minute's
+// aggregate to Redis, idempotently, before the readings are settled and
+// checkpointed. A web page served by each worker shows a home's last hour
+// and an overview of all homes.
+//
+//	readings (key: home id) -> ownership balancer (Kafka partitions, Redis leases)
+//	  -> parse (malformed -> dead letter) -> filter (heartbeats, out-of-range: counted)
+//	  -> window per home per minute (late -> dead letter)
+//	  -> write the minute's aggregates to Redis (pipelined, conditional)
+//	  -> checkpoint (Redis, fenced by the lease's epoch)
+//
+// # Readings
+//
+// A reading is a Kafka record whose key is the home id and whose value is
+// four comma-separated fields:
+//
+//	<sensor id>,<kind>,<event time, Unix ms>,<value>
+//	s2,door,1763899200000,1
+//
+// Kinds are motion, door, glass (0 or 1: 1 is motion seen, a door open,
+// glass broken), co (carbon monoxide in ppm, 0 to 1000) and heartbeat (the
+// sensor is alive; value ignored). A reading is an event when it reports
+// something: motion, door or glass at 1, co at EventCO ppm or more; it is
+// an alarm when glass breaks or co reaches AlarmCO.
+//
+// # Aggregates in Redis
+//
+// One hash per home, a field per minute (its start, Unix seconds):
+//
+//	sensors:{<namespace>}:home:<home id>   <minute> -> <partition>|<first offset>|<readings>|<aggregate JSON>
+//	sensors:{<namespace>}:minute:<minute>  <partition> -> <partition>|<first offset>|<readings>|<totals JSON>
+//
+// A write is conditional (a Lua script): it replaces the stored value only
+// if it holds what the stored one holds, judged by the window's first
+// offset and count (flow.Pane), so replays and reassignments converge to
+// the aggregate of every reading, never to one counted twice or partly.
+package sensors
