@@ -179,9 +179,14 @@ func (g *Generator) Run(ctx context.Context, cl *kgo.Client, minutes int) error 
 			now = end
 		}
 		kinds := int32(g.kinds.Load())
-		ts := time.UnixMilli(now)
-		// Every whole simulated second in [sim, now) sends its slot.
+		// Every whole simulated second in [sim, now) sends its slot. Its
+		// records' timestamp (their arrival, for the pipeline) is the
+		// second's end, or now if sooner: within a second of their event
+		// time however far this loop fell behind the simulated clock (a GC
+		// pause, a busy machine, a broker holding the producer back), or
+		// readings the recount takes as on time would arrive late.
 		for sec := (sim + 999) / 1000 * 1000; sec < now; sec += 1000 {
+			ts := time.UnixMilli(min(sec+1000, now))
 			minute := sec / 60_000 * 60_000
 			for _, p := range slots[(sec%60_000)/1000] {
 				if p.kind >= kinds {
