@@ -15,9 +15,14 @@ import (
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
 	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" { // a worker process of process_test.go
+		os.Exit(workerProcess())
+	}
+	// With the kafka build tag, against a real broker.
 	os.Exit(testenv.RunTests(m, func(m *testing.M) int {
 		goleak.VerifyTestMain(m)
 		return 0
@@ -77,15 +82,23 @@ func genConfig() sensors.GenConfig {
 // of its log.
 func waitCheckpointed(t *testing.T, brokers []string, w *sensors.Worker, limit time.Duration) {
 	t.Helper()
-	ends := testenv.EndOffsets(t, brokers, sensors.DefaultTopic)
+	waitAtLogEnd(t, brokers, sensors.DefaultTopic, w.Owners(), limit, func() string { return fmt.Sprintf("stats %+v", w.Stats()) })
+}
+
+// waitAtLogEnd waits until the checkpoint of every partition of topic, as
+// owners reads it, is at the end of its log; state describes the workers
+// if they do not get there within limit.
+func waitAtLogEnd(t *testing.T, brokers []string, topic string, owners *redisstore.Store, limit time.Duration, state func() string) {
+	t.Helper()
+	ends := testenv.EndOffsets(t, brokers, topic)
 	ps := make([]int32, 0, len(ends))
 	for p := range ends {
 		ps = append(ps, p)
 	}
 	deadline := time.Now().Add(limit)
-	var behind string
+	behind := "not read"
 	for time.Now().Before(deadline) {
-		cks, err := w.Owners().Checkpoints(context.Background(), ps)
+		cks, err := owners.Checkpoints(context.Background(), ps)
 		if err == nil {
 			behind = ""
 			for _, ck := range cks {
@@ -99,10 +112,17 @@ func waitCheckpointed(t *testing.T, brokers []string, w *sensors.Worker, limit t
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("checkpoints behind the log end after %v:%s; stats %+v", limit, behind, w.Stats())
+	t.Fatalf("checkpoints behind the log end after %v:%s; %s", limit, behind, state())
 }
 
 func verify(t *testing.T, brokers []string, store *sensors.Store, gen *sensors.Generator) {
+	t.Helper()
+	verifyTopic(t, brokers, sensors.DefaultDeadLetterTopic, store, gen)
+}
+
+// verifyTopic compares every (home, minute) aggregate in store and the
+// dead letters on deadLetters with what gen sent.
+func verifyTopic(t *testing.T, brokers []string, deadLetters string, store *sensors.Store, gen *sensors.Generator) {
 	t.Helper()
 	rep, err := gen.Expected.Verify(context.Background(), store)
 	if err != nil {
@@ -118,7 +138,7 @@ func verify(t *testing.T, brokers []string, store *sensors.Store, gen *sensors.G
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dl, err := sensors.ReadDeadLetters(ctx, cl, sensors.DefaultDeadLetterTopic)
+	dl, err := sensors.ReadDeadLetters(ctx, cl, deadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
