@@ -25,7 +25,7 @@ test:
 test-kafka:
 	@bash internal/testenv/setup.sh kafka
 	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
-		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./source/ownership/ ./sink/kafka/ ./pipelines/demo/ ./pipelines/cmd/sluice/
+		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./source/ownership/ ./sink/kafka/ ./pipelines/demo/ ./pipelines/cmd/sluice/ ./pipelines/sensors/
 
 vet:
 	$(GO) vet ./...
