@@ -27,11 +27,14 @@ import (
 // was written.
 //
 // Time. A message's arrival is its Envelope.Timestamp (the Kafka record's
-// timestamp), or its event time if the source gives none. A partition's
-// stream time is the latest arrival it has seen, and its windows close
-// when the stream time reaches their end plus the allowed lateness
-// (Lateness; default the window size). Then every window of the partition with that
-// start is emitted as one Windows message.
+// timestamp: the producer's clock, or the broker's with the topic's
+// message.timestamp.type=LogAppendTime), or its event time if the source
+// gives none. A partition's stream time is the latest arrival of a
+// message it accepted (a rejected one moves no time: one record stamped
+// an hour ahead is failed alone), and its windows close when the stream
+// time reaches their end plus the allowed lateness (Lateness; default the
+// window size). Then every window of the partition with that start is
+// emitted as one Windows message.
 //
 // Late and early messages are failed (routed to the failure stream, a
 // dead letter) with a *LateError, never dropped silently:
@@ -40,7 +43,8 @@ import (
 //   - a message for a window of its partition already emitted;
 //   - a message whose event time is more than MaxAhead (default size)
 //     after its arrival: a clock far ahead would otherwise hold a window,
-//     and every offset after its message, open for as long.
+//     and every offset after its message, open for as long;
+//   - a time a nanosecond count cannot hold (before 1678, after 2261).
 //
 // With timestamps that do not decrease within a partition (one producer,
 // or the broker's log-append time), the first rule makes every decision a
@@ -52,21 +56,31 @@ import (
 //
 // Idle partitions. A partition that receives nothing for IdleClose
 // (default size + lateness, in processing time) has all its windows
-// emitted, Early; so do all partitions at the end of the input, unless
-// the pipeline is draining (its context was cancelled): then they are
-// left unsettled, to be rebuilt from the checkpoint by the next reader. A window
-// left open this way is what keeps its messages, and every later offset
-// of the partition, uncommitted; a source that stops fetching a partition
-// once it has many unsettled messages (source/kafka's
-// MaxUnsettledPerPartition) must allow a window's worth, or the partition
-// waits for the idle close.
+// emitted, Early; messages of those windows that come later fail as late.
+// So a reader that stalls (a broker outage, a paused process) while the
+// producers go on must not count as idle: give IdleWhen whether the
+// source has read the partition to its end. At the end of the input all
+// windows are emitted too, unless the pipeline is draining (its context
+// was cancelled): then they are left unsettled, to be rebuilt from the
+// checkpoint by the next reader. A window left open is what keeps its
+// messages, and every later offset of the partition, uncommitted; a
+// source that stops fetching a partition once it has many unsettled
+// messages (source/kafka's MaxUnsettledPerPartition) must allow a
+// window and its lateness of them, or the partition waits for the idle
+// close.
 //
-// Reassignment. Messages carry the settler of their partition's
-// assignment (stream.Handle.Settler). A message from a new assignment of a
-// partition discards the windows still open from the old one, unsettled:
-// the source ignores settles addressed to an old assignment, and the new
-// one replays those messages from its checkpoint. Windows already emitted
-// are not recalled.
+// Reassignment. A message whose handle has a settler other than the
+// previous message's of its partition (stream.Handle.Settler), at an
+// offset not after the last one seen, starts a new assignment of the
+// partition (the Kafka sources give each assignment its own settler, and
+// a new one replays from its checkpoint): the windows still open from the
+// old one are discarded, unsettled (the source ignores settles addressed
+// to an old assignment, and the new one replays those messages). Windows
+// already emitted are not recalled. Until a message of the new assignment
+// comes, the old windows stay open and may be emitted by the idle close;
+// a writer that keeps the complete aggregate (see Pane) is not misled by
+// them. Stages before this one may give messages handles of their own
+// (FlatMap, Batch): their offsets do not go back.
 //
 // Panics in key, eventTime or add fail the message being added.
 func Tumbling[T any, K comparable, A any](size time.Duration, key func(*stream.Message[T]) K,
@@ -85,6 +99,7 @@ type windowConfig struct {
 	lateness, maxAhead, idle   time.Duration
 	lateSet, aheadSet, idleSet bool
 	onLate                     func(*LateError)
+	idleWhen                   func(topic string, partition int32) bool
 }
 
 // Lateness is how long after its event time a message may arrive, and so
@@ -105,6 +120,16 @@ func MaxAhead(d time.Duration) WindowOption {
 // lateness).
 func IdleClose(d time.Duration) WindowOption {
 	return func(c *windowConfig) { c.idle, c.idleSet = d, true }
+}
+
+// IdleWhen, if set, lets IdleClose emit a partition's windows only when
+// it returns true for the partition: give it whether the source has read
+// the partition to its end and hears from its broker. Without it a reader
+// that stalls longer than IdleClose (a broker outage, a paused process)
+// while the partition's producers go on emits the open windows early, and
+// their readings that come after are failed as late.
+func IdleWhen(fn func(topic string, partition int32) bool) WindowOption {
+	return func(c *windowConfig) { c.idleWhen = fn }
 }
 
 // OnLate, if set, is called with every late or early message's error
@@ -262,6 +287,9 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 	}
 }
 
+// The times a nanosecond count holds, which windows are computed in.
+var minTime, maxTime = time.Unix(0, math.MinInt64+int64(24*time.Hour)), time.Unix(0, math.MaxInt64-int64(24*time.Hour))
+
 type partKey struct {
 	topic     string
 	partition int32
@@ -269,22 +297,24 @@ type partKey struct {
 
 // partWindows is the open windows of one assignment of one partition.
 type partWindows[K comparable, A any] struct {
-	key      partKey
-	origin   stream.Settler
-	stream   int64     // stream time, ns: latest arrival seen (math.MinInt64: none)
-	closed   int64     // end of the last window emitted, ns
-	anyClose bool      // closed is set
-	seen     time.Time // processing time of the last message
-	open     []*openWindow[K, A]
+	key        partKey
+	origin     stream.Settler // of the last message
+	lastOffset int64
+	any        bool      // a message was seen
+	stream     int64     // stream time, ns: latest arrival seen (math.MinInt64: none)
+	closed     int64     // end of the last window emitted, ns
+	anyClose   bool      // closed is set
+	seen       time.Time // processing time of the last message
+	open       []*openWindow[K, A]
 }
 
 type openWindow[K comparable, A any] struct {
-	start int64 // ns
-	index map[K]int
-	panes []Pane[K, A]
-	ids   []int64 // of the messages with a handle
-	n     int     // messages
-	first int64
+	start   int64 // ns
+	index   map[K]int
+	panes   []Pane[K, A]
+	handles []stream.Handle
+	n       int // messages
+	first   int64
 }
 
 type windowRun[T any, K comparable, A any] struct {
@@ -324,18 +354,23 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	w := r.w
 	p := r.part(m)
 	if s := m.Handle().Settler(); s != p.origin {
-		// A new assignment: what the old one left open is replayed by it.
-		// What was emitted is not recalled, and the replay rebuilds those
-		// windows too: the new assignment starts with nothing closed.
-		*p = partWindows[K, A]{key: p.key, origin: s, stream: math.MinInt64}
+		// A new settler at an offset not after the last one seen is a new
+		// assignment replaying from its checkpoint: what the old one left
+		// open is replayed by it, and what was emitted is not recalled
+		// (the replay rebuilds it too), so it starts with nothing. A new
+		// settler at a later offset is a stage before this one giving
+		// each message a handle of its own (FlatMap, Batch).
+		if p.any && m.Offset <= p.lastOffset {
+			*p = partWindows[K, A]{key: p.key, stream: math.MinInt64}
+		}
+		p.origin = s
 	}
+	p.lastOffset, p.any = m.Offset, true
 	ev := w.eventTime(&m.Value)
-	evNs := ev.UnixNano()
 	arr := m.Timestamp
 	if arr.IsZero() {
 		arr = ev
 	}
-	arrNs := arr.UnixNano()
 	p.seen = r.now
 	late := func(e *LateError) error {
 		e.Partition, e.Offset, e.Event, e.Arrival, e.Lateness, e.MaxAhead = m.Partition, m.Offset, ev, arr, w.lateness, w.maxAhead
@@ -343,6 +378,18 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 			w.onLate(e)
 		}
 		return r.in.Fail(r.ctx, *m, e)
+	}
+	if ev.Before(minTime) || ev.After(maxTime) || arr.Before(minTime) || arr.After(maxTime) {
+		return late(&LateError{Ahead: ev.After(maxTime) || arr.After(maxTime)}) // beyond what nanoseconds hold
+	}
+	evNs, arrNs := ev.UnixNano(), arr.UnixNano()
+	// A rejected message moves no time: a record stamped far ahead by a
+	// wrong clock must not close the windows of the others.
+	switch {
+	case evNs > arrNs+int64(w.maxAhead):
+		return late(&LateError{Ahead: true})
+	case evNs < arrNs-int64(w.lateness):
+		return late(&LateError{})
 	}
 	if arrNs > p.stream {
 		// The windows this arrival closes go out before the message is
@@ -354,12 +401,6 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 				return err
 			}
 		}
-	}
-	switch {
-	case evNs > arrNs+int64(w.maxAhead):
-		return late(&LateError{Ahead: true})
-	case evNs < arrNs-int64(w.lateness):
-		return late(&LateError{})
 	}
 	size := int64(w.size)
 	start := floorDiv(evNs, size) * size
@@ -396,14 +437,14 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	}
 	win.n++
 	if !m.Handle().IsZero() {
-		win.ids = append(win.ids, m.Handle().ID())
+		win.handles = append(win.handles, m.Handle())
 	}
 	return nil
 }
 
 func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 	for _, p := range r.parts {
-		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle {
+		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && (r.w.idleWhen == nil || r.w.idleWhen(p.key.topic, p.key.partition)) {
 			if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
 				return err
 			}
@@ -439,31 +480,11 @@ func (r *windowRun[T, K, A]) emit(p *partWindows[K, A], closes func(start int64)
 		ws := Windows[K, A]{Topic: p.key.topic, Partition: p.key.partition,
 			Start: time.Unix(0, win.start), End: time.Unix(0, win.start+size),
 			Panes: win.panes, Count: win.n, FirstOffset: win.first, Early: early, Emitted: time.Now()}
-		var h stream.Handle
-		if p.origin != nil && len(win.ids) > 0 {
-			h = stream.NewHandle(&settleIDs{s: p.origin, ids: win.ids}, 0)
-		}
-		m := stream.NewMessage(ws, h)
+		m := stream.NewMessage(ws, stream.Join(win.handles))
 		m.Topic, m.Partition, m.Offset, m.Timestamp = p.key.topic, p.key.partition, win.first, ws.End
 		if err := r.out.Send(r.ctx, m); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// settleIDs settles the messages of a window: many ids of one settler.
-type settleIDs struct {
-	s   stream.Settler
-	ids []int64
-}
-
-func (s *settleIDs) Settle(_ int64, o stream.Outcome) {
-	if bs, ok := s.s.(stream.BatchSettler); ok {
-		bs.SettleBatch(s.ids, o)
-		return
-	}
-	for _, id := range s.ids {
-		s.s.Settle(id, o)
-	}
 }

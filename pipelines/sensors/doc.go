@@ -39,4 +39,13 @@
 // if it holds what the stored one holds, judged by the window's first
 // offset and count (flow.Pane), so replays and reassignments converge to
 // the aggregate of every reading, never to one counted twice or partly.
+// That holds while each home's readings go to one partition (the record
+// key decides it): if partitions are added to the topic, or a producer
+// picks partitions itself, a home's minute read from two partitions is
+// stored as the later partition's part alone.
+//
+// Event times must lie between 2000 and 2200, and at most MaxAhead (a
+// minute) after the record's timestamp; a reading that reaches the topic
+// more than the lateness (30 s) after its event time is late. Both go to
+// the dead-letter topic with the reason.
 package sensors

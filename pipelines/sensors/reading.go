@@ -108,6 +108,10 @@ func (e *ParseError) Error() string { return "malformed reading: " + e.Reason }
 // set reports 1970.
 var minEvent = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
+// maxEvent bounds them from above; within these bounds, flow.Tumbling
+// judges a time ahead of the record's timestamp (MaxAhead).
+var maxEvent = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+
 // Parse parses a record: key is the home id, value the reading. It
 // returns a *ParseError naming what is wrong.
 func Parse(key, value []byte) (Reading, error) {
@@ -143,6 +147,9 @@ func Parse(key, value []byte) (Reading, error) {
 	}
 	if ev < minEvent {
 		return bad("event time %s is before 2000: the sensor's clock is not set", time.UnixMilli(ev).UTC().Format(time.RFC3339))
+	}
+	if ev > maxEvent {
+		return bad("event time %d ms is after 2200: not a clock reading", ev)
 	}
 	v, err := strconv.ParseInt(string(f[3]), 10, 64)
 	if err != nil {

@@ -211,7 +211,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	minutes := stream.Via(kept, flow.Tumbling(WindowSize,
 		func(m *stream.Message[Reading]) string { return m.Value.Home },
 		(*Reading).EventTime, (*Minute).Add,
-		flow.Lateness(w.cfg.Lateness), flow.IdleClose(w.cfg.IdleClose),
+		flow.Lateness(w.cfg.Lateness), flow.IdleClose(w.cfg.IdleClose), flow.IdleWhen(w.caughtUp),
 		flow.OnLate(func(*flow.LateError) { w.late.Add(1) })), stream.Name("window"))
 	written := stream.Via(minutes, flow.MapAsync(w.cfg.Writers, w.write), stream.Name("write"))
 	stream.To(written, checkpoint.New[flow.Windows[string, Minute]](w.bal), stream.Name("checkpoint"))
@@ -245,6 +245,22 @@ func (w *Worker) parse(ctx context.Context, in *stream.Inlet[[]byte], out *strea
 		w.parsed.Add(1)
 		return out.Send(ctx, stream.WithValue(*m, r))
 	})
+}
+
+// caughtUp reports whether a partition is read to its end and its broker
+// answers: only then is a quiet partition idle, rather than a reader that
+// fell behind or lost its broker while the sensors went on sending.
+func (w *Worker) caughtUp(_ string, partition int32) bool {
+	st := w.src.Stats()
+	if st.SinceContact > 2*time.Second {
+		return false
+	}
+	for _, p := range st.Partitions {
+		if p.Partition == partition {
+			return p.Lag == 0
+		}
+	}
+	return false
 }
 
 func (w *Worker) keep(m *stream.Message[Reading]) bool {

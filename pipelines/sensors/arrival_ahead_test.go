@@ -1,0 +1,76 @@
+package sensors_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/sensors"
+)
+
+// One record of one home whose timestamp is an hour ahead (a gateway with
+// a wrong clock; Kafka keeps the producer's CreateTime) must cost only
+// that record, dead-lettered. The window takes the record's timestamp as
+// the partition's stream time although it rejects the record: the minute
+// being read closes at once, and the readings of every home of that
+// partition still to come for it are dead-lettered as late; the stored
+// minutes miss them.
+func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
+	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	store, err := sensors.NewStore(rdb, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg := genConfig()
+	gcfg.Homes = 400
+	gen, err := sensors.NewGenerator(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, testConfig(brokers, rdb, "w1"))
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		produce(t, brokers, gen, 6) // 3 s
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := gen.SimNow()
+	rec := &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: now.Add(time.Hour),
+		Value: sensors.Format("s2", sensors.Door, now, 1)}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	<-produced
+	waitCheckpointed(t, brokers, in.w, 20*time.Second)
+	in.close(t)
+	rep, err := gen.Expected.Verify(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlc, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dl, err := sensors.ReadDeadLetters(ctx, dlc, sensors.DefaultDeadLetterTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, late, _, _ := gen.Expected.Counts()
+	if !rep.OK() || dl.Late != late+1 {
+		t.Fatalf("%v\ndead-lettered as late: %d, want the %d sent late and the one record ahead", rep, dl.Late, late)
+	}
+}
