@@ -3,14 +3,19 @@
 //	sluice demo      the drone delivery scheduler, everything in one process
 //	                 on embedded defaults, with a live status line and a
 //	                 verification summary
+//	sluice demo sensors  the home-security workload in one process: three
+//	                 instances sharing the partitions through Redis leases,
+//	                 one stopped and one added, verified at the end
 //	sluice run       delivery|supervisor: a worker against a real cluster (the
 //	                 supervisor parks compensations it cannot do now on a
 //	                 retry topic, replays them, and dead-letters the ones it
-//	                 never can)
+//	                 never can); sensors: one instance of the home-security
+//	                 workload
 //	sluice services  the simulated backends over HTTP, shared by the workers
 //	                 (-backends URL), with their side-effect ledger on /ledger
 //	sluice loadgen   produce delivery requests to a real cluster; -record
-//	                 FILE keeps what was sent for verify
+//	                 FILE keeps what was sent for verify; "sensors": the
+//	                 home-security readings
 //	sluice verify    check a run of separate processes against the load
 //	                 generator's record, the services' ledger and the
 //	                 dead-letter topics, as the demo checks its own
@@ -71,10 +76,17 @@ func usage() error {
               [-retry-topic delivery-requests-retry] [-replay-after 2s] [-max-replay-delay 1m] [-max-parkings 5] ...
   sluice run supervisor [-retry-topic delivery-failures-retry] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
               [-replay-after 30s] [-max-replay-delay 10m] [-max-parkings 0 (no bound)] ...
+  sluice demo sensors [-duration 40s] [-homes 2000] [-kinds 3] [-add-kind-after D] [-compression 60] [-instances 3]
+              [-partitions 16] [-interval 500ms] [-expiration 3s] [-drain 1m] [-listen 127.0.0.1:9465]
+  sluice run sensors [-brokers host:port,...] [-redis redis://[user:pass@]host:port[/db]|host:port] [-namespace sensors] [-group sensors]
+              [-instance-id host:pid] [-topic sensor-readings] [-dead-letter-topic sensor-readings-dead-letters] [-interval 10s]
+              [-expiration 1m] [-lateness 30s] [-idle-close D] [-listen 127.0.0.1:9465] [-status-every 5s] ...
   sluice services [-listen 127.0.0.1:8080] [-drones non-idempotent|idempotent]
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
               [-level-topics high,normal,low] [-mix 0.1,0.3,0.6] [-untagged 0.3]
+  sluice loadgen sensors [-brokers host:port,...] [-homes 100000] [-kinds 3] [-add-kind-after D] [-compression 60]
+              [-minutes N | -duration D] [-malformed 0.001] [-late 0.001] [-out-of-range 0.0005]
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
   sluice deadletters [-topic delivery-dead-letters] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-limit 20] [-json]
   sluice deadletters replay [-topic T] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-to TOPIC] [-rate 100] [-dry-run] [-again]
@@ -94,6 +106,9 @@ func run(args []string) error {
 	defer stop()
 	switch args[0] {
 	case "demo":
+		if len(args) > 1 && args[1] == "sensors" {
+			return runSensorsDemo(ctx, args[2:], os.Stdout)
+		}
 		def := demo.Defaults(30 * time.Second)
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		rate := fs.Float64("rate", def.Rate, "delivery requests per second")
@@ -182,6 +197,9 @@ func run(args []string) error {
 		}
 		return nil
 	case "run":
+		if len(args) > 1 && args[1] == "sensors" {
+			return runSensorsWorker(ctx, args[2:])
+		}
 		return runWorker(ctx, args[1:])
 	case "version":
 		bi, ok := readBuildInfo()
@@ -190,6 +208,9 @@ func run(args []string) error {
 		fmt.Println(strings.TrimPrefix(usage().Error(), "usage:\n"))
 		return nil
 	case "loadgen":
+		if len(args) > 1 && args[1] == "sensors" {
+			return runSensorsLoadgen(ctx, args[2:], os.Stdout)
+		}
 		return runLoadgen(ctx, args[1:])
 	case "services":
 		return runServices(ctx, args[1:])
