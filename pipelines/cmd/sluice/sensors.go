@@ -308,7 +308,8 @@ func runSensorsLoadgen(ctx context.Context, args []string, out io.Writer) error 
 	addKindAfter := fs.Duration("add-kind-after", 0, "add the next kind to every home after this long: the rate rises by a kind's share (0: never)")
 	compression := fs.Float64("compression", 60, "simulated time per real time (60: a simulated minute per second)")
 	minutes := fs.Int("minutes", 0, "stop after this many simulated minutes (0: see -duration)")
-	dur := fs.Duration("duration", 0, "stop after this long (0 and -minutes 0: until interrupted)")
+	dur := fs.Duration("duration", 0, "stop after this long (0 and -minutes 0: until interrupted). With either, the simulated time starts "+
+		"as far back as the run lasts, and ends at the clock; until interrupted, it starts an hour back")
 	malformed := fs.Float64("malformed", 0.001, "share of readings sent malformed (dead letters)")
 	late := fs.Float64("late", 0.001, "share of readings sent 5 simulated minutes late (dead letters)")
 	outOfRange := fs.Float64("out-of-range", 0.0005, "share of readings with a value their kind cannot report (filtered)")
@@ -361,6 +362,18 @@ func runSensorsLoadgen(ctx context.Context, args []string, out io.Writer) error 
 	}
 	gcfg := sensors.GenConfig{Topic: *topic, Homes: *homes, Kinds: *kinds, AddKindAfter: *addKindAfter, Compression: *compression,
 		Malformed: share(*malformed), Late: share(*late), OutOfRange: share(*outOfRange), Seed: uint64(*seed)}
+	// Simulated time runs Compression times faster than the clock: a run
+	// of known length starts that far back, so that it ends at the
+	// clock, not after it (a broker may refuse timestamps ahead of its
+	// clock: Kafka 4 by default an hour ahead). A run until interrupted
+	// starts an hour back, the generator's default.
+	span := time.Duration(*minutes) * time.Minute
+	if *dur > 0 {
+		span = time.Duration(float64(*dur) * *compression)
+	}
+	if span > 0 {
+		gcfg.Start = time.Now().Add(-span - time.Minute).Truncate(time.Minute)
+	}
 	gen, err := sensors.NewGenerator(gcfg)
 	if err != nil {
 		return err
@@ -385,8 +398,12 @@ func runSensorsLoadgen(ctx context.Context, args []string, out io.Writer) error 
 	// The rate the settings ask for: a reading per sensor per simulated
 	// minute, and a heartbeat per home every 5.
 	want := func(k int) float64 { return float64(*homes) * (float64(k) + 0.2) * *compression / 60 }
-	fmt.Fprintf(out, "sending the readings of %d homes (%d kinds of sensor) to %s at compression %v: %.0f readings/s\n",
-		*homes, *kinds, *topic, *compression, want(*kinds))
+	fmt.Fprintf(out, "sending the readings of %d homes (%d kinds of sensor) to %s at compression %v: %.0f readings/s, simulated time from %s\n",
+		*homes, *kinds, *topic, *compression, want(*kinds), gen.SimNow().UTC().Format(time.RFC3339))
+	if span == 0 {
+		fmt.Fprintf(out, "  (until interrupted: simulated time passes the clock after %v, and a broker may refuse timestamps ahead of its clock)\n",
+			time.Duration(float64(time.Hour) / *compression).Round(time.Second))
+	}
 	began := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- gen.Run(runCtx, cl, *minutes) }()

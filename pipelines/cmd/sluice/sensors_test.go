@@ -174,6 +174,15 @@ func TestSensorsWorkerAndLoadgen(t *testing.T) {
 	if m == nil {
 		t.Fatalf("loadgen sensors did not print what it sent and its rate:\n%s", out.String())
 	}
+	// A run of known length ends its simulated time at the clock, not
+	// ahead of it (a broker may refuse timestamps ahead).
+	ended := regexp.MustCompile(`simulated time (\S+)\n`).FindStringSubmatch(out.String())
+	if ended == nil {
+		t.Fatalf("loadgen sensors did not print the simulated time reached:\n%s", out.String())
+	}
+	if at, err := time.Parse(time.RFC3339, ended[1]); err != nil || at.After(time.Now()) || at.Before(time.Now().Add(-3*time.Minute)) {
+		t.Fatalf("the simulated time ended at %s (%v), want within the few minutes before now", ended[1], err)
+	}
 	valid, _ := strconv.Atoi(m[2])
 	if m[4] != "0" || m[3] == "0" || valid < 200*3*4*9/10 {
 		t.Fatalf("sent %s valid, %s malformed, %s late; want about %d valid, some malformed, none late (-late 0)", m[2], m[3], m[4], 200*3*4)
