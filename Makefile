@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: bench-delivery-deployed run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
+.PHONY: bench-delivery-deployed bench-sensors run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
 
 # The main job on embedded defaults: a 30-second run of the drone delivery
 # scheduler with an in-process broker, simulated backends and load.
@@ -62,6 +62,13 @@ bench-priority:
 # The delivery scheduler at fixed rates and one burst (about a minute).
 bench-delivery:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryPipeline -benchtime 1x .
+
+# The sensors workload: flow.Tumbling alone against go-streams' window and
+# a hand loop (1.2 M readings), then the whole worker on kfake and a real
+# redis-server (needs redis-server installed) draining a 12-minute backlog
+# with 1 and 3 instances (about 2 minutes).
+bench-sensors:
+	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkSensors|BenchmarkTumbling' -benchtime 1x .
 
 # The delivery system deployed: every part a process of its own, a real
 # redis-server (needs redis-server installed), steady rates, a burst, kills
