@@ -122,7 +122,12 @@ func describeRedis(opts *redis.Options) string {
 // as such: "WRONGPASS invalid username-password pair" or "NOAUTH" says
 // what is wrong only to who knows Redis.
 func checkRedis(ctx context.Context, rc *redis.Client, opts *redis.Options) error {
-	err := delivery.CheckRedis(ctx, rc)
+	return explainRedis(delivery.CheckRedis(ctx, rc), opts)
+}
+
+// explainRedis names a failed authentication or an untrusted certificate
+// in err, a Redis call's error (nil stays nil).
+func explainRedis(err error, opts *redis.Options) error {
 	if err == nil {
 		return nil
 	}

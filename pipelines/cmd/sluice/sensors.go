@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,25 +193,15 @@ func topicPartitions(ctx context.Context, cl *kgo.Client, topic string) ([]int32
 	return td.Partitions.Numbers(), nil
 }
 
-// pingRedis checks that Redis answers, naming an authentication failure
-// as such.
+// pingRedis checks that Redis answers (the sensors worker needs no step
+// records, only Lua and hashes), naming a failed authentication as such.
 func pingRedis(ctx context.Context, rc *redis.Client, opts *redis.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := rc.Ping(ctx).Err()
-	if err == nil {
-		return nil
+	if err := rc.Ping(ctx).Err(); err != nil {
+		return explainRedis(fmt.Errorf("does not answer: %w", err), opts)
 	}
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
-		return fmt.Errorf("%s: authentication failed: the user or password is wrong (the password comes from the URL of -redis or "+
-			"$SLUICE_REDIS_PASSWORD): %w", describeRedis(opts), err)
-	case strings.Contains(msg, "NOAUTH"):
-		return fmt.Errorf("%s: authentication failed: the server wants a password and none was given (put it in the URL of -redis "+
-			"or in $SLUICE_REDIS_PASSWORD): %w", describeRedis(opts), err)
-	}
-	return fmt.Errorf("%s does not answer: %w", describeRedis(opts), err)
+	return nil
 }
 
 // logSensorsStatus logs the worker's status every so often until ctx
