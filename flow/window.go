@@ -82,7 +82,8 @@ import (
 // them. Stages before this one may give messages handles of their own
 // (FlatMap, Batch): their offsets do not go back.
 //
-// Panics in key, eventTime or add fail the message being added.
+// Panics in key, eventTime or add fail the message being added; a panic
+// in IdleWhen keeps the partition's windows open.
 func Tumbling[T any, K comparable, A any](size time.Duration, key func(*stream.Message[T]) K,
 	eventTime func(*T) time.Time, add func(acc *A, v *T), opts ...WindowOption) stream.Flow[T, Windows[K, A]] {
 	w := &tumbling[T, K, A]{size: size, key: key, eventTime: eventTime, add: add}
@@ -323,8 +324,10 @@ type windowRun[T any, K comparable, A any] struct {
 	last  *partWindows[K, A]
 	now   time.Time
 	ctx   context.Context
-	in    *stream.Inlet[T]
-	out   *stream.Outlet[Windows[K, A]]
+
+	idlePanicked bool
+	in           *stream.Inlet[T]
+	out          *stream.Outlet[Windows[K, A]]
 }
 
 func floorDiv(a, b int64) int64 {
@@ -444,13 +447,32 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 
 func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 	for _, p := range r.parts {
-		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && (r.w.idleWhen == nil || r.w.idleWhen(p.key.topic, p.key.partition)) {
+		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && r.idleAllowed(p.key) {
 			if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
 				return err
 			}
 		}
 	}
 	return r.in.FlushOutputs(r.ctx)
+}
+
+// idleAllowed asks IdleWhen; a panic in it keeps the windows open (the
+// partition is not taken for idle) and is logged once, rather than ending
+// a pipeline that a restart would end again.
+func (r *windowRun[T, K, A]) idleAllowed(k partKey) (ok bool) {
+	if r.w.idleWhen == nil {
+		return true
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			if !r.idlePanicked {
+				r.idlePanicked = true
+				r.in.Logger().Error("window: IdleWhen panicked; idle partitions stay open", "panic", v)
+			}
+		}
+	}()
+	return r.w.idleWhen(k.topic, k.partition)
 }
 
 func (r *windowRun[T, K, A]) closeAll() error {

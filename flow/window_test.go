@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -519,5 +520,35 @@ func TestTumblingLeavesOpenWindowsUnsettledWhenThePipelineStops(t *testing.T) {
 	}
 	if st := tr.Stats(); st.Total() != 0 {
 		t.Fatalf("settled on stop: %+v", st)
+	}
+}
+
+func TestTumblingPanicInIdleWhenKeepsTheWindowOpen(t *testing.T) {
+	// IdleWhen is user code run for a partition, not for a message: a
+	// panic in it must not end the pipeline (a restart would meet it
+	// again); the partition is taken as not idle.
+	src := newLog([]rec{{0, at(0, 1), reading{"a", at(0, 0), 1}}})
+	src.pauseAt, src.release = 1, make(chan struct{})
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	out := &windowSink{}
+	calls := make(chan struct{}, 100)
+	boom := func(string, int32) bool { calls <- struct{}{}; panic("broken predicate") }
+	stream.To(stream.Via(stream.From(g, stream.Source[reading](src)), sumWindow(flow.IdleClose(time.Millisecond), flow.IdleWhen(boom))), out)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	for range 3 {
+		select {
+		case <-calls:
+		case err := <-done:
+			close(src.release)
+			t.Fatalf("the pipeline ended: %v", err)
+		}
+	}
+	close(src.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the pipeline ended: %v", err)
+	}
+	if ws := out.windows(); len(ws) != 1 || ws[0].Count != 1 {
+		t.Fatalf("windows %+v", ws)
 	}
 }
