@@ -624,13 +624,13 @@ func produceBacklog(b *testing.B, minutes int) *sensorsBacklog {
 // every partition was held (and each instance held its share) to the one
 // every valid reading was in a minute written to Redis.
 type sensorsDrain struct {
-	start, elapsed              time.Duration // until held; from held to written
-	readings, windows, commands int64         // in the elapsed time
-	writeP99                    time.Duration // the highest instance's
-	maxLag                      int64         // the highest sum over instances sampled
-	rewritten                   int64         // readings written more than once (replays after a move)
-	cpu                         time.Duration // the process's, in the elapsed time
-	redisCPU                    time.Duration // redis-server's, in the elapsed time
+	start, elapsed                          time.Duration // until held; from held to written
+	readings, windows, aggregates, commands int64         // in the elapsed time
+	writeP99                                time.Duration // the highest instance's
+	maxLag                                  int64         // the highest sum over instances sampled
+	rewritten                               int64         // readings written more than once (replays after a move)
+	cpu                                     time.Duration // the process's, in the elapsed time
+	redisCPU                                time.Duration // redis-server's, in the elapsed time
 }
 
 // drainBacklog runs n workers in namespace ns until the backlog is
@@ -656,11 +656,12 @@ func drainBacklog(b *testing.B, bl *sensorsBacklog, rdb *redis.Client, ns string
 		go func() { done <- w.Run(ctx) }()
 	}
 	var (
-		d                sensorsDrain
-		held             time.Time
-		r0, w0, c0, cpu0 = int64(0), int64(0), int64(0), time.Duration(0)
-		redis0           time.Duration
-		polls            int
+		d              sensorsDrain
+		held           time.Time
+		r0, w0, a0, c0 int64
+		cpu0           time.Duration
+		redis0         time.Duration
+		polls          int
 	)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -677,11 +678,12 @@ func drainBacklog(b *testing.B, bl *sensorsBacklog, rdb *redis.Client, ns string
 			b.Fatalf("the backlog was not written within %v (held since %v, %d valid readings sent)", sensorsDeadline, held, bl.valid)
 		}
 		now, cpu := time.Now(), cpuTime()
-		var readings, windows, commands, lag int64
+		var readings, windows, aggregates, commands, lag int64
 		owned, fair := map[int32]bool{}, true
 		for _, w := range ws {
 			st := w.Stats()
 			readings, windows, commands, lag = readings+st.Readings, windows+st.Windows, commands+st.Commands, lag+st.Lag
+			aggregates += st.Written + st.Kept
 			for _, p := range st.Partitions {
 				owned[p] = true
 			}
@@ -690,7 +692,7 @@ func drainBacklog(b *testing.B, bl *sensorsBacklog, rdb *redis.Client, ns string
 		d.maxLag = max(d.maxLag, lag)
 		if held.IsZero() && len(owned) == tumblingPartitions && fair {
 			held, d.start = now, now.Sub(t0)
-			r0, w0, c0, cpu0, redis0 = readings, windows, commands, cpu, redisCPU(b, rdb)
+			r0, w0, a0, c0, cpu0, redis0 = readings, windows, aggregates, commands, cpu, redisCPU(b, rdb)
 		}
 		// Every valid reading written ends the timing; so does every
 		// partition checkpointed up to its closer (later, by the
@@ -699,7 +701,7 @@ func drainBacklog(b *testing.B, bl *sensorsBacklog, rdb *redis.Client, ns string
 		polls++
 		if !held.IsZero() && (readings >= bl.valid || polls%10 == 0 && checkpointedAll(b, bl, ws[0])) {
 			d.elapsed, d.cpu, d.redisCPU = now.Sub(held), cpu-cpu0, redisCPU(b, rdb)-redis0
-			d.readings, d.windows, d.commands = readings-r0, windows-w0, commands-c0
+			d.readings, d.windows, d.aggregates, d.commands = readings-r0, windows-w0, aggregates-a0, commands-c0
 			d.rewritten = readings - bl.valid
 			break
 		}
@@ -792,8 +794,13 @@ func checkDrained(b *testing.B, bl *sensorsBacklog, w *sensors.Worker, totals se
 //
 //	readings/s      readings in the minutes written, per second
 //	windows/s       partition-minutes written per second
-//	redis_writes/s  Redis commands of those writes per second (one per
-//	                home and minute, one per partition and minute)
+//	aggregates/s    home-minutes written per second (each home's
+//	                aggregate of a minute, stored or kept by the
+//	                conditional write)
+//	redis_calls/s   script calls of those writes per second (one per
+//	                sensors.HomesPerCall homes of a partition's minute,
+//	                one for the partition's totals; a minute's calls go
+//	                in one pipelined round trip)
 //	write_p99_ms    the 99th percentile, over an instance's latest 4,096
 //	                windows, of the time from a window's close to its
 //	                write (the highest instance's)
@@ -847,12 +854,14 @@ func BenchmarkSensors(b *testing.B) {
 				}
 				sum.start, sum.elapsed, sum.cpu, sum.redisCPU = sum.start+d.start, sum.elapsed+d.elapsed, sum.cpu+d.cpu, sum.redisCPU+d.redisCPU
 				sum.readings, sum.windows, sum.commands = sum.readings+d.readings, sum.windows+d.windows, sum.commands+d.commands
+				sum.aggregates += d.aggregates
 				sum.writeP99, sum.maxLag, sum.rewritten = max(sum.writeP99, d.writeP99), max(sum.maxLag, d.maxLag), sum.rewritten+d.rewritten
 			}
 			s := sum.elapsed.Seconds()
 			b.ReportMetric(float64(sum.readings)/s, "readings/s")
 			b.ReportMetric(float64(sum.windows)/s, "windows/s")
-			b.ReportMetric(float64(sum.commands)/s, "redis_writes/s")
+			b.ReportMetric(float64(sum.aggregates)/s, "aggregates/s")
+			b.ReportMetric(float64(sum.commands)/s, "redis_calls/s")
 			b.ReportMetric(float64(sum.writeP99.Microseconds())/1000, "write_p99_ms")
 			b.ReportMetric(float64(sum.maxLag), "max_lag")
 			b.ReportMetric(sum.start.Seconds()/float64(b.N), "start_s")

@@ -325,7 +325,8 @@ type Stats struct {
 	// OutOfRange (filtered); Late (dead-lettered by the window).
 	Parsed, Malformed, Heartbeats, OutOfRange, Late int64
 	// Windows written (a partition's minute each), aggregates Written and
-	// Kept (the stored one covered more), Redis Commands sent, write
+	// Kept (the stored one covered more), Redis script calls (Commands)
+	// sent: one per HomesPerCall homes of a minute, one for its totals; write
 	// Retries, and the readings in the windows written.
 	Windows, Written, Kept, Commands, Retries, Readings int64
 	// WriteP99 is the 99th percentile of the time from a window's close to

@@ -240,7 +240,7 @@ var sensorsDescs = struct {
 	readings:        prometheus.NewDesc("sluice_sensors_readings_total", "Readings by outcome: parsed, malformed (dead letter), heartbeat and out_of_range (filtered), late (dead letter).", []string{"outcome"}, nil),
 	windows:         prometheus.NewDesc("sluice_sensors_windows_written_total", "Windows written to Redis: a partition's minute each.", nil, nil),
 	aggregates:      prometheus.NewDesc("sluice_sensors_aggregates_total", "Home aggregates by what the conditional write did: written, or kept (the stored one covered more).", []string{"result"}, nil),
-	commands:        prometheus.NewDesc("sluice_sensors_redis_commands_total", "Redis commands sent by the window writes.", nil, nil),
+	commands:        prometheus.NewDesc("sluice_sensors_redis_calls_total", "Redis script calls sent by the window writes (one per sensors.HomesPerCall homes of a partition's minute, one for its totals).", nil, nil),
 	retries:         prometheus.NewDesc("sluice_sensors_write_retries_total", "Window writes retried after a Redis error.", nil, nil),
 	readingsWritten: prometheus.NewDesc("sluice_sensors_readings_written_total", "Readings in the windows written.", nil, nil),
 	p99:             prometheus.NewDesc("sluice_sensors_window_write_p99_seconds", "99th percentile of the time from a window's close to its write, over the latest 4,096 windows.", nil, nil),
