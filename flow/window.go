@@ -59,15 +59,16 @@ import (
 // emitted, Early; messages of those windows that come later fail as late.
 // So a reader that stalls (a broker outage, a paused process) while the
 // producers go on must not count as idle: give IdleWhen whether the
-// source has read the partition to its end. At the end of the input all
+// source has read the partition to its end (source/kafka's
+// PartitionStats.Unread). At the end of the input all
 // windows are emitted too, unless the pipeline is draining (its context
 // was cancelled): then they are left unsettled, to be rebuilt from the
 // checkpoint by the next reader. A window left open is what keeps its
 // messages, and every later offset of the partition, uncommitted; a
 // source that stops fetching a partition once it has many unsettled
-// messages (source/kafka's MaxUnsettledPerPartition) must allow a
-// window and its lateness of them, or the partition waits for the idle
-// close.
+// messages (source/kafka's MaxUnsettledPerPartition, resuming at half of
+// it) must resume with a window and its lateness of them open, or the
+// partition waits for the idle close.
 //
 // Reassignment. A message whose handle has a settler other than the
 // previous message's of its partition (stream.Handle.Settler), at an

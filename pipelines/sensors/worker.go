@@ -32,9 +32,10 @@ const (
 	DefaultGroup           = "sensors"
 	DefaultLateness        = 30 * time.Second
 	DefaultWriters         = 8
-	// DefaultMaxUnsettled lets a partition hold about two minutes of
-	// readings of 100,000 homes with four sensors unsettled (a window and
-	// its lateness), with room to spare.
+	// DefaultMaxUnsettled is eight minutes of a partition's readings of
+	// 100,000 homes with four sensors (25,000 a minute): a paused
+	// partition resumes at half of it, which holds a minute and its
+	// lateness, and the rest lets written minutes wait for a slow Redis.
 	DefaultMaxUnsettled = 200_000
 )
 
@@ -73,8 +74,9 @@ type Config struct {
 	// DefaultWriters).
 	Writers int
 	// MaxUnsettledPerPartition is the source's (default
-	// DefaultMaxUnsettled): it must hold a minute and its lateness of a
-	// partition's readings.
+	// DefaultMaxUnsettled): it must exceed twice a minute and its lateness
+	// of a partition's readings, as a paused partition resumes only below
+	// half of it and its open minutes must fit there.
 	MaxUnsettledPerPartition int
 	// Retention is how long a home's minutes are kept (default an hour).
 	Retention time.Duration
@@ -132,7 +134,9 @@ type Worker struct {
 	parsed, malformed, heartbeats, outOfRange, late atomic.Int64
 	windows, written, kept, commands, retries       atomic.Int64
 	readingsWritten                                 atomic.Int64
-	storeDown                                       atomic.Bool
+	storeDown, warnedPause                          atomic.Bool
+	writing                                         atomic.Int64 // window writes under way
+	lastFailure                                     atomic.Int64 // Unix ns of the last failed write
 
 	latMu sync.Mutex
 	lat   []time.Duration // the latest write latencies, a ring
@@ -247,18 +251,39 @@ func (w *Worker) parse(ctx context.Context, in *stream.Inlet[[]byte], out *strea
 	})
 }
 
-// caughtUp reports whether a partition is read to its end and its broker
-// answers: only then is a quiet partition idle, rather than a reader that
-// fell behind or lost its broker while the sensors went on sending.
+// caughtUp reports whether a partition's quiet is idleness, for the
+// window's idle close: its broker answers and the partition is read to
+// its end (Unread: its records do not wait at the broker). A reader that
+// fell behind, lost its broker or is held by its own unwritten minutes
+// is not idle while the sensors go on sending, and closing its open
+// minute early would dead-letter their on-time readings as late.
+//
+// A partition paused for holding MaxUnsettledPerPartition readings is
+// held by its minutes: while window writes are under way or failed
+// lately (Redis slow or down), they are what frees it, so it waits. With
+// no write pending, its open minutes hold more readings than the limit
+// (a misconfiguration, logged): only the idle close can free it.
 func (w *Worker) caughtUp(_ string, partition int32) bool {
+	if w.writing.Load() > 0 || time.Since(time.Unix(0, w.lastFailure.Load())) < w.cfg.IdleClose {
+		return false
+	}
 	st := w.src.Stats()
 	if st.SinceContact > 2*time.Second {
 		return false
 	}
 	for _, p := range st.Partitions {
-		if p.Partition == partition {
-			return p.Lag == 0
+		if p.Partition != partition {
+			continue
 		}
+		if p.Paused {
+			if !w.warnedPause.Swap(true) {
+				w.cfg.Logger.Warn("sensors: a partition's open minutes hold more readings than MaxUnsettledPerPartition; "+
+					"closing them early, so their later readings are dead-lettered as late: raise MaxUnsettledPerPartition",
+					"partition", partition, "max_unsettled", w.cfg.MaxUnsettledPerPartition)
+			}
+			return true
+		}
+		return p.Unread == 0
 	}
 	return false
 }
@@ -281,6 +306,8 @@ func (w *Worker) keep(m *stream.Message[Reading]) bool {
 // the source stops fetching once they fill the pipes, and the balancer,
 // which cannot renew its leases either, self-fences.
 func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (flow.Windows[string, Minute], error) {
+	w.writing.Add(1)
+	defer w.writing.Add(-1)
 	backoff := 50 * time.Millisecond
 	for {
 		res, err := w.store.Write(ctx, &ws)
@@ -299,6 +326,7 @@ func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (fl
 			return ws, ctx.Err() // shutdown: left unsettled, replayed
 		}
 		w.retries.Add(1)
+		w.lastFailure.Store(time.Now().UnixNano())
 		if backoff >= time.Second && !w.storeDown.Swap(true) {
 			w.cfg.Logger.Warn("sensors: Redis refuses window writes; the partition's readings wait unsettled",
 				"partition", ws.Partition, "minute", ws.Start.UTC().Format(time.RFC3339), "err", err)

@@ -297,3 +297,48 @@ func TestAssignedStartOffsetsDespiteAnotherPartitionsError(t *testing.T) {
 		t.Errorf("StartOffsets([0 1]) = %v, %v; want partition 0's and an error naming in/1", offs, err)
 	}
 }
+
+// An Assigned source commits nothing to Kafka (its owner keeps the
+// checkpoints), so the commit lag of PartitionStats says nothing of how
+// far its reading is behind. Unread does: the records of the partition's
+// last fetch not yet delivered, from which a window's IdleWhen tells a
+// reader that is behind (records wait at the broker) from an idle
+// partition.
+func TestAssignedStatsReportUnreadRecords(t *testing.T) {
+	brokers := testenv.Kfake(t, 2, "in")
+	// 32 MB: many fetches of a partition (1 MB each by default), more
+	// than the client buffers ahead of a paused partition.
+	testenv.Produce(t, brokers, "in", 16000, func(i int) []byte { return fmt.Appendf(make([]byte, 2048), "%d", i) })
+	ends := testenv.EndOffsets(t, brokers, "in")
+	a := newAssigned(t, brokers, func(c *kafka.AssignedConfig) { c.MaxUnsettledPerPartition = 100 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Partition 0's records are held: it pauses with records unread.
+	// Partition 1's are settled: it is read to its end.
+	r := runAssigned(t, ctx, a, func(p int32, _ int64) bool { return p == 0 })
+	a.Start(0, -1)
+	a.Start(1, -1)
+	part := func(p int32) kafka.PartitionStats {
+		for _, ps := range a.Stats().Partitions {
+			if ps.Partition == p {
+				return ps
+			}
+		}
+		return kafka.PartitionStats{Partition: -1}
+	}
+	// What the sink got of partition 0 plus what is unread is the log.
+	waitFor(t, "partition 0 paused with every record delivered or unread, partition 1 read to its end", 20*time.Second, func() bool {
+		p0 := part(0)
+		return p0.Paused && int64(len(r.offsets(0)))+p0.Unread == ends[0] && len(r.offsets(1)) == int(ends[1])
+	})
+	p0, p1 := part(0), part(1)
+	if p0.Unread == 0 || p0.Lag != 0 {
+		t.Errorf("partition 0 (paused, %d of %d delivered, nothing committed): Unread %d, Lag %d; want Unread > 0, Lag 0",
+			len(r.offsets(0)), ends[0], p0.Unread, p0.Lag)
+	}
+	if p1.Unread != 0 {
+		t.Errorf("partition 1 (read to its end): Unread = %d, want 0", p1.Unread)
+	}
+	cancel()
+	<-r.done
+}

@@ -12,8 +12,16 @@ type PartitionStats struct {
 	Committed int64
 	// Unsettled counts records delivered and not yet settled.
 	Unsettled int
-	// Lag is the high watermark of the last fetch minus Committed.
+	// Lag is the high watermark of the last fetch minus Committed (0 until
+	// this member commits: an Assigned source never does, its owner keeps
+	// the checkpoints).
 	Lag int64
+	// Unread is the high watermark of the last fetch minus the offset
+	// after the last record delivered: the records waiting at the broker,
+	// as of that fetch (stale while the partition is paused or its reader
+	// stalls; 0 before its first records). A reader is behind while it is
+	// above 0, whatever it committed.
+	Unread int64
 	// Paused: the partition holds MaxUnsettledPerPartition unsettled
 	// records and is not fetched until they are down to half. (A pause of
 	// the whole source, PauseReading, is Stats.ReadingPaused.)
@@ -66,6 +74,9 @@ func (s *Source) Stats() Stats {
 		ps := PartitionStats{Topic: p.topic, Partition: p.partition, Committed: p.committed, Unsettled: p.n, Paused: p.paused.Load()}
 		if p.committed >= 0 {
 			ps.Lag = max(0, p.hwm-p.committed)
+		}
+		if p.nextOff >= 0 {
+			ps.Unread = max(0, p.hwm-p.nextOff)
 		}
 		p.mu.Unlock()
 		st.Partitions = append(st.Partitions, ps)

@@ -1,0 +1,59 @@
+package sensors_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/pipelines/sensors"
+)
+
+// Redis stalls for 4 s (CLIENT PAUSE) while readings flow. The window
+// writes fail and retry; the closed minutes wait unsettled until every
+// partition holds MaxUnsettledPerPartition readings and the source stops
+// fetching it. Then no reading reaches the window, but the partition is
+// not idle: its readings wait at the broker, on time. Closing its open
+// minute then (the idle close) would write it without them and
+// dead-letter them as late when reading resumes. Every minute must equal
+// the recount and the dead letters hold only what was sent malformed or
+// late.
+func TestSensorsRedisStallDoesNotCloseMinutesEarly(t *testing.T) {
+	brokers := testenv.Kfake(t, 16, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	store, err := sensors.NewStore(rdb, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := sensors.NewGenerator(genConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(brokers, rdb, "w1")
+	// Twice a minute and its lateness of a partition's readings (about
+	// 560): a paused partition resumes at half the limit. The stall's
+	// 8 simulated minutes fill it.
+	cfg.MaxUnsettledPerPartition = 1500
+	cfg.Expiration = time.Minute // the stall must not cost the leases
+	in := startInstance(t, cfg)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		produce(t, brokers, gen, 12) // 6 s
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if err := rdb.Do(context.Background(), "CLIENT", "PAUSE", 4000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-produced
+	waitCheckpointed(t, brokers, in.w, 30*time.Second)
+	st := in.w.Stats()
+	in.close(t)
+	if st.WriteP99 < time.Second {
+		t.Errorf("window writes did not wait for the stall (stats %+v)", st)
+	}
+	verify(t, brokers, store, gen)
+}
