@@ -308,6 +308,11 @@ type partWindows[K comparable, A any] struct {
 	anyClose   bool      // closed is set
 	seen       time.Time // processing time of the last message
 	open       []*openWindow[K, A]
+	// The keys and handles of the window emitted last: a new window
+	// starts with room for as many, or for as many as the newest one
+	// open holds, so that its map and slices do not grow (rehashing and
+	// copying) a key at a time on the hot path.
+	keysHint, handlesHint int
 }
 
 type openWindow[K comparable, A any] struct {
@@ -419,7 +424,13 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 		}
 	}
 	if win == nil {
-		win = &openWindow[K, A]{start: start, index: map[K]int{}}
+		keys, handles := p.keysHint, p.handlesHint
+		if len(p.open) > 0 {
+			newest := p.open[len(p.open)-1]
+			keys, handles = max(keys, len(newest.panes)), max(handles, len(newest.handles))
+		}
+		win = &openWindow[K, A]{start: start, index: make(map[K]int, keys),
+			panes: make([]Pane[K, A], 0, keys), handles: make([]stream.Handle, 0, handles)}
 		at, _ := slices.BinarySearchFunc(p.open, start, func(o *openWindow[K, A], s int64) int { return cmp.Compare(o.start, s) })
 		p.open = slices.Insert(p.open, at, win) // oldest first
 	}
@@ -496,6 +507,7 @@ func (r *windowRun[T, K, A]) emit(p *partWindows[K, A], closes func(start int64)
 		if win.n == 0 {
 			continue
 		}
+		p.keysHint, p.handlesHint = len(win.panes), len(win.handles)
 		size := int64(r.w.size)
 		if end := win.start + size; !p.anyClose || end > p.closed {
 			p.closed, p.anyClose = end, true
