@@ -84,7 +84,11 @@ import (
 // (FlatMap, Batch): their offsets do not go back.
 //
 // Panics in key, eventTime or add fail the message being added; a panic
-// in IdleWhen keeps the partition's windows open.
+// in IdleWhen keeps the partition's windows open. key must depend on the
+// message alone: to overlap the cache misses of a batch's messages, it
+// may be called for each message of a batch before the first is added
+// (and so also for a message that then fails as late), and is called
+// again where the message is added if it panicked then.
 func Tumbling[T any, K comparable, A any](size time.Duration, key func(*stream.Message[T]) K,
 	eventTime func(*T) time.Time, add func(acc *A, v *T), opts ...WindowOption) stream.Flow[T, Windows[K, A]] {
 	w := &tumbling[T, K, A]{size: size, key: key, eventTime: eventTime, add: add}
@@ -271,7 +275,9 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 			}
 			in.Received(b)
 			r.now = time.Now()
+			r.touch(b.Items)
 			err := stage.Each(ctx, in, b.Items, r.one)
+			r.doneBatch()
 			b.Release()
 			if err == nil {
 				err = in.FlushOutputs(ctx) // failures (late messages) too
@@ -332,8 +338,14 @@ type windowRun[T any, K comparable, A any] struct {
 	ctx   context.Context
 
 	idlePanicked bool
-	in           *stream.Inlet[T]
-	out          *stream.Outlet[Windows[K, A]]
+	// The batch being placed and what touch found for its messages, and
+	// the index of the next message to place.
+	items   []stream.Message[T]
+	hints   []touchHint[K, A]
+	next    int
+	touched int // what touch read, so that the reads are not left out
+	in      *stream.Inlet[T]
+	out     *stream.Outlet[Windows[K, A]]
 }
 
 func floorDiv(a, b int64) int64 {
@@ -361,6 +373,7 @@ func (r *windowRun[T, K, A]) part(m *stream.Message[T]) *partWindows[K, A] {
 // one puts a message in its window.
 func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	w := r.w
+	h := r.hint(m)
 	p := r.part(m)
 	if s := m.Handle().Settler(); s != p.origin {
 		// A new settler at an offset not after the last one seen is a new
@@ -434,8 +447,13 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 		at, _ := slices.BinarySearchFunc(p.open, start, func(o *openWindow[K, A], s int64) int { return cmp.Compare(o.start, s) })
 		p.open = slices.Insert(p.open, at, win) // oldest first
 	}
-	k := w.key(m)
-	i, ok := win.index[k]
+	k, i, ok := h.key, h.pane, h.win == win && h.pane >= 0
+	if !h.keyed {
+		k = w.key(m)
+	}
+	if !ok {
+		i, ok = win.index[k]
+	}
 	if !ok {
 		i = len(win.panes)
 		win.panes = append(win.panes, Pane[K, A]{Key: k})
