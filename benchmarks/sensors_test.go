@@ -872,3 +872,59 @@ func BenchmarkSensors(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSensorsStore measures the worker's Redis write alone:
+// sensors.Store.Write of 10 minutes of one partition's 6,250 homes (a
+// sixteenth of the seed's 100,000), each minute in one pipelined round
+// trip, against a real redis-server. It reports aggregates/s (home
+// minutes written per second, wall clock) and redis_us/aggregate, the
+// redis-server CPU (its INFO's used_cpu_user + _sys) per home minute:
+// what bounds the whole worker, whose redis-server is single-threaded.
+func BenchmarkSensorsStore(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b)})
+	b.Cleanup(func() { rdb.Close() })
+	store, err := sensors.NewStore(rdb, "store", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const homes, minutes = 6250, 10
+	start := time.Date(2026, 1, 5, 10, 0, 0, 0, time.UTC)
+	ws := make([]flow.Windows[string, sensors.Minute], minutes)
+	for m := range ws {
+		panes := make([]flow.Pane[string, sensors.Minute], homes)
+		for h := range panes {
+			panes[h] = flow.Pane[string, sensors.Minute]{Key: sensors.HomeID(h), Count: 3, FirstOffset: int64(m*homes*3 + h),
+				Value: sensors.Minute{Events: [sensors.NumKinds]uint32{1, 0, 0, 0}, Readings: [sensors.NumKinds]uint32{1, 1, 1, 0},
+					Last: start.Add(time.Duration(m)*time.Minute + 59*time.Second).UnixMilli()}}
+		}
+		ws[m] = flow.Windows[string, sensors.Minute]{Topic: sensors.DefaultTopic, Partition: 3, Panes: panes,
+			Start: start.Add(time.Duration(m) * time.Minute), End: start.Add(time.Duration(m+1) * time.Minute),
+			Count: 3 * homes, FirstOffset: int64(m * homes * 3)}
+	}
+	ctx := context.Background()
+	var (
+		written          int
+		elapsed, onRedis time.Duration
+	)
+	for b.Loop() {
+		if err := rdb.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		cpu0, t0 := redisCPU(b, rdb), time.Now()
+		for i := range ws {
+			res, err := store.Write(ctx, &ws[i])
+			if err != nil {
+				b.Fatal(err)
+			}
+			if res.Written != homes {
+				b.Fatalf("minute %d: %d of %d homes written", i, res.Written, homes)
+			}
+			written += res.Written
+		}
+		elapsed += time.Since(t0)
+		onRedis += redisCPU(b, rdb) - cpu0
+	}
+	b.ReportMetric(float64(written)/elapsed.Seconds(), "aggregates/s")
+	b.ReportMetric(float64(onRedis.Microseconds())/float64(written), "redis_us/aggregate")
+	b.ReportMetric(0, "ns/op")
+}

@@ -64,18 +64,16 @@ local n = tonumber(ARGV[5])
 local written = 0
 for i = 1, n do
   local key, j = KEYS[i], 7 + (i - 1) * 3
-  local nf, nc = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-  local write = true
-  local cur = redis.call('HGET', key, field)
-  if cur then
+  -- A new field (the common case) is written at once.
+  local write = redis.call('HSETNX', key, field, ARGV[j]) == 1
+  if not write then
+    local nf, nc = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    local cur = redis.call('HGET', key, field)
     local p, f, c = string.match(cur, '^(%-?%d+)|(%-?%d+)|(%d+)|')
-    if p == part then
-      f = tonumber(f)
-      if f < nf or (f == nf and tonumber(c) >= nc) then write = false end
-    end
+    write = p ~= part or tonumber(f) > nf or (tonumber(f) == nf and tonumber(c) < nc)
+    if write then redis.call('HSET', key, field, ARGV[j]) end
   end
   if write then
-    redis.call('HSET', key, field, ARGV[j])
     if trim ~= '' then redis.call('HDEL', key, trim) end
     redis.call('PEXPIRE', key, ttl)
     written = written + 1
