@@ -74,3 +74,68 @@ func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
 		t.Fatalf("%v\ndead-lettered as late: %d, want the %d sent late and the one record ahead", rep, dl.Late, late)
 	}
 }
+
+// A gateway whose clock is an hour ahead stamps both the reading's event
+// time and the record's timestamp an hour ahead: the window cannot tell
+// it from a reading on time (its event time is not ahead of its arrival),
+// takes its timestamp as the partition's stream time and closes every
+// minute of the partition older than that hour, so that each reading of
+// that partition still to come is dead-lettered as late. One such record
+// must cost only itself: nothing can have arrived after the worker's own
+// clock.
+func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
+	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	store, err := sensors.NewStore(rdb, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gcfg := genConfig()
+	gcfg.Homes = 400
+	gen, err := sensors.NewGenerator(gcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := startInstance(t, testConfig(brokers, rdb, "w1"))
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		produce(t, brokers, gen, 6) // 3 s
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(time.Hour)
+	rec := &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: ahead,
+		Value: sensors.Format("s2", sensors.Door, ahead, 1)}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	<-produced
+	waitCheckpointed(t, brokers, in.w, 20*time.Second)
+	in.close(t)
+	rep, err := gen.Expected.Verify(context.Background(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dlc, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dl, err := sensors.ReadDeadLetters(ctx, dlc, sensors.DefaultDeadLetterTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, malformed, late, _, _ := gen.Expected.Counts()
+	if !rep.OK() || dl.Late != late || dl.Malformed != malformed+1 {
+		t.Fatalf("%v\ndead letters: %d late, %d malformed; want the %d sent late, and the %d sent malformed and the one record ahead of the clock (reasons %v)",
+			rep, dl.Late, dl.Malformed, late, malformed, dl.Reasons)
+	}
+}

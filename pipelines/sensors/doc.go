@@ -45,7 +45,9 @@
 // stored as the later partition's part alone.
 //
 // Event times must lie between 2000 and 2200, and at most MaxAhead (a
-// minute) after the record's timestamp; a reading that reaches the topic
-// more than the lateness (30 s) after its event time is late. Both go to
-// the dead-letter topic with the reason.
+// minute) after the record's timestamp, and a record's timestamp at most
+// MaxClockAhead (a minute) after the worker's clock (the producer's clock
+// is wrong: the window would take it as the partition's time); a reading
+// that reaches the topic more than the lateness (30 s) after its event
+// time is late. All go to the dead-letter topic with the reason.
 package sensors
