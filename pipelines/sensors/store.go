@@ -49,10 +49,12 @@ func (s *Store) latestKey() string          { return s.prefix + ":latest" }
 // hash under the same field. A field's value is replaced only if the new
 // one covers what the stored one does: the same partition and a lower
 // first offset, or the same first offset and more readings (flow.Pane).
-// It trims the field a retention older and sets each key's expiry, and
-// raises the latest minute if given. One call per batch rather than per
-// home: redis-server spends most of a small script's time entering and
-// leaving it.
+// It trims the field a retention older (and, once the hash holds more
+// minutes than the retention spans, every field as old: a home quiet in
+// the minute that trims one would keep it for as long as it reports, its
+// hash growing for ever), sets each key's expiry, and raises the latest
+// minute if given. One call per batch rather than per home: redis-server
+// spends most of a small script's time entering and leaving it.
 //
 // KEYS: n hashes, then optionally the latest-minute key.
 // ARGV: field, partition, ttl ms, field to delete ("" for none), n,
@@ -62,6 +64,11 @@ var writeScript = redis.NewScript(`
 local field, part, ttl, trim = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local n = tonumber(ARGV[5])
 local written = 0
+local tn, span
+if trim ~= '' then
+  tn = tonumber(trim)
+  span = (tonumber(field) - tn) / 60 -- the minutes in (trim, field]
+end
 for i = 1, n do
   local key, j = KEYS[i], 7 + (i - 1) * 3
   -- A new field (the common case) is written at once.
@@ -74,7 +81,14 @@ for i = 1, n do
     if write then redis.call('HSET', key, field, ARGV[j]) end
   end
   if write then
-    if trim ~= '' then redis.call('HDEL', key, trim) end
+    -- The minute a retention older goes; if it was not there (the home
+    -- was quiet then), older ones may be left: trim every one.
+    if trim ~= '' and redis.call('HDEL', key, trim) == 0 and redis.call('HLEN', key) > span then
+      for _, f in ipairs(redis.call('HKEYS', key)) do
+        local m = tonumber(f)
+        if m and m <= tn then redis.call('HDEL', key, f) end
+      end
+    end
     redis.call('PEXPIRE', key, ttl)
     written = written + 1
   end

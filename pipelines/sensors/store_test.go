@@ -119,3 +119,44 @@ func TestStoreWriteAfterScriptFlush(t *testing.T) {
 		t.Fatalf("write after SCRIPT FLUSH: %+v, %v; want 3 written", res, err)
 	}
 }
+
+// TestStoreTrimsMinutesPastRetentionAfterAGap: a home that reported
+// nothing in some minute keeps reporting; the minute it reported a
+// retention before that one must still go. The write deleted only the
+// field exactly one retention older than the minute written, and set the
+// hash's expiry again, so a home that was quiet that one minute kept the
+// older one for as long as it reports, and its hash (which the page reads
+// whole) grew for ever.
+func TestStoreTrimsMinutesPastRetentionAfterAGap(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	store, err := sensors.NewStore(rdb, "trim", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := func(m time.Time) *flow.Windows[string, sensors.Minute] {
+		return windows(1, m, pane("h1", m.Unix(), sensors.Minute{Readings: [4]uint32{1}, Last: m.UnixMilli()}))
+	}
+	t0 := storeMinute
+	if _, err := store.Write(ctx, one(t0)); err != nil {
+		t.Fatal(err)
+	}
+	// Quiet at t0 + 10 min, the minute that trims t0; reporting after,
+	// for more minutes than the retention holds.
+	for m := 11; m <= 25; m++ {
+		if _, err := store.Write(ctx, one(t0.Add(time.Duration(m)*time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := store.Home(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if !m.Start.After(t0.Add(15 * time.Minute)) {
+			t.Errorf("minute %v still stored at %v: more than the retention (10 min) before the latest", m.Start, t0.Add(25*time.Minute))
+		}
+	}
+}
