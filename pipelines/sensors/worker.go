@@ -138,6 +138,9 @@ type Worker struct {
 	writing                                         atomic.Int64 // window writes under way
 	lastFailure                                     atomic.Int64 // Unix ns of the last failed write
 
+	doneMu   sync.Mutex
+	lastDone map[int32]time.Time // when a minute of each partition was last written
+
 	latMu sync.Mutex
 	lat   []time.Duration // the latest write latencies, a ring
 	latN  int
@@ -183,7 +186,8 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		src.Close()
 		return nil, err
 	}
-	return &Worker{cfg: cfg, src: src, bal: bal, owners: owners, store: store, dl: dl, lat: make([]time.Duration, 4096)}, nil
+	return &Worker{cfg: cfg, src: src, bal: bal, owners: owners, store: store, dl: dl, lat: make([]time.Duration, 4096),
+		lastDone: map[int32]time.Time{}}, nil
 }
 
 // Store returns the aggregates' store.
@@ -290,8 +294,21 @@ func aheadOfClock(ts time.Time, r *Reading, now time.Time) error {
 // lately (Redis slow or down), they are what frees it, so it waits. With
 // no write pending, its open minutes hold more readings than the limit
 // (a misconfiguration, logged): only the idle close can free it.
+//
+// Nor is a partition idle for IdleClose after one of its minutes was
+// written: the settles of that minute may be what resumes it, and a
+// resumed partition reads Unread 0 until its first fetch (the high
+// watermark is the one from before its pause). A stall of Redis ends so:
+// every write finishes, the partitions resume, and their windows, quiet
+// for the stall's length, would close at the next tick.
 func (w *Worker) caughtUp(_ string, partition int32) bool {
 	if w.writing.Load() > 0 || time.Since(time.Unix(0, w.lastFailure.Load())) < w.cfg.IdleClose {
+		return false
+	}
+	w.doneMu.Lock()
+	done := w.lastDone[partition]
+	w.doneMu.Unlock()
+	if time.Since(done) < w.cfg.IdleClose {
 		return false
 	}
 	st := w.src.Stats()
@@ -340,6 +357,9 @@ func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (fl
 		res, err := w.store.Write(ctx, &ws)
 		if err == nil {
 			w.storeDown.Store(false)
+			w.doneMu.Lock()
+			w.lastDone[ws.Partition] = time.Now()
+			w.doneMu.Unlock()
 			w.windows.Add(1)
 			w.written.Add(int64(res.Written))
 			w.kept.Add(int64(res.Kept))
