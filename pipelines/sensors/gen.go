@@ -25,7 +25,8 @@ type GenConfig struct {
 	// home after this much real time: the rate rises by a third.
 	AddKindAfter time.Duration
 	// Compression is simulated time per real time (default 60: a
-	// simulated minute per second).
+	// simulated minute per second) until simulated time reaches the real
+	// clock; from then on it runs at the real rate.
 	Compression float64
 	// Start is the simulated time of the run's start (default the real
 	// time's minute an hour ago, so that record timestamps stay behind the
@@ -175,6 +176,11 @@ func (g *Generator) Run(ctx context.Context, cl *kgo.Client, minutes int) error 
 			g.kinds.Add(1)
 		}
 		now := cfg.Start.UnixMilli() + int64(float64(time.Since(start).Milliseconds())*cfg.Compression)
+		// Simulated time never passes the clock: once it catches up it runs
+		// at the real rate, the seed's load. Readings stamped ahead of the
+		// clock are dead-lettered by the workers (MaxClockAhead), and a
+		// broker may refuse them.
+		now = min(now, time.Now().UnixMilli())
 		if end >= 0 && now > end {
 			now = end
 		}

@@ -62,3 +62,55 @@ func TestGeneratorTimestampsStayWithinTheLatenessWhenItCatchesUp(t *testing.T) {
 	}
 	t.Logf("%d records, %d late as sent", read, late)
 }
+
+// A compressed run that reaches the clock goes on at the real rate: no
+// record is stamped, nor has an event time, after the clock when it was
+// sent (the workers would dead-letter it as from a clock ahead). Two
+// simulated minutes before now at 6,000x reach it in 20 ms; the run
+// then lasts a real second.
+func TestGeneratorNeverPassesTheClock(t *testing.T) {
+	brokers := testenv.Kfake(t, 2, sensors.DefaultTopic)
+	gen, err := sensors.NewGenerator(sensors.GenConfig{Homes: 50, Kinds: 3, Compression: 6000,
+		Start: time.Now().Add(-2 * time.Minute).Truncate(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := gen.Run(ctx, cl, 0); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	ended := time.Now()
+	if sim := gen.SimNow(); sim.After(ended) {
+		t.Fatalf("simulated time %v passed the clock %v", sim, ended)
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(sensors.DefaultTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	var read int64
+	for read < gen.Sent() {
+		fs := rd.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			t.Fatalf("read %d of %d records: %v", read, gen.Sent(), err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read++
+			if r.Timestamp.After(ended) {
+				t.Fatalf("record stamped %v, after the run ended at %v", r.Timestamp, ended)
+			}
+		})
+	}
+	if read == 0 {
+		t.Fatal("nothing was sent")
+	}
+}

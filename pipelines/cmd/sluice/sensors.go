@@ -390,8 +390,8 @@ func runSensorsLoadgen(ctx context.Context, args []string, out io.Writer) error 
 	fmt.Fprintf(out, "sending the readings of %d homes (%d kinds of sensor) to %s at compression %v: %.0f readings/s, simulated time from %s\n",
 		*homes, *kinds, *topic, *compression, want(*kinds), gen.SimNow().UTC().Format(time.RFC3339))
 	if span == 0 {
-		fmt.Fprintf(out, "  (until interrupted: simulated time passes the clock after %v, and a broker may refuse timestamps ahead of its clock)\n",
-			time.Duration(float64(time.Hour) / *compression).Round(time.Second))
+		fmt.Fprintf(out, "  (until interrupted: simulated time reaches the clock after %v, then runs at the real rate, %.0f readings/s)\n",
+			time.Duration(float64(time.Hour) / *compression).Round(time.Second), want(*kinds) / *compression)
 	}
 	began := time.Now()
 	done := make(chan error, 1)
