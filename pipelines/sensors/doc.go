@@ -44,6 +44,15 @@
 // picks partitions itself, a home's minute read from two partitions is
 // stored as the later partition's part alone.
 //
+// A minute closed idle (its partition quiet for IdleClose) makes later
+// readings of it late. With producer timestamps (CreateTime), a record
+// held by its producer longer than IdleClose may come after that: the
+// instance that closed the minute dead-letters it, but if that instance
+// dies first and the next owner's replay starts inside the minute, the
+// replay's aggregate loses to the stored one (which began earlier) and
+// the record is settled uncounted. A topic with
+// message.timestamp.type=LogAppendTime rules this out.
+//
 // Event times must lie between 2000 and 2200, and at most MaxAhead (a
 // minute) after the record's timestamp, and a record's timestamp at most
 // MaxClockAhead (a minute) after the worker's clock (the producer's clock

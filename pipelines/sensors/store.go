@@ -116,6 +116,10 @@ type WriteResult struct {
 // Write stores one partition's minute: each home's aggregate and the
 // partition's totals, in one pipelined round trip.
 func (s *Store) Write(ctx context.Context, ws *flow.Windows[string, Minute]) (WriteResult, error) {
+	return s.write(ctx, ws, false)
+}
+
+func (s *Store) write(ctx context.Context, ws *flow.Windows[string, Minute], reloaded bool) (WriteResult, error) {
 	minute := ws.Start.Unix()
 	field := strconv.FormatInt(minute, 10)
 	trim := strconv.FormatInt(minute-int64(s.retention/time.Second), 10)
@@ -153,9 +157,12 @@ func (s *Store) Write(ctx context.Context, ws *flow.Windows[string, Minute]) (Wr
 	totals := writeScript.EvalSha(ctx, pipe, []string{s.minuteKey(minute), s.latestKey()},
 		part, part, ttl, "", 1, field, v, ws.FirstOffset, ws.Count)
 	_, err = pipe.Exec(ctx)
-	if err != nil && isNoScript(err) {
+	if err != nil && isNoScript(err) && !reloaded {
+		// redis-server forgot the script (a restart, SCRIPT FLUSH): load
+		// it and write again, once. A client whose load and calls reach
+		// different servers (a proxy) gets the error instead of a loop.
 		if err = writeScript.Load(ctx, s.c).Err(); err == nil {
-			return s.Write(ctx, ws)
+			return s.write(ctx, ws, true)
 		}
 	}
 	if err != nil {

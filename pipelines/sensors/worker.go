@@ -354,7 +354,7 @@ func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (fl
 	defer w.writing.Add(-1)
 	backoff := 50 * time.Millisecond
 	for {
-		res, err := w.store.Write(ctx, &ws)
+		res, err := w.storeWrite(ctx, &ws)
 		if err == nil {
 			w.storeDown.Store(false)
 			w.doneMu.Lock()
@@ -385,6 +385,19 @@ func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (fl
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// storeWrite writes ws, a panic turned into an error: write retries it,
+// and the minute's readings stay unsettled (replayed by the next owner)
+// rather than settled with a Windows message dead-lettered in their
+// place.
+func (w *Worker) storeWrite(ctx context.Context, ws *flow.Windows[string, Minute]) (res WriteResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("sensors: writing partition %d's minute %s panicked: %v", ws.Partition, ws.Start.UTC().Format(time.RFC3339), v)
+		}
+	}()
+	return w.store.Write(ctx, ws)
 }
 
 func (w *Worker) record(d time.Duration) {

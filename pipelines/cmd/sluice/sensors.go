@@ -52,6 +52,8 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 	lateness := fs.Duration("lateness", sensors.DefaultLateness, "how long after its event time a reading may reach the topic; later ones are dead letters")
 	idleClose := fs.Duration("idle-close", 0, "a partition that received nothing for this long has its open minutes written (0: a minute plus -lateness)")
 	writers := fs.Int("writers", sensors.DefaultWriters, "minutes written to Redis at once")
+	maxUnsettled := fs.Int("max-unsettled", sensors.DefaultMaxUnsettled, "readings of a partition held unsettled (in open minutes or waiting for Redis) "+
+		"before its reading pauses; it resumes at half, so this must exceed twice a minute and its -lateness of a partition's readings")
 	retention := fs.Duration("retention", sensors.DefaultRetention, "how long a home's minutes are kept in Redis")
 	listen := fs.String("listen", "127.0.0.1:9465", "address of /metrics, /healthz, /readyz and the residents' page /homes")
 	every := fs.Duration("status-every", 5*time.Second, "how often a status line is logged (0: never)")
@@ -72,8 +74,10 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 		return fmt.Errorf("-expiration %v: must be more than -interval %v (a lease lapses between two renewals otherwise)", *expiration, *interval)
 	case *expiration < 0:
 		return fmt.Errorf("-expiration %v: must not be negative", *expiration)
-	case *lateness < 0:
-		return fmt.Errorf("-lateness %v: must not be negative", *lateness)
+	case *lateness <= 0:
+		return fmt.Errorf("-lateness %v: must be more than 0 (1ms for almost none)", *lateness)
+	case *maxUnsettled < 1:
+		return fmt.Errorf("-max-unsettled %d: must be at least 1", *maxUnsettled)
 	case *idleClose < 0:
 		return fmt.Errorf("-idle-close %v: must not be negative", *idleClose)
 	case *writers < 1:
@@ -126,7 +130,8 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 
 	w, err := sensors.New(ctx, sensors.Config{Conn: cf.conn(), Topic: *topic, DeadLetterTopic: *dead, Redis: rc,
 		Namespace: *namespace, Group: *group, InstanceID: *instance, Interval: *interval, Expiration: *expiration,
-		Lateness: *lateness, IdleClose: *idleClose, Writers: *writers, Retention: *retention, Logger: logger})
+		Lateness: *lateness, IdleClose: *idleClose, Writers: *writers, MaxUnsettledPerPartition: *maxUnsettled,
+		Retention: *retention, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -239,6 +239,8 @@ func TestSensorsFlagErrors(t *testing.T) {
 		{[]string{"run", "sensors", "-lateness", "-1s"}, "-lateness -1s"},
 		{[]string{"run", "sensors", "-idle-close", "-1s"}, "-idle-close -1s"},
 		{[]string{"run", "sensors", "-writers", "0"}, "-writers 0"},
+		{[]string{"run", "sensors", "-lateness", "0"}, "-lateness 0s: must be more than 0"},
+		{[]string{"run", "sensors", "-max-unsettled", "0"}, "-max-unsettled 0"},
 		{[]string{"run", "sensors", "-retention", "30s"}, "-retention 30s"},
 		{[]string{"run", "sensors", "-instance-id", ""}, "-instance-id"},
 		{[]string{"run", "sensors", "-dead-letter-topic", "sensor-readings"}, "-dead-letter-topic"},
