@@ -190,13 +190,21 @@ type LateError struct {
 	// emitted, if that is why (zero otherwise).
 	Closed time.Time
 	// Ahead is true if the event time is too far after the arrival.
-	Ahead    bool
+	Ahead bool
+	// Beyond is true if the event time or the arrival is outside the
+	// times windows are computed in: those a nanosecond count holds
+	// (1678 to 2261), less twice the window size, lateness and MaxAhead
+	// at either end.
+	Beyond   bool
 	Lateness time.Duration
 	MaxAhead time.Duration
 }
 
 func (e *LateError) Error() string {
 	switch {
+	case e.Beyond:
+		return fmt.Sprintf("event time %s or arrival %s is outside the times windows of this size, lateness and MaxAhead can be computed in",
+			e.Event.UTC().Format(time.RFC3339Nano), e.Arrival.UTC().Format(time.RFC3339Nano))
 	case e.Ahead:
 		return fmt.Sprintf("event time %s is %v after its arrival %s: more than the %v allowed ahead",
 			e.Event.UTC().Format(time.RFC3339Nano), e.Event.Sub(e.Arrival), e.Arrival.UTC().Format(time.RFC3339Nano), e.MaxAhead)
@@ -237,6 +245,8 @@ func (w *tumbling[T, K, A]) Validate() error {
 		return bad("maxAhead", "must not be negative, got %v", w.maxAhead)
 	case w.idle < 0:
 		return bad("idleClose", "must not be negative, got %v", w.idle)
+	case w.size > maxSpan || w.lateness > maxSpan || w.maxAhead > maxSpan || w.size+w.lateness+w.maxAhead > maxSpan:
+		return bad("size", "with the lateness and MaxAhead must total at most 100 years, got %v", w.size+w.lateness+w.maxAhead)
 	}
 	return nil
 }
@@ -252,6 +262,7 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 		w.idle = w.size + w.lateness
 	}
 	r := &windowRun[T, K, A]{w: w, parts: map[partKey]*partWindows[K, A]{}, ctx: ctx, in: in, out: out}
+	r.minTime, r.maxTime = w.timeRange()
 	var tick <-chan time.Time
 	if w.idle > 0 {
 		t := time.NewTicker(max(w.idle/4, time.Millisecond))
@@ -295,8 +306,19 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 	}
 }
 
-// The times a nanosecond count holds, which windows are computed in.
-var minTime, maxTime = time.Unix(0, math.MinInt64+int64(24*time.Hour)), time.Unix(0, math.MaxInt64-int64(24*time.Hour))
+// maxSpan bounds size + lateness + maxAhead, so that the times windows
+// are computed in (nanosecond counts) keep room for their arithmetic.
+const maxSpan = 100 * 365 * 24 * time.Hour
+
+// timeRange returns the event times and arrivals the windows can take:
+// those a nanosecond count holds, less twice the span of a window, its
+// lateness and how far ahead a message may be at either end, so that a
+// window's start (rounded down), its end and the closing limit (an
+// arrival less the lateness and the size) do not wrap around.
+func (w *tumbling[T, K, A]) timeRange() (lo, hi time.Time) {
+	margin := 2*int64(w.size+w.lateness+w.maxAhead) + int64(24*time.Hour)
+	return time.Unix(0, math.MinInt64+margin), time.Unix(0, math.MaxInt64-margin)
+}
 
 type partKey struct {
 	topic     string
@@ -336,6 +358,8 @@ type windowRun[T any, K comparable, A any] struct {
 	last  *partWindows[K, A]
 	now   time.Time
 	ctx   context.Context
+	// The event times and arrivals windows can take (timeRange).
+	minTime, maxTime time.Time
 
 	idlePanicked bool
 	// The batch being placed and what touch found for its messages, and
@@ -401,8 +425,8 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 		}
 		return r.in.Fail(r.ctx, *m, e)
 	}
-	if ev.Before(minTime) || ev.After(maxTime) || arr.Before(minTime) || arr.After(maxTime) {
-		return late(&LateError{Ahead: ev.After(maxTime) || arr.After(maxTime)}) // beyond what nanoseconds hold
+	if ev.Before(r.minTime) || ev.After(r.maxTime) || arr.Before(r.minTime) || arr.After(r.maxTime) {
+		return late(&LateError{Beyond: true, Ahead: ev.After(r.maxTime) || arr.After(r.maxTime)})
 	}
 	evNs, arrNs := ev.UnixNano(), arr.UnixNano()
 	// A rejected message moves no time: a record stamped far ahead by a
