@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+)
+
+// TestRunKfake runs the Go implementations of the main module through the
+// runner's own code (build, processes, protocol, offsets, table) against
+// kfake, with a small topic: every row must finish, pass its check and
+// read as a table row.
+func TestRunKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs two programs")
+	}
+	root, err := findRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	cfg := Config{
+		Brokers:  testenv.KfakeWith(t),
+		Workload: Workload{Topic: "peers", Partitions: 16, Records: 20_000, ValueSize: 200, Keys: 10_000},
+		Inflight: 256,
+		Work:     2 * time.Millisecond,
+		Impls:    []string{"sluice", "franzgo", "parallel-consumer-missing"},
+		Orders:   []string{"unordered", "key"},
+		Timeout:  time.Minute,
+		Root:     root,
+		Logs:     t.TempDir(),
+		Progress: &progress,
+	}
+	hows["parallel-consumer-missing"] = buildScript
+	defer delete(hows, "parallel-consumer-missing")
+	rows, err := Run(ctx, cfg)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(rows))
+	}
+	var table strings.Builder
+	writeTable(&table, rows)
+	t.Log("\n" + table.String())
+	for _, r := range rows[:4] {
+		if r.Status != "ok" || !r.Passed {
+			t.Errorf("%s %s: %s %s, check %q", r.Impl, r.Order, r.Status, r.Detail, r.Check)
+			continue
+		}
+		if r.RecordsPerSec <= 0 || r.P99InprocMS < 2 || r.P99MS < r.P50MS || r.Processed < 20_000 ||
+			r.Semantics != "at-least-once" || r.Notes == "" {
+			t.Errorf("%s %s: incomplete row %+v", r.Impl, r.Order, r)
+		}
+		if !strings.Contains(table.String(), "| "+r.Impl+" | "+r.Order+" | ") {
+			t.Errorf("%s %s: no table row", r.Impl, r.Order)
+		}
+	}
+	for _, r := range rows[4:] {
+		if r.Status != "not built" {
+			t.Errorf("%s %s: status %q, want not built (%s)", r.Impl, r.Order, r.Status, r.Detail)
+		}
+	}
+}
