@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: bench-delivery-deployed bench-sensors run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
+.PHONY: bench-peers bench-delivery-deployed bench-sensors run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
 
 # The main job on embedded defaults: a 30-second run of the drone delivery
 # scheduler with an in-process broker, simulated backends and load.
@@ -75,3 +75,18 @@ bench-sensors:
 # and a Redis outage (about 5 minutes).
 bench-delivery-deployed:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryDeployed -benchtime 1x -timeout 30m .
+
+# sluice against its peers (issue 18): parallel-consumer, Watermill,
+# go-streams' Kafka connector and a hand-written franz-go consumer, each a
+# process of its own, on one real Apache Kafka 4.1 broker (500,000 records,
+# 16 partitions, 256 calls of 2 ms in flight, unordered and per key); one
+# markdown table. Installs what it needs first, as test-kafka does; builds
+# each peer (go build, or the Java peer's build.sh with mvn). Minutes: not
+# part of make test, whose go vet and runner test build the Go peers of the
+# main module. PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='-impl
+# sluice,franzgo -out peers.md -cpuprofile /tmp/sluice'.
+PEERS_FLAGS ?=
+bench-peers:
+	@bash internal/testenv/setup.sh kafka
+	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
+		$(GO) run ./benchmarks/peers/runner $(PEERS_FLAGS)
