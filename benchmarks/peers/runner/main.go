@@ -40,7 +40,7 @@ func main() {
 	timeout := flag.Duration("timeout", 3*time.Minute, "limit of each run, from its first record to committed == end")
 	out := flag.String("out", "", "also write the table to this file")
 	libs := flag.String("kafka-libs", os.Getenv(testenv.KafkaLibsEnv), "folder of the broker's jars (default $"+testenv.KafkaLibsEnv+")")
-	profile := flag.String("cpuprofile", "", "write CPU profiles of the sluice implementation to FILE-<order>.pprof")
+	profile := flag.String("cpuprofile", "", "write CPU profiles of the main module's Go implementations (sluice, franzgo) to FILE-<impl>-<order>.pprof")
 	flag.Parse()
 	if err := run(*records, split(*impls), split(*orders), *timeout, *out, *libs, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
@@ -95,10 +95,10 @@ func run(records int, impls, orders []string, timeout time.Duration, out, libs, 
 			return err
 		}
 		cfg.ExtraArgs = func(impl, order string) []string {
-			if impl != "sluice" {
+			if h, ok := hows[impl]; !ok || h != mainModule {
 				return nil
 			}
-			return []string{"-cpuprofile", fmt.Sprintf("%s-%s.pprof", abs, order)}
+			return []string{"-cpuprofile", fmt.Sprintf("%s-%s-%s.pprof", abs, impl, order)}
 		}
 	}
 	rows, err := Run(ctx, cfg)
