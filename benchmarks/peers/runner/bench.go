@@ -27,6 +27,9 @@ type Config struct {
 	// ExtraArgs, if set, returns flags to add to an implementation's in
 	// an order (-cpuprofile); nil: none.
 	ExtraArgs func(impl, order string) []string
+	// GoBuildFlags are added to go build of the Go implementations (the
+	// test builds them with -race when it runs with it); default none.
+	GoBuildFlags []string
 	// Progress receives a line per step; nil: none.
 	Progress io.Writer
 }
@@ -86,7 +89,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	var rows []Row
 	for _, impl := range cfg.Impls {
 		say("%s: building", impl)
-		argv, err := build(ctx, cfg.Root, bin, impl)
+		argv, err := build(ctx, cfg.Root, bin, impl, cfg.GoBuildFlags)
 		for _, order := range cfg.Orders {
 			row := Row{Impl: impl, Order: order}
 			switch {

@@ -39,8 +39,8 @@ var hows = map[string]how{
 
 // build builds implementation name of the repository at root, putting Go
 // binaries in bin, and returns the command line that starts it, without
-// the protocol's flags.
-func build(ctx context.Context, root, bin, name string) ([]string, error) {
+// the protocol's flags. flags are added to go build.
+func build(ctx context.Context, root, bin, name string, flags []string) ([]string, error) {
 	h, ok := hows[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown implementation %q (known: %s)", name, strings.Join(DefaultImpls, ", "))
@@ -52,7 +52,8 @@ func build(ctx context.Context, root, bin, name string) ([]string, error) {
 	switch h {
 	case mainModule, ownModule:
 		exe := filepath.Join(bin, name)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", exe, ".")
+		args := append([]string{"build", "-o", exe}, flags...)
+		cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go build in %s: %w\n%s", dir, err, out)
