@@ -46,10 +46,15 @@ import (
 const receivedKey = "peers_received_ns"
 
 // stampingUnmarshaler is watermill-kafka's DefaultMarshaler that also
-// records when the subscriber took the record from its client.
-type stampingUnmarshaler struct{ kafka.DefaultMarshaler }
+// records when the subscriber took the record from its client (and prints
+// the "first" line on the first one).
+type stampingUnmarshaler struct {
+	kafka.DefaultMarshaler
+	st *stats
+}
 
 func (u stampingUnmarshaler) Unmarshal(m *sarama.ConsumerMessage) (*message.Message, error) {
+	u.st.first()
 	now := time.Now().UnixNano()
 	msg, err := u.DefaultMarshaler.Unmarshal(m)
 	if err == nil {
@@ -124,9 +129,10 @@ func main() {
 	sc.Consumer.Offsets.AutoCommit.Enable = true
 	sc.Consumer.Offsets.AutoCommit.Interval = time.Second
 
+	st := &stats{perPart: map[int32]int64{}}
 	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 		Brokers:               []string{*brokers},
-		Unmarshaler:           stampingUnmarshaler{},
+		Unmarshaler:           stampingUnmarshaler{st: st},
 		OverwriteSaramaConfig: sc,
 		ConsumerGroup:         *group,
 		NackResendSleep:       kafka.NoSleep,
@@ -142,10 +148,8 @@ func main() {
 		os.Exit(1)
 	}
 
-	st := &stats{perPart: map[int32]int64{}}
 	sem := make(chan struct{}, *inflight)
 	router.AddNoPublisherHandler("peers", *topic, sub, func(msg *message.Message) error {
-		st.first()
 		ctx := msg.Context()
 		part, _ := kafka.MessagePartitionFromCtx(ctx)
 		ts, _ := kafka.MessageTimestampFromCtx(ctx)
