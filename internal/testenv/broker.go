@@ -89,10 +89,8 @@ func StartKafka(libs string) (*KafkaBroker, error) {
 		return nil, err
 	}
 	cp := filepath.Join(libs, "*")
-	id := make([]byte, 16)
-	_, _ = rand.Read(id)
 	format := exec.Command(java, "-cp", cp, "kafka.tools.StorageTool", "format",
-		"-t", base64.RawURLEncoding.EncodeToString(id), "-c", conf)
+		"-t", clusterID(), "-c", conf)
 	if out, err := format.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("formatting kafka storage: %w\n%s", err, out)
@@ -229,4 +227,15 @@ func WithKafka(m interface{ Run() int }, use func(*KafkaBroker)) int {
 	fmt.Fprintf(os.Stderr, "Apache Kafka 4.1.0 broker on %s (SASL on %s), started in %v\n", b.Addr, b.SASLAddr, time.Since(began).Round(time.Millisecond))
 	use(b)
 	return m.Run()
+}
+
+// clusterID returns a random Kafka cluster id: 16 bytes, URL-safe base64.
+// Its first character is never '-' (the top bit of the first byte is
+// cleared): the storage tool would read such an id as a flag, and the
+// broker would not start about once in 64.
+func clusterID() string {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	id[0] &= 0x7f
+	return base64.RawURLEncoding.EncodeToString(id)
 }
