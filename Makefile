@@ -21,14 +21,17 @@ test:
 
 # The integration suite against a real Apache Kafka 4.1 broker (KRaft, one
 # node, loopback), started from its Maven Central jars. Installs what it
-# needs first, as test does: java 17+ and mvn, redis-server and kcat.
+# needs first, as test does: java 17+ and mvn, redis-server and kcat. Then
+# compiles the Java peer of bench-peers (mvn), so that it does not rot.
 test-kafka:
 	@bash internal/testenv/setup.sh kafka
 	SLUICE_KAFKA_LIBS="$$(bash internal/testenv/kafka/fetch-jars.sh)" \
 		$(GO) test -tags kafka -count=1 -run RealKafka ./source/kafka/ ./source/ownership/ ./sink/kafka/ ./pipelines/demo/ ./pipelines/cmd/sluice/ ./pipelines/sensors/
+	bash benchmarks/peers/parallel-consumer/build.sh >/dev/null
 
 vet:
 	$(GO) vet ./...
+	cd benchmarks/peers/watermill && $(GO) vet ./... && $(GO) build -o /dev/null .
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
