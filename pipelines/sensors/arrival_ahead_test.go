@@ -20,55 +20,11 @@ import (
 // partition still to come for it are dead-lettered as late; the stored
 // minutes miss them.
 func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
-	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gcfg := genConfig()
-	gcfg.Homes = 400
-	gen, err := sensors.NewGenerator(gcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := startInstance(t, testConfig(brokers, rdb, "w1"))
-	produced := make(chan struct{})
-	go func() {
-		defer close(produced)
-		produce(t, brokers, gen, 6) // 3 s
-	}()
-	time.Sleep(1500 * time.Millisecond)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := gen.SimNow()
-	rec := &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: now.Add(time.Hour),
-		Value: sensors.Format("s2", sensors.Door, now, 1)}
-	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	cl.Close()
-	<-produced
-	waitCheckpointed(t, brokers, in.w, 20*time.Second)
-	in.close(t)
-	rep, err := gen.Expected.Verify(context.Background(), store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlc, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dlc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dl, err := sensors.ReadDeadLetters(ctx, dlc, sensors.DefaultDeadLetterTopic)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, dl, gen := runWithOneRecord(t, func(gen *sensors.Generator) *kgo.Record {
+		now := gen.SimNow()
+		return &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: now.Add(time.Hour),
+			Value: sensors.Format("s2", sensors.Door, now, 1)}
+	})
 	_, _, late, _, _ := gen.Expected.Counts()
 	if !rep.OK() || dl.Late != late+1 {
 		t.Fatalf("%v\ndead-lettered as late: %d, want the %d sent late and the one record ahead", rep, dl.Late, late)
@@ -84,6 +40,24 @@ func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
 // must cost only itself: nothing can have arrived after the worker's own
 // clock.
 func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
+	rep, dl, gen := runWithOneRecord(t, func(*sensors.Generator) *kgo.Record {
+		ahead := time.Now().Add(time.Hour)
+		return &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: ahead,
+			Value: sensors.Format("s2", sensors.Door, ahead, 1)}
+	})
+	_, malformed, late, _, _ := gen.Expected.Counts()
+	if !rep.OK() || dl.Late != late || dl.Malformed != malformed+1 {
+		t.Fatalf("%v\ndead letters: %d late, %d malformed; want the %d sent late, and the %d sent malformed and the one record ahead of the clock (reasons %v)",
+			rep, dl.Late, dl.Malformed, late, malformed, dl.Reasons)
+	}
+}
+
+// runWithOneRecord runs one worker over 400 homes' readings (3 s, 4
+// partitions), produces the record that record returns halfway, and
+// returns the verification of the stored minutes, the dead letters and
+// the generator.
+func runWithOneRecord(t *testing.T, record func(*sensors.Generator) *kgo.Record) (sensors.Report, sensors.DeadLetters, *sensors.Generator) {
+	t.Helper()
 	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
 	defer rdb.Close()
@@ -108,10 +82,7 @@ func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ahead := time.Now().Add(time.Hour)
-	rec := &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: ahead,
-		Value: sensors.Format("s2", sensors.Door, ahead, 1)}
-	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+	if err := cl.ProduceSync(context.Background(), record(gen)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	cl.Close()
@@ -133,9 +104,5 @@ func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, malformed, late, _, _ := gen.Expected.Counts()
-	if !rep.OK() || dl.Late != late || dl.Malformed != malformed+1 {
-		t.Fatalf("%v\ndead letters: %d late, %d malformed; want the %d sent late, and the %d sent malformed and the one record ahead of the clock (reasons %v)",
-			rep, dl.Late, dl.Malformed, late, malformed, dl.Reasons)
-	}
+	return rep, dl, gen
 }

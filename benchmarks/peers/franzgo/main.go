@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -49,32 +48,16 @@ type consumer struct {
 	parts  partitions
 }
 
-func main() {
-	f := peer.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := run(f, log); err != nil {
-		log.Error("franzgo peer", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("franzgo", run) }
 
-func run(f peer.Flags, log *slog.Logger) error {
-	stopProfile, err := f.StartProfile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	term := peer.Terminated()
-	go func() { <-term; cancel() }()
-
+func run(ctx context.Context, f peer.Flags, log *slog.Logger) error {
 	window := windowPerCall * f.Inflight
 	c := &consumer{f: f, log: log, window: make(chan struct{}, window), ready: make(chan job, window)}
 	c.parts.m = map[int32]*partition{}
 	if f.Keyed {
 		c.keys = newKeys()
 	}
+	var err error
 	c.cl, err = kgo.NewClient(
 		kgo.SeedBrokers(f.Brokers...),
 		kgo.ConsumerGroup(f.Group),

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/sluice-streams/sluice/benchmarks/peers/internal/peer"
@@ -34,26 +33,9 @@ type record struct {
 	partition int32
 }
 
-func main() {
-	f := peer.Parse()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := run(f, log); err != nil {
-		log.Error("sluice peer", "err", err)
-		os.Exit(1)
-	}
-}
+func main() { peer.Main("sluice", run) }
 
-func run(f peer.Flags, log *slog.Logger) error {
-	stopProfile, err := f.StartProfile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	term := peer.Terminated()
-	go func() { <-term; cancel() }()
-
+func run(ctx context.Context, f peer.Flags, log *slog.Logger) error {
 	src, err := kafka.NewSource(ctx, kafka.Config{
 		Conn:   kafka.Conn{Brokers: f.Brokers},
 		Group:  f.Group,

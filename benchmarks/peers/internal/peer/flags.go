@@ -1,9 +1,11 @@
 package peer
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -97,4 +99,29 @@ func Terminated() <-chan struct{} {
 	done := make(chan struct{})
 	go func() { <-c; close(done) }()
 	return done
+}
+
+// Main runs a Go peer: it parses the protocol's flags, logs warnings and
+// errors to stderr, writes a CPU profile if -cpuprofile asks, and calls
+// run with a context that SIGTERM (or an interrupt) cancels. An error
+// from run is logged and exits 1.
+func Main(name string, run func(ctx context.Context, f Flags, log *slog.Logger) error) {
+	f := Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := func() error {
+		stop, err := f.StartProfile()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		term := Terminated()
+		go func() { <-term; cancel() }()
+		return run(ctx, f, log)
+	}()
+	if err != nil {
+		log.Error(name+" peer", "err", err)
+		os.Exit(1)
+	}
 }
