@@ -128,6 +128,15 @@ func asyncRun(b *testing.B, n int, a stream.Flow[int, int], lat *latencies, chec
 // parallelism / latency. efficiency is achieved throughput over that bound
 // with the latency the calls really had; nominal_ratio uses the nominal
 // 2 ms.
+// reportCPU reports cpu_us/msg: the process's CPU time (user + system,
+// getrusage) since cpu0 per message, what the stage costs beside the
+// calls' own waiting.
+func reportCPU(b *testing.B, cpu0 time.Duration, msgs int) {
+	if msgs > 0 {
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1000/float64(msgs), "cpu_us/msg")
+	}
+}
+
 func BenchmarkMapAsync(b *testing.B) {
 	const n = 60_000
 	bound := func(b *testing.B, msgs int, el time.Duration, clk *callClock) {
@@ -144,6 +153,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		var clk callClock
 		var el time.Duration
 		msgs := 0
+		cpu0 := cpuTime()
 		for b.Loop() {
 			var next atomic.Int64
 			var wg sync.WaitGroup
@@ -159,6 +169,7 @@ func BenchmarkMapAsync(b *testing.B) {
 			el += time.Since(t0)
 			msgs += n
 		}
+		reportCPU(b, cpu0, msgs)
 		bound(b, msgs, el, &clk)
 	})
 
@@ -166,6 +177,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		var clk callClock
 		var el time.Duration
 		msgs := 0
+		cpu0 := cpuTime()
 		for b.Loop() {
 			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
 				clk.sleep(asyncLatency)
@@ -174,6 +186,7 @@ func BenchmarkMapAsync(b *testing.B) {
 			el += asyncRun(b, n, a, nil, nil)
 			msgs += n
 		}
+		reportCPU(b, cpu0, msgs)
 		bound(b, msgs, el, &clk)
 	})
 
@@ -183,6 +196,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		const m = 1_000_000
 		var el time.Duration
 		msgs := 0
+		cpu0 := cpuTime()
 		for b.Loop() {
 			g := stream.New()
 			s := stream.Via(stream.From(g, source.Slice(make([]int, m))),
@@ -195,6 +209,7 @@ func BenchmarkMapAsync(b *testing.B) {
 			el += time.Since(t0)
 			msgs += m
 		}
+		reportCPU(b, cpu0, msgs)
 		b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
 		b.ReportMetric(0, "ns/op")
 	})
@@ -204,6 +219,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		var lat latencies
 		var el time.Duration
 		msgs := 0
+		cpu0 := cpuTime()
 		for b.Loop() {
 			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
 				if x%100 == 0 { // 1% of calls take 50 ms
@@ -216,6 +232,7 @@ func BenchmarkMapAsync(b *testing.B) {
 			el += asyncRun(b, n, a, &lat, nil)
 			msgs += n
 		}
+		reportCPU(b, cpu0, msgs)
 		b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
 		b.ReportMetric(float64(lat.p(0.50).Microseconds())/1000, "p50_ms")
 		b.ReportMetric(float64(lat.p(0.99).Microseconds())/1000, "p99_ms")
@@ -229,6 +246,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		var clk callClock
 		var el time.Duration
 		msgs := 0
+		cpu0 := cpuTime()
 		for b.Loop() {
 			// Keys are drawn at random per message; the sink checks that each
 			// key's messages arrive in input order.
@@ -256,6 +274,7 @@ func BenchmarkMapAsync(b *testing.B) {
 			})
 			msgs += n
 		}
+		reportCPU(b, cpu0, msgs)
 		bound(b, msgs, el, &clk)
 	})
 }
