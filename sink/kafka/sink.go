@@ -377,6 +377,11 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 		if f.rec != nil && f.rec.Topic != "" {
 			topic = f.rec.Topic
 		}
+		if cancelledByAnother(ctx, f.err) {
+			r.produce(ctx, f.m, f.rec, f.step)
+			again++
+			continue
+		}
 		err := fmt.Errorf("producing to topic %q: %w", topic, f.err)
 		if !perRecord(f.err) {
 			// The broker or the topic is the problem, not this message:
@@ -407,6 +412,16 @@ func (r *run[T]) smaller(m *stream.Message[T], rec *kgo.Record, step int, err *e
 		}
 	}()
 	return r.s.shrink(m, rec, step, *err)
+}
+
+// cancelledByAnother reports whether a record failed for a context that
+// is not the sink's: the client is shared, and franz-go fails every record
+// buffered for a partition when the context of the one at its head ends
+// (or fails a producer ID's initialization for it). The record is not at
+// fault, and neither is the broker: it is produced again. With the sink's
+// own context ended, Run is returning and the message stays unsettled.
+func cancelledByAnother(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // perRecord reports whether a produce error is about the record itself
