@@ -10,6 +10,12 @@
 // dead letters (NewDeadLetter, NewParking) do, since a failure there would
 // stop the pipeline.
 //
+// A client may be shared between sinks and pipelines. franz-go fails every
+// record buffered for a partition when the context of the one at its head
+// ends; a record of this sink failed so, by another's context, is produced
+// again. Any other failure of the broker or the topic ends the pipeline,
+// its message left unsettled for replay.
+//
 // # Priorities
 //
 // Kafka has no priority order. Seed 001's two designs, "one queue per
