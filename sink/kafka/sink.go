@@ -53,6 +53,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -383,7 +384,7 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 		if f.rec != nil && f.rec.Topic != "" {
 			topic = f.rec.Topic
 		}
-		if cancelledByAnother(ctx, f.err) {
+		if cancelledByAnother(ctx, f.rec, f.err) {
 			r.produce(ctx, f.m, f.rec, f.step)
 			again++
 			continue
@@ -426,8 +427,23 @@ func (r *run[T]) smaller(m *stream.Message[T], rec *kgo.Record, step int, err *e
 // (or fails a producer ID's initialization for it). The record is not at
 // fault, and neither is the broker: it is produced again. With the sink's
 // own context ended, Run is returning and the message stays unsettled.
-func cancelledByAnother(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
+//
+// It is not another's when the record's own Context ended (an Encoder may
+// set it: producing it again would fail it again, at once), nor when the
+// context error is a network timeout's: net's dial and I/O timeouts are
+// errors.Is context.DeadlineExceeded, and franz-go fails records with them
+// (a producer ID that could not be initialized, once RecordRetries or
+// RecordDeliveryTimeout are used up). That is the broker out of reach.
+func cancelledByAnother(ctx context.Context, rec *kgo.Record, err error) bool {
+	if ctx.Err() != nil || rec != nil && rec.Context != nil && rec.Context.Err() != nil {
+		return false
+	}
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout()) &&
+		!errors.Is(err, kgo.ErrRecordTimeout) && !errors.Is(err, kgo.ErrRecordRetries)
 }
 
 // perRecord reports whether a produce error is about the record itself
