@@ -14,9 +14,6 @@ import (
 // kfake, with a small topic: every row must finish, pass its check and
 // read as a table row.
 func TestRunKfake(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs two programs")
-	}
 	root, err := findRoot()
 	if err != nil {
 		t.Fatal(err)

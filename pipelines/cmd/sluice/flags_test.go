@@ -38,7 +38,7 @@ var envRef = regexp.MustCompile(`\(\$(SLUICE_[A-Z0-9_]+)\)`)
 // Every flag of every command names its variable in -h, and the variable
 // sets the flag's default; a flag on the command line wins over it.
 func TestEveryFlagHasAVariable(t *testing.T) {
-	for _, args := range commands {
+	for _, args := range append(commands[:len(commands):len(commands)], sensorsCommands...) {
 		fs, help := parsedFlags(t, args)
 		want := map[string]string{}
 		fs.VisitAll(func(f *flag.Flag) {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"io"
 	"net/http"
 	"regexp"
@@ -288,50 +287,11 @@ func TestSensorsFlagErrors(t *testing.T) {
 	}
 }
 
-// Every flag of the sensors commands names its variable in -h, and the
-// variable sets the flag's default.
-func TestSensorsFlagsHaveVariables(t *testing.T) {
-	for _, args := range sensorsCommands {
-		fs, help := parsedFlags(t, args)
-		want := map[string]string{}
-		fs.VisitAll(func(f *flag.Flag) {
-			m := envRef.FindAllStringSubmatch(f.Usage, -1)
-			if len(m) == 0 {
-				t.Errorf("%v -%s: its help names no variable: %q", args, f.Name, f.Usage)
-				return
-			}
-			name := m[len(m)-1][1]
-			if !strings.Contains(help, "-"+f.Name) || !strings.Contains(help, "$"+name) {
-				t.Errorf("%v -h does not show -%s with $%s", args, f.Name, name)
-			}
-			var v string
-			switch d := f.Value.(flag.Getter).Get().(type) {
-			case bool:
-				v = strconv.FormatBool(!d)
-			case int:
-				v = strconv.Itoa(d + 3)
-			case float64:
-				v = strconv.FormatFloat(d+0.25, 'g', -1, 64)
-			case time.Duration:
-				v = (d + 1500*time.Millisecond).String()
-			case string:
-				v = d + "-from-env"
-			default:
-				t.Fatalf("%v -%s: a flag of kind %T", args, f.Name, d)
-			}
-			t.Setenv(name, v)
-			want[f.Name] = v
-		})
-		fs, _ = parsedFlags(t, args)
-		for name, v := range want {
-			if got := fs.Lookup(name).Value.String(); got != v {
-				t.Errorf("%v -%s: %q with its variable set to %q", args, name, got, v)
-			}
-			t.Setenv(flagEnvOf(t, fs, name), "")
-		}
-	}
-	// The demo's and the load generator's variables are their own; the
-	// worker's are those of sluice run.
+// The sensors commands' flags have variables of their own
+// (TestEveryFlagHasAVariable checks each names one and is set by it): the
+// demo's and the load generator's are theirs, the worker's those of
+// sluice run.
+func TestSensorsFlagVariablesAreTheirCommands(t *testing.T) {
 	for cmd, want := range map[string]string{"demo sensors": "SLUICE_DEMO_SENSORS_HOMES", "loadgen sensors": "SLUICE_LOADGEN_SENSORS_HOMES"} {
 		if got := flagEnv(cmd, "homes"); got != want {
 			t.Errorf("%s -homes: $%s, want $%s", cmd, got, want)
@@ -340,15 +300,6 @@ func TestSensorsFlagsHaveVariables(t *testing.T) {
 	if got := flagEnv("run", "instance-id"); got != "SLUICE_INSTANCE_ID" {
 		t.Errorf("run sensors -instance-id: $%s", got)
 	}
-}
-
-func flagEnvOf(t *testing.T, fs *flag.FlagSet, name string) string {
-	t.Helper()
-	m := envRef.FindAllStringSubmatch(fs.Lookup(name).Usage, -1)
-	if len(m) == 0 {
-		t.Fatalf("-%s names no variable", name)
-	}
-	return m[len(m)-1][1]
 }
 
 // sluice -h and the usage list the sensors commands.
