@@ -59,8 +59,10 @@ import (
 // emitted, Early; messages of those windows that come later fail as late.
 // So a reader that stalls (a broker outage, a paused process) while the
 // producers go on must not count as idle: give IdleWhen whether the
-// source has read the partition to its end (source/kafka's
-// PartitionStats.Unread). At the end of the input all
+// source has sent every record the broker holds for the partition
+// (source/kafka's Unsent; its PartitionStats.Unread, as of the last
+// fetch, misses records the source holds behind a slow pipeline). At the
+// end of the input all
 // windows are emitted too, unless the pipeline is draining (its context
 // was cancelled): then they are left unsettled, to be rebuilt from the
 // checkpoint by the next reader. A window left open is what keeps its

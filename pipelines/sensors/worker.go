@@ -141,6 +141,11 @@ type Worker struct {
 	doneMu   sync.Mutex
 	lastDone map[int32]time.Time // when a minute of each partition was last written
 
+	unsentMu  sync.Mutex
+	unsentAt  time.Time       // when unsentBy was asked
+	unsentBy  map[int32]int64 // records not sent, per partition (kafka's Unsent)
+	unsentErr time.Time       // when a failure to ask was last logged
+
 	latMu sync.Mutex
 	lat   []time.Duration // the latest write latencies, a ring
 	latN  int
@@ -283,25 +288,44 @@ func aheadOfClock(ts time.Time, r *Reading, now time.Time) error {
 }
 
 // caughtUp reports whether a partition's quiet is idleness, for the
-// window's idle close: its broker answers and the partition is read to
-// its end (Unread: its records do not wait at the broker). A reader that
-// fell behind, lost its broker or is held by its own unwritten minutes
-// is not idle while the sensors go on sending, and closing its open
-// minute early would dead-letter their on-time readings as late.
+// window's idle close: its broker answers and every record the partition
+// held a moment ago has been sent down the pipeline (kafka's Unsent, the
+// log's end asked of the broker). A reader that fell behind, lost its
+// broker or is held by its own unwritten minutes is not idle while the
+// sensors go on sending, and closing its open minute early would
+// dead-letter their on-time readings as late. The last fetch's Unread is
+// not enough: after a Redis stall every partition resumes with a backlog,
+// and a partition whose records wait in the source behind the others'
+// for longer than IdleClose reads Unread 0 (its fetch brought them all).
 //
 // A partition paused for holding MaxUnsettledPerPartition readings is
 // held by its minutes: while window writes are under way or failed
-// lately (Redis slow or down), they are what frees it, so it waits. With
-// no write pending, its open minutes hold more readings than the limit
-// (a misconfiguration, logged): only the idle close can free it.
+// lately (Redis slow or down), or one of its own minutes was written
+// within IdleClose (its settles, which resume it, may still be on their
+// way), they are what frees it, so it waits. Otherwise its open minutes
+// hold more readings than the limit (a misconfiguration, logged): only
+// the idle close can free it.
 //
-// Nor is a partition idle for IdleClose after one of its minutes was
-// written: the settles of that minute may be what resumes it, and a
-// resumed partition reads Unread 0 until its first fetch (the high
-// watermark is the one from before its pause). A stall of Redis ends so:
-// every write finishes, the partitions resume, and their windows, quiet
-// for the stall's length, would close at the next tick.
+// Records already sent and still in the pipes before the window (at most
+// three pipes' capacity) are not seen here: they reach the window within
+// IdleClose unless it takes in fewer than that many readings per
+// IdleClose.
 func (w *Worker) caughtUp(_ string, partition int32) bool {
+	st := w.src.Stats()
+	if st.SinceContact > 2*time.Second {
+		return false
+	}
+	for _, p := range st.Partitions {
+		if p.Partition == partition && p.Paused {
+			return w.pausedIdle(partition)
+		}
+	}
+	n, ok := w.unsent(partition)
+	return ok && n == 0
+}
+
+// pausedIdle is caughtUp for a paused partition.
+func (w *Worker) pausedIdle(partition int32) bool {
 	if w.writing.Load() > 0 || time.Since(time.Unix(0, w.lastFailure.Load())) < w.cfg.IdleClose {
 		return false
 	}
@@ -311,25 +335,38 @@ func (w *Worker) caughtUp(_ string, partition int32) bool {
 	if time.Since(done) < w.cfg.IdleClose {
 		return false
 	}
-	st := w.src.Stats()
-	if st.SinceContact > 2*time.Second {
-		return false
+	if !w.warnedPause.Swap(true) {
+		w.cfg.Logger.Warn("sensors: a partition's open minutes hold more readings than MaxUnsettledPerPartition; "+
+			"closing them early, so their later readings are dead-lettered as late: raise MaxUnsettledPerPartition",
+			"partition", partition, "max_unsettled", w.cfg.MaxUnsettledPerPartition)
 	}
-	for _, p := range st.Partitions {
-		if p.Partition != partition {
-			continue
+	return true
+}
+
+// unsent returns how many records of partition the source has not sent,
+// from an answer of the broker at most an eighth of IdleClose (and at
+// most a second) old, asked for again when older; false if the broker
+// did not answer for the partition. Called by the window's goroutine
+// only, once a partition is quiet: one request answers for every
+// partition.
+func (w *Worker) unsent(partition int32) (int64, bool) {
+	w.unsentMu.Lock()
+	defer w.unsentMu.Unlock()
+	if time.Since(w.unsentAt) > min(w.cfg.IdleClose/8, time.Second) {
+		ctx, cancel := context.WithTimeout(context.Background(), min(w.cfg.IdleClose/4, 2*time.Second))
+		u, err := w.src.Unsent(ctx)
+		cancel()
+		if err != nil && time.Since(w.unsentErr) > time.Minute {
+			w.unsentErr = time.Now()
+			w.cfg.Logger.Warn("sensors: asking the broker where the partitions end failed; their idle minutes stay open", "err", err)
 		}
-		if p.Paused {
-			if !w.warnedPause.Swap(true) {
-				w.cfg.Logger.Warn("sensors: a partition's open minutes hold more readings than MaxUnsettledPerPartition; "+
-					"closing them early, so their later readings are dead-lettered as late: raise MaxUnsettledPerPartition",
-					"partition", partition, "max_unsettled", w.cfg.MaxUnsettledPerPartition)
-			}
-			return true
+		if err != nil && len(u) == 0 {
+			return 0, false
 		}
-		return p.Unread == 0
+		w.unsentBy, w.unsentAt = u, time.Now()
 	}
-	return false
+	n, ok := w.unsentBy[partition]
+	return n, ok
 }
 
 func (w *Worker) keep(m *stream.Message[Reading]) bool {

@@ -224,6 +224,11 @@ func (a *Assigned) StartOffsets(ctx context.Context, partitions []int32) (map[in
 	return offs, errors.Join(errs...)
 }
 
+// Unsent is Source.Unsent for the source's topic.
+func (a *Assigned) Unsent(ctx context.Context) (map[int32]int64, error) {
+	return a.s.Unsent(ctx, a.d.topic)
+}
+
 // BeforeEmit makes the poll loop call f before it emits each batch of a
 // poll's records (after waiting for room downstream); partitions f stops
 // emit nothing more. Set
@@ -295,7 +300,7 @@ func (d *direct) apply(ctx context.Context, s *Source) context.Context {
 			continue
 		}
 		s.mu.Lock()
-		s.parts[tpKey{d.topic, op.partition}] = newPartition(s, d.topic, op.partition)
+		s.parts[tpKey{d.topic, op.partition}] = newPartition(s, d.topic, op.partition, op.offset)
 		s.mu.Unlock()
 		at := d.start
 		if op.offset >= 0 {

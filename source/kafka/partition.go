@@ -33,6 +33,11 @@ type partition struct {
 	committed int64 // last offset committed by this member, -1 if none
 	hwm       int64 // high watermark seen in the last fetch
 
+	// sent is the offset after the last record sent downstream (or the
+	// offset the assignment started at, -1 if unknown): written by the
+	// poll loop, read by Unsent.
+	sent atomic.Int64
+
 	flowMu sync.Mutex  // serializes pause/resume calls to the client
 	paused atomic.Bool // written under flowMu
 }
@@ -42,8 +47,10 @@ type entry struct {
 	done   bool
 }
 
-func newPartition(s *Source, topic string, p int32) *partition {
-	return &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
+func newPartition(s *Source, topic string, p int32, start int64) *partition {
+	st := &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
+	st.sent.Store(start)
+	return st
 }
 
 // track records the offsets of fetched records, to be delivered, and the

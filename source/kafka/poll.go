@@ -171,6 +171,7 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		if err := out.Extend(ctx, k); err != nil {
 			return err
 		}
+		h.p.sent.Store(h.recs[i-1].Offset + 1)
 	}
 	// Pause after the sends, as before tracking moved to the poll: a
 	// partition may exceed its cap by one poll, and pausing it before any

@@ -13,7 +13,7 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 	defer s.mu.Unlock()
 	for t, ps := range assigned {
 		for _, p := range ps {
-			s.parts[tpKey{t, p}] = newPartition(s, t, p)
+			s.parts[tpKey{t, p}] = newPartition(s, t, p, -1) // franz-go looks the start up
 		}
 	}
 	s.log.Info("partitions assigned", "partitions", assigned)

@@ -1,0 +1,95 @@
+package sensors
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// A partition whose records all came in its last fetch but wait in the
+// source, behind a pipeline with no room (after a Redis stall every
+// partition resumes with a backlog, and a window sees nothing of the last
+// ones for a while), is not idle: closing its open minute then would
+// dead-letter its on-time readings as late. It is idle once the source
+// has sent every record the broker holds.
+func TestCaughtUpWaitsForRecordsTheSourceHolds(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, DefaultTopic)
+	testenv.Produce(t, brokers, DefaultTopic, 2000, func(i int) []byte { return fmt.Appendf(nil, "%d", i) })
+	end := testenv.EndOffsets(t, brokers, DefaultTopic)[0]
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	w, err := New(context.Background(), Config{Conn: kafka.Conn{Brokers: brokers}, Redis: rdb, InstanceID: "w1",
+		Namespace: "test", IdleClose: time.Second, MaxUnsettledPerPartition: 100_000, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.dl.Close()
+	defer w.src.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, w.src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil
+		}
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			for i := range b.Items {
+				in.Settle(&b.Items[i], stream.Completed)
+			}
+			b.Release()
+		}
+	}), stream.Buffer(16))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	w.src.Start(0, 0)
+
+	fetched := func() bool {
+		for _, p := range w.src.Stats().Partitions {
+			if p.Partition == 0 && int64(p.Unsettled) == end && p.Unread == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !fetched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not fetched to its end within 20 s: %+v", w.src.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Asked more than once: the answer is not one cached from before.
+	for range 3 {
+		if w.caughtUp(DefaultTopic, 0) {
+			t.Fatalf("partition 0 taken for idle with about %d of its %d records held by the source", end-16, end)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	close(release)
+	deadline = time.Now().Add(20 * time.Second)
+	for !w.caughtUp(DefaultTopic, 0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not idle within 20 s of being sent to its end: %+v", w.src.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
