@@ -61,8 +61,11 @@ import (
 // producers go on must not count as idle: give IdleWhen whether the
 // source has sent every record the broker holds for the partition
 // (source/kafka's Unsent; its PartitionStats.Unread, as of the last
-// fetch, misses records the source holds behind a slow pipeline). At the
-// end of the input all
+// fetch, misses records the source holds behind a slow pipeline), and
+// give IdleWhenHeld whether the messages the window holds are all the
+// source has unsettled (records already sent may still be on their way
+// to the window, behind other partitions' or while the window waited for
+// its output). At the end of the input all
 // windows are emitted too, unless the pipeline is draining (its context
 // was cancelled): then they are left unsettled, to be rebuilt from the
 // checkpoint by the next reader. A window left open is what keeps its
@@ -108,6 +111,7 @@ type windowConfig struct {
 	lateSet, aheadSet, idleSet bool
 	onLate                     func(*LateError)
 	idleWhen                   func(topic string, partition int32) bool
+	idleWhenHeld               func(topic string, partition int32, held int) bool
 }
 
 // Lateness is how long after its event time a message may arrive, and so
@@ -138,6 +142,20 @@ func IdleClose(d time.Duration) WindowOption {
 // their readings that come after are failed as late.
 func IdleWhen(fn func(topic string, partition int32) bool) WindowOption {
 	return func(c *windowConfig) { c.idleWhen = fn }
+}
+
+// IdleWhenHeld is IdleWhen told, too, how many messages of the partition
+// the window holds in its open windows. A source's unsent count cannot
+// see messages already sent and still on their way to the window (in the
+// pipes before it, behind other partitions' backlog, or waiting while
+// the window itself waited to hand on its output): their partition
+// looks quiet to the window and read to its end to the source. Comparing
+// held with the partition's unsettled messages at the source
+// (source/kafka's PartitionStats.Unsettled) tells: they are equal only
+// when nothing of the partition is on its way (nor being written or
+// dead-lettered). With both options set, both must return true.
+func IdleWhenHeld(fn func(topic string, partition int32, held int) bool) WindowOption {
+	return func(c *windowConfig) { c.idleWhenHeld = fn }
 }
 
 // OnLate, if set, is called with every late or early message's error
@@ -503,7 +521,7 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 
 func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 	for _, p := range r.parts {
-		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && r.idleAllowed(p.key) {
+		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && r.idleAllowed(p) {
 			if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
 				return err
 			}
@@ -512,11 +530,12 @@ func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 	return r.in.FlushOutputs(r.ctx)
 }
 
-// idleAllowed asks IdleWhen; a panic in it keeps the windows open (the
-// partition is not taken for idle) and is logged once, rather than ending
-// a pipeline that a restart would end again.
-func (r *windowRun[T, K, A]) idleAllowed(k partKey) (ok bool) {
-	if r.w.idleWhen == nil {
+// idleAllowed asks IdleWhenHeld and IdleWhen; a panic in them keeps the
+// windows open (the partition is not taken for idle) and is logged once,
+// rather than ending a pipeline that a restart would end again.
+func (r *windowRun[T, K, A]) idleAllowed(p *partWindows[K, A]) (ok bool) {
+	k := p.key
+	if r.w.idleWhen == nil && r.w.idleWhenHeld == nil {
 		return true
 	}
 	defer func() {
@@ -528,7 +547,16 @@ func (r *windowRun[T, K, A]) idleAllowed(k partKey) (ok bool) {
 			}
 		}
 	}()
-	return r.w.idleWhen(k.topic, k.partition)
+	if r.w.idleWhenHeld != nil {
+		held := 0
+		for _, win := range p.open {
+			held += win.n
+		}
+		if !r.w.idleWhenHeld(k.topic, k.partition, held) {
+			return false
+		}
+	}
+	return r.w.idleWhen == nil || r.w.idleWhen(k.topic, k.partition)
 }
 
 func (r *windowRun[T, K, A]) closeAll() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -550,5 +551,53 @@ func TestTumblingPanicInIdleWhenKeepsTheWindowOpen(t *testing.T) {
 	}
 	if ws := out.windows(); len(ws) != 1 || ws[0].Count != 1 {
 		t.Fatalf("windows %+v", ws)
+	}
+}
+
+func TestTumblingIdleWhenHeldIsToldWhatTheWindowHolds(t *testing.T) {
+	// IdleWhenHeld is told how many messages of the partition the open
+	// windows hold; the windows close only once it returns true, and
+	// IdleWhen must agree too.
+	src := newLog([]rec{{0, at(0, 1), reading{"a", at(0, 0), 1}}, {0, at(0, 2), reading{"b", at(0, 1), 1}}})
+	src.pauseAt, src.release = 2, make(chan struct{})
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	out := &windowSink{}
+	helds := make(chan int, 100)
+	var allow atomic.Bool
+	held := func(_ string, _ int32, n int) bool {
+		select {
+		case helds <- n:
+		default:
+		}
+		return allow.Load()
+	}
+	agrees := func(string, int32) bool { return true }
+	stream.To(stream.Via(stream.From(g, stream.Source[reading](src)),
+		sumWindow(flow.IdleClose(time.Millisecond), flow.IdleWhenHeld(held), flow.IdleWhen(agrees))), out)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	for range 3 {
+		if n := <-helds; n != 2 {
+			t.Fatalf("IdleWhenHeld told %d messages held, want 2", n)
+		}
+	}
+	if ws := out.windows(); len(ws) != 0 {
+		t.Fatalf("windows emitted while IdleWhenHeld said no: %+v", ws)
+	}
+	allow.Store(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(out.windows()) == 0 {
+		if time.Now().After(deadline) {
+			close(src.release)
+			t.Fatal("no idle close within 5 s of IdleWhenHeld saying yes")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(src.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ws := out.windows(); len(ws) != 1 || ws[0].Count != 2 || !ws[0].Early {
+		t.Fatalf("windows %+v, want one early with both messages", ws)
 	}
 }

@@ -75,14 +75,14 @@ func TestCaughtUpWaitsForRecordsTheSourceHolds(t *testing.T) {
 	}
 	// Asked more than once: the answer is not one cached from before.
 	for range 3 {
-		if w.caughtUp(DefaultTopic, 0) {
+		if w.caughtUp(DefaultTopic, 0, 0) {
 			t.Fatalf("partition 0 taken for idle with about %d of its %d records held by the source", end-16, end)
 		}
 		time.Sleep(150 * time.Millisecond)
 	}
 	close(release)
 	deadline = time.Now().Add(20 * time.Second)
-	for !w.caughtUp(DefaultTopic, 0) {
+	for !w.caughtUp(DefaultTopic, 0, 0) {
 		if time.Now().After(deadline) {
 			t.Fatalf("partition 0 not idle within 20 s of being sent to its end: %+v", w.src.Stats())
 		}

@@ -85,7 +85,7 @@ func TestCaughtUpWaitsForRecordsInThePipeBeforeTheWindow(t *testing.T) {
 		func(*stream.Message[[]byte]) string { return "home" },
 		func(v *[]byte) time.Time { ms, _ := strconv.ParseInt(string(*v), 10, 64); return time.UnixMilli(ms) },
 		func(n *int, _ *[]byte) { *n++ },
-		flow.Lateness(30*time.Second), flow.IdleClose(time.Second), flow.IdleWhen(w.caughtUp),
+		flow.Lateness(30*time.Second), flow.IdleClose(time.Second), flow.IdleWhenHeld(w.caughtUp),
 		flow.OnLate(func(*flow.LateError) { late.Add(1) })))
 	// The writer: stalled until release, taking one minute at a time.
 	stream.To(minutes, stream.SinkFunc[flow.Windows[string, int]](func(ctx context.Context, in *stream.Inlet[flow.Windows[string, int]]) error {

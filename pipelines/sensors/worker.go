@@ -224,7 +224,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	minutes := stream.Via(kept, flow.Tumbling(WindowSize,
 		func(m *stream.Message[Reading]) string { return m.Value.Home },
 		(*Reading).EventTime, (*Minute).Add,
-		flow.Lateness(w.cfg.Lateness), flow.IdleClose(w.cfg.IdleClose), flow.IdleWhen(w.caughtUp),
+		flow.Lateness(w.cfg.Lateness), flow.IdleClose(w.cfg.IdleClose), flow.IdleWhenHeld(w.caughtUp),
 		flow.OnLate(func(*flow.LateError) { w.late.Add(1) })), stream.Name("window"))
 	written := stream.Via(minutes, flow.MapAsync(w.cfg.Writers, w.write), stream.Name("write"))
 	stream.To(written, checkpoint.New[flow.Windows[string, Minute]](w.bal), stream.Name("checkpoint"))
@@ -288,15 +288,22 @@ func aheadOfClock(ts time.Time, r *Reading, now time.Time) error {
 }
 
 // caughtUp reports whether a partition's quiet is idleness, for the
-// window's idle close: its broker answers and every record the partition
-// held a moment ago has been sent down the pipeline (kafka's Unsent, the
-// log's end asked of the broker). A reader that fell behind, lost its
-// broker or is held by its own unwritten minutes is not idle while the
-// sensors go on sending, and closing its open minute early would
-// dead-letter their on-time readings as late. The last fetch's Unread is
-// not enough: after a Redis stall every partition resumes with a backlog,
-// and a partition whose records wait in the source behind the others'
-// for longer than IdleClose reads Unread 0 (its fetch brought them all).
+// window's idle close; held is how many of its readings the window holds
+// open. It is when its broker answers, every record the partition held a
+// moment ago has been sent down the pipeline (kafka's Unsent, the log's
+// end asked of the broker), and every reading sent and not yet settled is
+// one the window holds: none is on its way to the window, being written
+// or dead-lettered. A reader that fell behind, lost its broker or is held
+// by its own unwritten minutes is not idle while the sensors go on
+// sending, and closing its open minute early would dead-letter their
+// on-time readings as late. The last fetch's Unread is not enough: after
+// a Redis stall every partition resumes with a backlog, and a partition
+// whose records wait in the source behind the others' for longer than
+// IdleClose reads Unread 0 (its fetch brought them all). Nor is Unsent:
+// records it counts as sent may wait in the pipes before the window, and
+// a window that waited longer than IdleClose to hand on its minutes
+// (Redis stalled) finds, when it goes on, every partition quiet for that
+// long, whatever waits in its input.
 //
 // A partition paused for holding MaxUnsettledPerPartition readings is
 // held by its minutes: while window writes are under way or failed
@@ -305,12 +312,7 @@ func aheadOfClock(ts time.Time, r *Reading, now time.Time) error {
 // way), they are what frees it, so it waits. Otherwise its open minutes
 // hold more readings than the limit (a misconfiguration, logged): only
 // the idle close can free it.
-//
-// Records already sent and still in the pipes before the window (at most
-// three pipes' capacity) are not seen here: they reach the window within
-// IdleClose unless it takes in fewer than that many readings per
-// IdleClose.
-func (w *Worker) caughtUp(_ string, partition int32) bool {
+func (w *Worker) caughtUp(_ string, partition int32, held int) bool {
 	st := w.src.Stats()
 	if st.SinceContact > 2*time.Second {
 		return false
@@ -320,8 +322,18 @@ func (w *Worker) caughtUp(_ string, partition int32) bool {
 			return w.pausedIdle(partition)
 		}
 	}
-	n, ok := w.unsent(partition)
-	return ok && n == 0
+	if n, ok := w.unsent(partition); !ok || n != 0 {
+		return false
+	}
+	// Asked after Unsent: a record sent before the broker's answer was
+	// tracked before it was sent, and is unsettled now unless it was
+	// settled downstream.
+	for _, p := range w.src.Stats().Partitions {
+		if p.Partition == partition {
+			return p.Unsettled == held
+		}
+	}
+	return false
 }
 
 // pausedIdle is caughtUp for a paused partition.
@@ -346,7 +358,7 @@ func (w *Worker) pausedIdle(partition int32) bool {
 // unsent returns how many records of partition the source has not sent,
 // from an answer of the broker at most an eighth of IdleClose (and at
 // most a second) old, asked for again when older; false if the broker
-// did not answer for the partition. Called by the window's goroutine
+// did not answer for the partition (then or at the last ask). Called by the window's goroutine
 // only, once a partition is quiet: one request answers for every
 // partition.
 func (w *Worker) unsent(partition int32) (int64, bool) {
@@ -360,9 +372,9 @@ func (w *Worker) unsent(partition int32) (int64, bool) {
 			w.unsentErr = time.Now()
 			w.cfg.Logger.Warn("sensors: asking the broker where the partitions end failed; their idle minutes stay open", "err", err)
 		}
-		if err != nil && len(u) == 0 {
-			return 0, false
-		}
+		// A failure is cached too: asked again for each quiet partition,
+		// a broker that does not answer would hold the window for a
+		// timeout per partition.
 		w.unsentBy, w.unsentAt = u, time.Now()
 	}
 	n, ok := w.unsentBy[partition]

@@ -26,6 +26,7 @@ type partition struct {
 	revoked   bool
 	ring      []entry // pending records: ring[(head+i)%len] is seq headSeq+i
 	head, n   int
+	doneN     int   // entries of the ring settled behind an unsettled one
 	headSeq   int64 // seq of the oldest pending record
 	nextSeq   int64
 	nextOff   int64 // offset after the last delivered record
@@ -113,11 +114,13 @@ func (p *partition) settle(seqs []int64) {
 			continue
 		}
 		p.ring[(p.head+int(i))%len(p.ring)].done = true
+		p.doneN++
 	}
 	for p.n > 0 && p.ring[p.head].done {
 		p.ring[p.head] = entry{}
 		p.head = (p.head + 1) % len(p.ring)
 		p.n--
+		p.doneN--
 		p.headSeq++
 	}
 	unsettled := p.n

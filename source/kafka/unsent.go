@@ -20,14 +20,20 @@ import (
 // the partition is paused or the source waits for room downstream. A
 // caller deciding that a partition is idle (flow.Tumbling's IdleWhen)
 // needs Unsent: a partition whose records are queued behind other
-// partitions' is quiet only for the pipeline, not at the broker.
+// partitions' is quiet only for the pipeline, not at the broker. Sent is
+// not received: records sent may still wait in the pipes before the
+// caller's stage; compare PartitionStats.Unsettled with what the stage
+// holds (flow.IdleWhenHeld), asked after Unsent.
 //
 // A partition is left out until its position is known: one assigned by a
-// consumer group before its first record, whose start franz-go looks up.
-// Records the source never sends count as unsent: transaction markers at
-// the log's end, and records past the last stable offset when the client
-// reads committed records only. Partitions the broker could not answer
-// for are left out too, and named in the error.
+// consumer group, or started by Assigned.Start at the configured start
+// (offset -1), before its first record, whose start franz-go looks up.
+// Records the source never sends count as unsent, so the partition never
+// reads 0 until more records come: the commit or abort marker a
+// transactional producer leaves at the log's end, and records past the
+// last stable offset when the client reads committed records only.
+// Partitions the broker could not answer for are left out too, and named
+// in the error.
 func (s *Source) Unsent(ctx context.Context, topic string) (map[int32]int64, error) {
 	ends, err := kadm.NewClient(s.cl).ListEndOffsets(ctx, topic)
 	if err != nil {
