@@ -37,23 +37,7 @@ func TestCaughtUpWaitsForRecordsTheSourceHolds(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
-	stream.To(stream.From(g, w.src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil
-		}
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			for i := range b.Items {
-				in.Settle(&b.Items[i], stream.Completed)
-			}
-			b.Release()
-		}
-	}), stream.Buffer(16))
+	stream.To(stream.From(g, w.src), testenv.GatedSink[[]byte](release), stream.Buffer(16))
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	w.src.Start(0, 0)

@@ -26,23 +26,7 @@ func TestUnsentCountsRecordsTheSourceHolds(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	g := stream.New(stream.WithLogger(quiet))
-	stream.To(stream.From(g, a), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil
-		}
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			for i := range b.Items {
-				in.Settle(&b.Items[i], stream.Completed)
-			}
-			b.Release()
-		}
-	}), stream.Buffer(16))
+	stream.To(stream.From(g, a), testenv.GatedSink[[]byte](release), stream.Buffer(16))
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	a.Start(0, 0)
