@@ -211,6 +211,8 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
 		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
 	}
+	r.clocked = r.onCall != nil || r.onDone != nil || a.o.limiter != nil || a.o.retry != nil || a.o.budget != nil ||
+		a.o.breaker != nil || r.clock != nil || r.lanes != nil
 	logger := a.o.logger
 	if logger == nil {
 		logger = in.Logger()

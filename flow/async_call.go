@@ -13,7 +13,10 @@ import (
 // call makes one attempt of j's call, starting at now (read by the
 // caller, once for a chunk of calls run back to back), and returns when it
 // ended: one clock read per call serves the retry budget's start, the
-// attempt's deadline, the limiter's latency and the workers' average.
+// attempt's deadline, the limiter's latency and the workers' average. A
+// zero now (a stage that needs none of these, in a chunk not measured)
+// skips the clock: the call's start is then unknown, and a failure's
+// FirstFailure is when it failed.
 // timed says whether to measure its latency on its own: from now, or from
 // its send if it said it was sent (TimeoutFromSend).
 func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
@@ -58,6 +61,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	counts.calls++
 	if j.err != nil {
 		counts.failed++
+		if j.first.IsZero() {
+			j.first = time.Now()
+		}
 	}
 	if timedOut {
 		counts.timeouts++
@@ -70,6 +76,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if done != nil {
 		j.breakerDone = nil
 		done(j.err == nil || !j.class.Transient)
+	}
+	if now.IsZero() {
+		return now
 	}
 	end = time.Now()
 	if !timed {

@@ -31,7 +31,6 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 		}
 		i = next
 	}
-	r.a.inFlight.Store(int64(r.inFlight))
 	return len(done), r.flushSlots()
 }
 
@@ -49,6 +48,9 @@ func (r *asyncRun[In, Out]) completeJob(j *asyncJob[In, Out]) error {
 			r.pushReady(g.waiting.pop())
 		} else if g.running--; g.running == 0 {
 			delete(r.groups, j.key)
+			if len(r.freeGroups) < r.a.o.window {
+				r.freeGroups = append(r.freeGroups, g) // empty: waiting is drained, running 0
+			}
 		}
 	}
 	if r.ring == nil {

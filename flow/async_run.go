@@ -16,7 +16,7 @@ type asyncJob[In, Out any] struct {
 	out      Out
 	err      error
 	done     bool
-	inFlight int // calls in flight when it was handed to the workers
+	inFlight int // calls in flight when its call started
 
 	attempts  int           // calls made
 	first     time.Time     // when the first call started
@@ -44,14 +44,17 @@ type asyncRun[In, Out any] struct {
 	pool          *workers[In, Out]
 
 	held     int // jobs accepted and not yet emitted
-	inFlight int
+	inFlight int // jobs handed to the workers (queued or called) or run inline, not yet complete
 	nextSeq  int64
 	ready    fifo[*asyncJob[In, Out]]
 	lanes    *lanes[In, Out] // the ready queue instead of ready, with Lanes
 	groups   map[string]*keyGroup[In, Out]
 	groupCap int
-	ring     []*asyncJob[In, Out] // InOrder reorder buffer, by seq % window
-	head     int64                // InOrder: next seq to emit
+	// freeGroups are key groups whose key has nothing in the stage, kept
+	// for the next new key: with many keys nearly every message starts one.
+	freeGroups []*keyGroup[In, Out]
+	ring       []*asyncJob[In, Out] // InOrder reorder buffer, by seq % window
+	head       int64                // InOrder: next seq to emit
 
 	mu     sync.Mutex
 	doneQ  []*asyncJob[In, Out]
@@ -73,6 +76,10 @@ type asyncRun[In, Out any] struct {
 	onDone  func(DoneInfo)
 	timer   *time.Timer
 	timerAt time.Time
+	// clocked: every call's start and end are needed (limiter, hooks,
+	// retries, timeouts, lanes). Otherwise workers read the clock only for
+	// the chunks that keep the average call duration current (see work).
+	clocked bool
 }
 
 func (r *asyncRun[In, Out]) loop() error {
@@ -97,7 +104,8 @@ func (r *asyncRun[In, Out]) loop() error {
 		} else if n > 0 {
 			continue
 		}
-		r.a.waiting.Store(int64(r.held - r.inFlight))
+		r.a.inFlight.Store(r.pool.activeN.Load())
+		r.a.waiting.Store(int64(r.held) - r.pool.activeN.Load())
 		if inputDone && r.held == 0 {
 			return nil
 		}
@@ -159,7 +167,11 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	j.key = key
 	g := r.groups[key]
 	if g == nil {
-		g = &keyGroup[In, Out]{}
+		if n := len(r.freeGroups); n > 0 {
+			g, r.freeGroups = r.freeGroups[n-1], r.freeGroups[:n-1]
+		} else {
+			g = &keyGroup[In, Out]{}
+		}
 		r.groups[j.key] = g
 	}
 	if g.running < r.groupCap {
@@ -170,31 +182,39 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	}
 }
 
-// start hands ready jobs to the workers while the limit allows.
+// start hands the ready jobs to the workers, which run them within the
+// limit (see workers). With Lanes it hands no more than may run now: the
+// lanes choose which level goes next when a slot is free.
 func (r *asyncRun[In, Out]) start() {
 	limit := r.a.currentLimit()
-	r.a.limit.Store(int64(limit))
-	n := min(limit-r.inFlight, r.readyLen())
+	raised := int64(limit) > r.a.limit.Swap(int64(limit))
+	n := r.readyLen()
+	if r.lanes != nil {
+		n = min(n, limit-r.inFlight)
+	}
 	if n <= 0 {
+		if raised && r.lanes == nil {
+			r.pool.mu.Lock()
+			r.pool.wake() // jobs queued for a slot may run now
+			r.pool.mu.Unlock()
+		}
 		return
 	}
 	if r.lanes != nil {
 		r.lanes.tick()
 	}
 	if r.inFlight == 0 && r.pool.fastAvg.Load() {
-		r.runInline(n, limit)
+		r.runInline(min(n, limit), limit)
 		return
 	}
 	r.pool.mu.Lock()
 	for range n {
 		j := r.popReady(limit)
 		r.inFlight++
-		j.inFlight = r.inFlight
 		r.pool.q.push(j)
 	}
 	r.pool.wake()
 	r.pool.mu.Unlock()
-	r.a.inFlight.Store(int64(r.inFlight))
 }
 
 // pushReady queues a job ready to be called.

@@ -15,6 +15,14 @@ import (
 // while calls much shorter than a goroutine wake-up are run several per
 // wake-up, which is what lets a stage of no-op calls move millions of
 // messages a second.
+//
+// The stage hands the pool every job ready to call, and the pool keeps
+// the calls running within the stage's limit (active). A worker whose
+// call returns takes the next job at once: the stage's window holds more
+// messages than the parallelism, so with slow calls there is nearly
+// always one queued, and no worker parks between calls waiting for the
+// stage to hand it one (a park and a wake-up per call, which were half
+// the stage's CPU over the calls' own).
 type workers[In, Out any] struct {
 	r   *asyncRun[In, Out]
 	max int
@@ -24,6 +32,8 @@ type workers[In, Out any] struct {
 	q       fifo[*asyncJob[In, Out]]
 	idle    int
 	running int
+	active  int          // calls taken by workers and not yet returned
+	activeN atomic.Int64 // active, for the stage's statistics
 	closed  bool
 	avg     float64 // EWMA of call duration in ns; 0 until measured
 	wg      sync.WaitGroup
@@ -51,6 +61,13 @@ func (w *workers[In, Out]) observe(ns float64, n int) {
 	w.fastAvg.Store(w.avg < float64(inlineBelow))
 }
 
+// sampledAbove is the average call duration above which a stage that needs
+// no call's times measures one chunk in sampleEvery.
+const (
+	sampledAbove = 50 * time.Microsecond
+	sampleEvery  = 8
+)
+
 // chunkBudget is the time a chunk of calls should take: about the cost of
 // waking a parked goroutine, so that waking a worker never costs more than
 // the calls it then runs.
@@ -62,17 +79,31 @@ func newWorkers[In, Out any](r *asyncRun[In, Out], max int) *workers[In, Out] {
 	return w
 }
 
-// wake makes sure the queued jobs have workers: it wakes an idle one or
-// starts new ones. Called with mu held.
+// limit is how many calls may run: the stage's current limit (its
+// limiter's, or the parallelism).
+func (w *workers[In, Out]) limit() int {
+	if l := int(w.r.a.limit.Load()); l > 0 {
+		return min(l, w.max)
+	}
+	return w.max
+}
+
+// wake makes sure the queued jobs that may run have workers: it wakes an
+// idle one (which wakes the next, see work) and starts new ones for the
+// rest. Called with mu held.
 func (w *workers[In, Out]) wake() {
+	need := min(w.q.len(), w.limit()-w.active)
+	if need <= 0 {
+		return // the workers of the running calls take them as they return
+	}
 	if w.idle > 0 {
 		w.cond.Signal()
-		return
+		need -= w.idle
 	}
 	// Start as many workers as there are jobs no worker will take soon,
 	// within the parallelism.
-	want := min(w.q.len(), w.max-w.running)
-	if w.avg > 0 {
+	want := min(need, w.max-w.running)
+	if w.avg > 0 && want > 0 {
 		want = min(want, max(1, int(float64(w.q.len())*w.avg/float64(chunkBudget))))
 	}
 	for range want {
@@ -95,35 +126,71 @@ func (w *workers[In, Out]) work() {
 	timed := w.r.a.o.limiter != nil || w.r.onCall != nil
 	var batch []*asyncJob[In, Out]
 	var lastNs float64
-	var lastN int
+	var lastN, taken int
+	var measured int
 	var counts callCounts
 	defer counts.flush(w.r.a)
 	for {
 		w.mu.Lock()
 		w.observe(lastNs, lastN)
-		for w.q.len() == 0 && !w.closed {
+		w.active -= taken
+		taken = 0
+		for (w.q.len() == 0 || w.active >= w.limit()) && !w.closed {
 			w.idle++
 			w.cond.Wait()
 			w.idle--
 		}
 		if w.q.len() == 0 { // closed and drained
+			w.activeN.Store(int64(w.active))
 			w.mu.Unlock()
 			return
 		}
 		k := w.chunk()
+		if room := w.limit() - w.active; room > 0 { // closed: the queue is drained whatever the limit
+			k = min(k, room)
+		}
+		// A stage that needs no call's times measures one chunk in
+		// sampleEvery of slow calls (two clock reads per call were a tenth
+		// of its CPU), every chunk of fast ones (their average decides
+		// the chunks and whether the stage runs calls itself).
+		measured++
+		measure := w.r.clocked || w.avg < float64(sampledAbove) || measured%sampleEvery == 0
 		batch = batch[:0]
 		for range k {
-			batch = append(batch, w.q.pop())
+			j := w.q.pop()
+			w.active++
+			j.inFlight = w.active
+			batch = append(batch, j)
 		}
-		if w.q.len() > 0 && w.idle > 0 {
+		taken = k
+		w.activeN.Store(int64(w.active))
+		if w.q.len() > 0 && w.idle > 0 && w.active < w.limit() {
 			w.cond.Signal()
 		}
 		w.mu.Unlock()
 
-		t0 := time.Now()
+		if err := w.r.callsCtx.Err(); err != nil {
+			// The stage is stopping: the queued jobs are not called (a call
+			// would get a cancelled context); cut, their messages stay
+			// unsettled and are replayed.
+			for _, j := range batch {
+				j.err = err
+			}
+			lastNs, lastN = 0, 0
+			w.r.finished(batch)
+			continue
+		}
+
+		var t0 time.Time
+		if measure {
+			t0 = time.Now()
+		}
 		t := w.r.callChunk(batch, timed, &counts, t0)
 		counts.flush(w.r.a)
-		lastNs, lastN = float64(t.Sub(t0)), len(batch)
+		lastNs, lastN = 0, 0
+		if measure {
+			lastNs, lastN = float64(t.Sub(t0)), len(batch)
+		}
 		w.r.finished(batch)
 	}
 }
