@@ -104,8 +104,11 @@ func (r *asyncRun[In, Out]) loop() error {
 		} else if n > 0 {
 			continue
 		}
-		r.a.inFlight.Store(r.pool.activeN.Load())
-		r.a.waiting.Store(int64(r.held) - r.pool.activeN.Load())
+		// A worker counts its call out after handing it back, so the
+		// stage may have emitted it already: held bounds the calls running.
+		running := min(r.pool.activeN.Load(), int64(r.held))
+		r.a.inFlight.Store(running)
+		r.a.waiting.Store(int64(r.held) - running)
 		if inputDone && r.held == 0 {
 			return nil
 		}

@@ -133,8 +133,11 @@ func (w *workers[In, Out]) work() {
 	for {
 		w.mu.Lock()
 		w.observe(lastNs, lastN)
-		w.active -= taken
-		taken = 0
+		if taken > 0 {
+			w.active -= taken
+			taken = 0
+			w.activeN.Store(int64(w.active)) // an idle pool reports no call running
+		}
 		for (w.q.len() == 0 || w.active >= w.limit()) && !w.closed {
 			w.idle++
 			w.cond.Wait()
