@@ -80,18 +80,37 @@ func newWorkers[In, Out any](r *asyncRun[In, Out], max int) *workers[In, Out] {
 }
 
 // limit is how many calls may run: the stage's current limit (its
-// limiter's, or the parallelism).
+// limiter's, or the parallelism), read now rather than as the stage last
+// saw it. A limiter changes its limit in Observe, on the worker that is
+// about to take its next job: with the stage's copy (a.limit, updated
+// when the stage runs again) workers went on starting calls under a
+// limit one or more changes old.
 func (w *workers[In, Out]) limit() int {
-	if l := int(w.r.a.limit.Load()); l > 0 {
-		return min(l, w.max)
+	if w.r.a.o.limiter == nil {
+		return w.max
 	}
-	return w.max
+	return min(w.max, max(1, w.limiterLimit()))
+}
+
+// limiterLimit is the limiter's limit now, or, should its Limit panic (on
+// a worker, where nothing would recover it), the one the stage last read:
+// the stage's own call of Limit then fails the stage.
+func (w *workers[In, Out]) limiterLimit() (l int) {
+	defer func() {
+		if recover() != nil {
+			l = int(w.r.a.limit.Load())
+		}
+	}()
+	return w.r.a.o.limiter.Limit()
 }
 
 // wake makes sure the queued jobs that may run have workers: it wakes an
 // idle one (which wakes the next, see work) and starts new ones for the
 // rest. Called with mu held.
 func (w *workers[In, Out]) wake() {
+	if w.closed {
+		return // every worker is awake, draining the queue (close)
+	}
 	need := min(w.q.len(), w.limit()-w.active)
 	if need <= 0 {
 		return // the workers of the running calls take them as they return
@@ -167,8 +186,10 @@ func (w *workers[In, Out]) work() {
 		}
 		taken = k
 		w.activeN.Store(int64(w.active))
-		if w.q.len() > 0 && w.idle > 0 && w.active < w.limit() {
-			w.cond.Signal()
+		if w.q.len() > 0 {
+			// Room for more (the limit may have risen since the stage
+			// last looked, unseen by it): wake or start their workers.
+			w.wake()
 		}
 		w.mu.Unlock()
 
