@@ -2,7 +2,9 @@ package flow_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -166,4 +168,152 @@ func TestMapAsyncConcurrencyWithinChangingLimit(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A stop with many jobs queued in the pool: no job is dead-lettered, and
+// the unsettled ones are replayable (nothing settled twice).
+func TestMapAsyncStopWithQueuedJobsFailsNone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := stream.NewTracker(0)
+		var afterCancel, calls atomic.Int64
+		fn := func(ctx context.Context, x int) (int, error) {
+			calls.Add(1)
+			if ctx.Err() != nil {
+				afterCancel.Add(1)
+				return 0, ctx.Err()
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+				return x, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		g := stream.New(stream.WithDrainTimeout(time.Millisecond))
+		a := flow.MapAsync(2, fn, flow.Window(256))
+		stream.To(stream.Via(stream.From(g, heldSource(1000, tr)), a), sink.Discard[int]())
+		var dead atomic.Int64
+		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+			dead.Add(1)
+			return nil
+		}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		time.Sleep(55 * time.Millisecond)
+		cancel()
+		err := <-done
+		if dead.Load() != 0 || afterCancel.Load() != 0 {
+			t.Fatalf("Run = %v; %d dead letters, %d of %d calls made after the stop", err, dead.Load(), afterCancel.Load(), calls.Load())
+		}
+		if st := tr.Stats(); st.Duplicates != 0 || st.Settled[stream.DeadLettered] != 0 {
+			t.Fatalf("settled %+v", st)
+		}
+		t.Logf("Run = %v; %d calls; %+v", err, calls.Load(), tr.Stats())
+	})
+}
+
+// Many keys coming and going (groups reused) with retries: per-key order
+// and one call per key at once.
+func TestMapAsyncKeyGroupReuseKeepsOrder(t *testing.T) {
+	for seed := range uint64(5) {
+		synctest.Test(t, func(t *testing.T) {
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(seed, 3))
+			runningKey := map[int]int{}
+			last := map[int]int{}
+			bad := ""
+			fn := func(ctx context.Context, x int) (int, error) {
+				k := x % 37
+				mu.Lock()
+				runningKey[k]++
+				if runningKey[k] > 1 && bad == "" {
+					bad = fmt.Sprintf("key %d: two calls at once", k)
+				}
+				d, r := time.Duration(rng.IntN(4))*time.Millisecond, rng.IntN(6)
+				mu.Unlock()
+				time.Sleep(d)
+				mu.Lock()
+				runningKey[k]--
+				mu.Unlock()
+				if r == 0 {
+					return 0, stream.Transient(errors.New("flaky"))
+				}
+				mu.Lock()
+				if p, ok := last[k]; ok && p > x && bad == "" {
+					bad = fmt.Sprintf("key %d: %d called to success after %d", k, x, p)
+				}
+				last[k] = x
+				mu.Unlock()
+				return x, nil
+			}
+			tr := stream.NewTracker(0)
+			g := stream.New()
+			a := flow.MapAsyncByKey(6, func(m *stream.Message[int]) string { return fmt.Sprint(m.Value % 37) }, fn,
+				flow.Retry(fastRetry()), flow.Window(20), flow.WithLogger(slog.New(slog.DiscardHandler)))
+			src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+				for i := range 2000 {
+					if err := out.Send(ctx, stream.NewMessage(i, tr.Track())); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			stream.To(stream.Via(stream.From(g, src), a), sink.Discard[int]())
+			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
+			run(t, g)
+			if bad != "" {
+				t.Fatal(bad)
+			}
+			checkSettled(t, tr)
+		})
+	}
+}
+
+// A failure in a stage without a clock still says when it failed.
+func TestMapAsyncUnclockedFailureHasFirstFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		fn := func(ctx context.Context, x int) (int, error) {
+			time.Sleep(time.Millisecond) // slow: the clock is sampled
+			if x%2 == 0 {
+				return 0, errors.New("no")
+			}
+			return x, nil
+		}
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, heldSourceDone(200)), flow.MapAsync(4, fn)), sink.Discard[int]())
+		var zero, early, n atomic.Int64
+		stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+			n.Add(1)
+			if m.Value.FirstFailure.IsZero() {
+				zero.Add(1)
+			}
+			if m.Value.FirstFailure.Before(start) || m.Value.At.Before(m.Value.FirstFailure) {
+				early.Add(1)
+			}
+			return nil
+		}))
+		run(t, g)
+		if n.Load() != 100 || zero.Load() != 0 || early.Load() != 0 {
+			t.Fatalf("%d failures, %d without FirstFailure, %d out of range", n.Load(), zero.Load(), early.Load())
+		}
+	})
+}
+
+func heldSourceDone(n int) stream.Source[int] {
+	return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		for i := range n {
+			if err := out.Send(ctx, stream.NewMessage(i, stream.Handle{})); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func fastRetry() flow.RetryPolicy {
+	p := flow.Background()
+	p.MaxAttempts, p.BaseDelay, p.MaxDelay = 50, time.Millisecond, 3*time.Millisecond
+	return p
 }
