@@ -100,11 +100,9 @@ func (l *ctlLimiter) both() (prev, cur int) {
 	return l.prev, l.cur
 }
 
-// A call starts within the limit, but for a change made as it was being
-// taken (the current limit or the one before), never beyond the
-// parallelism, and nothing wedges as the limit moves down to 1 and up.
-// With a limit the workers read from the stage (834b6e9) they started
-// calls under limits two or more changes old.
+// Calls stay within the parallelism, and nothing wedges, as the limit
+// moves down to 1 and up (see the log for the calls that started as the
+// limit changed).
 func TestMapAsyncConcurrencyWithinChangingLimit(t *testing.T) {
 	for _, name := range []string{"unordered", "inorder", "keyed", "perpartition", "window"} {
 		t.Run(name, func(t *testing.T) {
@@ -160,10 +158,14 @@ func TestMapAsyncConcurrencyWithinChangingLimit(t *testing.T) {
 				if n != 600 {
 					t.Fatalf("%d of 600 results: wedged (stats %+v)", n, a.Stats())
 				}
-				if peak.Load() > 8 || overBoth.Load() > 0 {
-					t.Fatalf("peak %d, %d calls beyond both the last two limits", peak.Load(), overBoth.Load())
+				if peak.Load() > 8 {
+					t.Fatalf("peak %d beyond the parallelism", peak.Load())
 				}
-				t.Logf("%d calls started beyond the current limit (a change not seen yet), peak %d", overCur.Load(), peak.Load())
+				// Not failures: a call taken under one limit starts after
+				// other calls' Observe changed it (once, or, on a busy
+				// machine, more).
+				t.Logf("calls started beyond the current limit %d, beyond the one before too %d; peak %d",
+					overCur.Load(), overBoth.Load(), peak.Load())
 				checkSettled(t, tr)
 			})
 		})
@@ -316,4 +318,90 @@ func fastRetry() flow.RetryPolicy {
 	p := flow.Background()
 	p.MaxAttempts, p.BaseDelay, p.MaxDelay = 50, time.Millisecond, 3*time.Millisecond
 	return p
+}
+
+// loweringLimiter's limit is 8 until its 16th observed call, then 1.
+type loweringLimiter struct {
+	mu sync.Mutex
+	n  int
+	at time.Time // when it went to 1
+}
+
+func (l *loweringLimiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.at.IsZero() {
+		return 8
+	}
+	return 1
+}
+
+func (l *loweringLimiter) Observe(backpressure.Sample) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n++; l.n == 16 {
+		l.at = time.Now()
+	}
+}
+
+// lowered reports whether the limit went to 1 before now.
+func (l *loweringLimiter) lowered(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.at.IsZero() && l.at.Before(now)
+}
+
+// A limit lowered while the stage is blocked on its output holds at once:
+// the workers read the limiter, not the stage's copy of its limit (which
+// the stage, waiting for room downstream, cannot update). Under the fake
+// clock every call takes 1 ms, so calls started after the tick of the
+// change were taken after it.
+func TestMapAsyncLimitLoweredWhileStageBlockedOnOutput(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &loweringLimiter{}
+		var running, over, after atomic.Int64
+		fn := func(ctx context.Context, x int) (int, error) {
+			c := running.Add(1)
+			if lim.lowered(time.Now()) {
+				after.Add(1)
+				if c > 1 {
+					over.Add(1)
+				}
+			}
+			time.Sleep(time.Millisecond)
+			running.Add(-1)
+			return x, nil
+		}
+		a := flow.MapAsync(8, fn, flow.WithLimiter(lim), flow.Window(200))
+		g := stream.New(stream.WithCapacity(1), stream.WithBatchSize(1))
+		gate := make(chan struct{})
+		var got atomic.Int64
+		stream.To(stream.Via(stream.From(g, heldSource(200, nil)), a), sink.Func(func(ctx context.Context, _ int) error {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+			got.Add(1)
+			return nil
+		}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		time.Sleep(100 * time.Millisecond) // the stage is blocked on its output from the first results on
+		synctest.Wait()
+		blocked := after.Load()
+		close(gate)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		n := got.Load()
+		cancel()
+		<-done
+		if n != 200 {
+			t.Fatalf("%d of 200 results", n)
+		}
+		if after.Load() == 0 || over.Load() != 0 {
+			t.Fatalf("%d calls started after the limit went to 1 (%d while the stage was blocked), %d of them beside another",
+				after.Load(), blocked, over.Load())
+		}
+	})
 }
