@@ -289,7 +289,7 @@ func aheadOfClock(ts time.Time, r *Reading, now time.Time) error {
 
 // caughtUp reports whether a partition's quiet is idleness, for the
 // window's idle close; held is how many of its readings the window holds
-// open. It is when its broker answers, every record the partition held a
+// open. It is true when its broker answers, every record the partition held a
 // moment ago has been sent down the pipeline (kafka's Unsent, the log's
 // end asked of the broker), and every reading sent and not yet settled is
 // one the window holds: none is on its way to the window, being written
@@ -358,9 +358,9 @@ func (w *Worker) pausedIdle(partition int32) bool {
 // unsent returns how many records of partition the source has not sent,
 // from an answer of the broker at most an eighth of IdleClose (and at
 // most a second) old, asked for again when older; false if the broker
-// did not answer for the partition (then or at the last ask). Called by the window's goroutine
-// only, once a partition is quiet: one request answers for every
-// partition.
+// did not answer for the partition (then or at the last ask). Called by
+// the window's goroutine only, once a partition is quiet: one request
+// answers for every partition.
 func (w *Worker) unsent(partition int32) (int64, bool) {
 	w.unsentMu.Lock()
 	defer w.unsentMu.Unlock()
