@@ -6,8 +6,9 @@ import (
 
 // Limiter bounds how many calls an asynchronous stage runs at once. The
 // stage starts a call only while fewer than Limit() are in flight, and
-// reports every finished call to Observe, from any goroutine (flow.MapAsync
-// fails the message of a call whose Observe panicked).
+// reports every finished call to Observe. Both are called from any
+// goroutine, at once (flow.MapAsync's workers ask Limit before each call;
+// it fails the message of a call whose Observe panicked).
 type Limiter interface {
 	// Limit returns the number of calls allowed in flight now.
 	Limit() int
