@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -82,6 +83,10 @@ type asyncRun[In, Out any] struct {
 	clocked bool
 }
 
+// yieldAbove is the calls in flight from which the stage yields once
+// before it parks (see loop).
+const yieldAbove = 16
+
 func (r *asyncRun[In, Out]) loop() error {
 	var (
 		cur       *stream.Batch[In]
@@ -93,6 +98,7 @@ func (r *asyncRun[In, Out]) loop() error {
 			cur.Release()
 		}
 	}()
+	yielded := false
 	for {
 		if err := r.acceptFrom(&cur, &idx); err != nil {
 			return err
@@ -112,6 +118,17 @@ func (r *asyncRun[In, Out]) loop() error {
 		if inputDone && r.held == 0 {
 			return nil
 		}
+		// With many calls in flight a completion comes every few
+		// microseconds: before parking, let the workers whose calls just
+		// returned run once, and take their completions in this round.
+		// Parking at once cost a wake-up of the stage, and a flush and
+		// wake-up of the next stage, for nearly every completion.
+		if !yielded && running >= yieldAbove {
+			yielded = true
+			runtime.Gosched()
+			continue
+		}
+		yielded = false
 		if err := r.in.FlushOutputs(r.ctx); err != nil {
 			return err
 		}
