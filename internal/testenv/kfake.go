@@ -108,10 +108,20 @@ func Produce(t testing.TB, brokers []string, topic string, n int, value func(i i
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	err = ProduceAll(ctx, cl, n, func(i int) *kgo.Record {
+		return &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i), Value: value(i)}
+	})
+	if err != nil {
+		t.Fatalf("producing to %s: %v", topic, err)
+	}
+}
+
+// ProduceAll produces record(0) .. record(n-1) with cl, asynchronously,
+// and returns when every one is acknowledged: nil, or the first error.
+func ProduceAll(ctx context.Context, cl *kgo.Client, n int, record func(i int) *kgo.Record) error {
 	errs := make(chan error, 1)
 	for i := range n {
-		r := &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i), Value: value(i)}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, record(i), func(_ *kgo.Record, err error) {
 			if err != nil {
 				select {
 				case errs <- err:
@@ -121,12 +131,13 @@ func Produce(t testing.TB, brokers []string, topic string, n int, value func(i i
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
-		t.Fatalf("producing to %s: %v", topic, err)
+		return err
 	}
 	select {
 	case err := <-errs:
-		t.Fatalf("producing to %s: %v", topic, err)
+		return err
 	default:
+		return nil
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
@@ -59,12 +58,7 @@ func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
 func runWithOneRecord(t *testing.T, record func(*sensors.Generator) *kgo.Record) (sensors.Report, sensors.DeadLetters, *sensors.Generator) {
 	t.Helper()
 	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, testenv.Redis(t))
 	gcfg := genConfig()
 	gcfg.Homes = 400
 	gen, err := sensors.NewGenerator(gcfg)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
 )
@@ -40,12 +38,7 @@ func realKafkaTopics(t *testing.T) (brokers []string, topic, deadLetters string)
 // of its clock, none from the past.
 func TestRealKafkaSensorsInstancesStopAndJoinWhileReadingsFlow(t *testing.T) {
 	brokers, topic, deadLetters := realKafkaTopics(t)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, testenv.Redis(t))
 	gcfg := genConfig()
 	gcfg.Topic = topic
 	gcfg.AddKindAfter = 2 * time.Second

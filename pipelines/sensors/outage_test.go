@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
 )
@@ -22,12 +20,7 @@ import (
 // late.
 func TestSensorsRedisStallDoesNotCloseMinutesEarly(t *testing.T) {
 	brokers := testenv.Kfake(t, 16, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, testenv.Redis(t))
 	gen, err := sensors.NewGenerator(genConfig())
 	if err != nil {
 		t.Fatal(err)

@@ -120,12 +120,7 @@ func TestSensorsWorkerProcessesSurviveSIGKILL(t *testing.T) {
 // partitions) and deadLetters exist.
 func workersSurviveSIGKILL(t *testing.T, brokers []string, topic, deadLetters string) {
 	addr := testenv.Redis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, addr)
 	cfg := testConfig(brokers, rdb, "observer")
 	observer, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: cfg.Namespace, Stream: topic,
 		Group: sensors.DefaultGroup, Expiration: cfg.Expiration})

@@ -64,6 +64,20 @@ func (in *instance) close(t *testing.T) {
 	}
 }
 
+// testStore connects to the redis-server at addr (closed at the test's
+// end) and returns the client and the aggregates' store of namespace
+// "test".
+func testStore(t *testing.T, addr string) (*redis.Client, *sensors.Store) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	store, err := sensors.NewStore(rdb, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rdb, store
+}
+
 // testConfig is a worker's configuration for a compressed run: a
 // simulated minute passes in half a second, so the lateness (30 s of
 // event time) is a quarter of a second, and partitions idle for a second
@@ -168,12 +182,7 @@ func produce(t *testing.T, brokers []string, gen *sensors.Generator, minutes int
 // and late readings are on the dead-letter topic.
 func TestSensorsInstancesStopAndJoinWhileReadingsFlow(t *testing.T) {
 	brokers := testenv.Kfake(t, 16, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer rdb.Close()
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, testenv.Redis(t))
 	gcfg := genConfig()
 	gcfg.AddKindAfter = 2 * time.Second
 	gen, err := sensors.NewGenerator(gcfg)

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
@@ -58,12 +56,7 @@ type pageFixture struct {
 func newPageFixture(t *testing.T) *pageFixture {
 	t.Helper()
 	srv := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rdb.Close() })
-	store, err := sensors.NewStore(rdb, "test", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rdb, store := testStore(t, srv.Addr)
 	ms := func(d time.Duration) int64 { return pageLatest.Add(d).UnixMilli() }
 	ctx := context.Background()
 	for _, ws := range []*flow.Windows[string, sensors.Minute]{

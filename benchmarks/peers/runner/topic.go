@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
 // Workload is the topic every implementation consumes.
@@ -38,29 +40,15 @@ func produce(ctx context.Context, brokers []string, w Workload) (map[int32]int64
 		return nil, fmt.Errorf("creating topic %s: %w", w.Topic, err)
 	}
 	rng := rand.New(rand.NewPCG(18, 18))
-	errs := make(chan error, 1)
-	for i := range w.Records {
+	err = testenv.ProduceAll(ctx, cl, w.Records, func(i int) *kgo.Record {
 		v := make([]byte, w.ValueSize)
 		for j := range v {
 			v[j] = byte(rng.Uint32())
 		}
-		r := &kgo.Record{Topic: w.Topic, Key: fmt.Appendf(nil, "k%05d", i%w.Keys), Value: v}
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			if err != nil {
-				select {
-				case errs <- err:
-				default:
-				}
-			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		return nil, err
-	}
-	select {
-	case err := <-errs:
+		return &kgo.Record{Topic: w.Topic, Key: fmt.Appendf(nil, "k%05d", i%w.Keys), Value: v}
+	})
+	if err != nil {
 		return nil, fmt.Errorf("producing to %s: %w", w.Topic, err)
-	default:
 	}
 	ends, err := adm.ListEndOffsets(ctx, w.Topic)
 	if err != nil {
