@@ -173,6 +173,50 @@ func BenchmarkMapAsync(b *testing.B) {
 		bound(b, msgs, el, &clk)
 	})
 
+	b.Run("hand_pool", func(b *testing.B) {
+		// The same calls through a pipeline written by hand, the
+		// "why not write it myself" reference: a producer feeds 256
+		// goroutines through a buffered channel with room for 2x (the
+		// stage's window), and each sends its result to a consumer through
+		// another. No settling, retries or statistics.
+		var clk callClock
+		var el time.Duration
+		msgs := 0
+		cpu0 := cpuTime()
+		for b.Loop() {
+			in := make(chan int, 2*asyncParallelism)
+			out := make(chan int, 2*asyncParallelism)
+			var wg sync.WaitGroup
+			t0 := time.Now()
+			go func() {
+				for i := range n {
+					in <- i
+				}
+				close(in)
+			}()
+			for range asyncParallelism {
+				wg.Go(func() {
+					for x := range in {
+						clk.sleep(asyncLatency)
+						out <- x
+					}
+				})
+			}
+			go func() { wg.Wait(); close(out) }()
+			got := 0
+			for range out {
+				got++
+			}
+			if got != n {
+				b.Fatalf("%d results of %d messages", got, n)
+			}
+			el += time.Since(t0)
+			msgs += n
+		}
+		reportCPU(b, cpu0, msgs)
+		bound(b, msgs, el, &clk)
+	})
+
 	b.Run("unordered", func(b *testing.B) {
 		var clk callClock
 		var el time.Duration
