@@ -147,14 +147,24 @@ func BenchmarkMapAsync(b *testing.B) {
 		b.ReportMetric(float64(clk.mean().Microseconds())/1000, "call_ms")
 		b.ReportMetric(0, "ns/op")
 	}
-
-	b.Run("bare_goroutines", func(b *testing.B) {
-		// The reference: 256 goroutines sleeping 2 ms in a loop, no pipeline.
+	// measure runs n messages per iteration through run, which returns
+	// the time they took, and reports CPU and the bound.
+	measure := func(b *testing.B, run func(clk *callClock) time.Duration) {
 		var clk callClock
 		var el time.Duration
 		msgs := 0
 		cpu0 := cpuTime()
 		for b.Loop() {
+			el += run(&clk)
+			msgs += n
+		}
+		reportCPU(b, cpu0, msgs)
+		bound(b, msgs, el, &clk)
+	}
+
+	b.Run("bare_goroutines", func(b *testing.B) {
+		// The reference: 256 goroutines sleeping 2 ms in a loop, no pipeline.
+		measure(b, func(clk *callClock) time.Duration {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			t0 := time.Now()
@@ -166,11 +176,8 @@ func BenchmarkMapAsync(b *testing.B) {
 				})
 			}
 			wg.Wait()
-			el += time.Since(t0)
-			msgs += n
-		}
-		reportCPU(b, cpu0, msgs)
-		bound(b, msgs, el, &clk)
+			return time.Since(t0)
+		})
 	})
 
 	b.Run("hand_pool", func(b *testing.B) {
@@ -179,11 +186,7 @@ func BenchmarkMapAsync(b *testing.B) {
 		// goroutines through a buffered channel with room for 2x (the
 		// stage's window), and each sends its result to a consumer through
 		// another. No settling, retries or statistics.
-		var clk callClock
-		var el time.Duration
-		msgs := 0
-		cpu0 := cpuTime()
-		for b.Loop() {
+		measure(b, func(clk *callClock) time.Duration {
 			in := make(chan int, 2*asyncParallelism)
 			out := make(chan int, 2*asyncParallelism)
 			var wg sync.WaitGroup
@@ -210,28 +213,18 @@ func BenchmarkMapAsync(b *testing.B) {
 			if got != n {
 				b.Fatalf("%d results of %d messages", got, n)
 			}
-			el += time.Since(t0)
-			msgs += n
-		}
-		reportCPU(b, cpu0, msgs)
-		bound(b, msgs, el, &clk)
+			return time.Since(t0)
+		})
 	})
 
 	b.Run("unordered", func(b *testing.B) {
-		var clk callClock
-		var el time.Duration
-		msgs := 0
-		cpu0 := cpuTime()
-		for b.Loop() {
+		measure(b, func(clk *callClock) time.Duration {
 			a := flow.MapAsync(asyncParallelism, func(_ context.Context, x int) (int, error) {
 				clk.sleep(asyncLatency)
 				return x, nil
 			})
-			el += asyncRun(b, n, a, nil, nil)
-			msgs += n
-		}
-		reportCPU(b, cpu0, msgs)
-		bound(b, msgs, el, &clk)
+			return asyncRun(b, n, a, nil, nil)
+		})
 	})
 
 	b.Run("noop", func(b *testing.B) {
@@ -287,11 +280,7 @@ func BenchmarkMapAsync(b *testing.B) {
 
 	b.Run("keyed", func(b *testing.B) {
 		const keys = 10_000
-		var clk callClock
-		var el time.Duration
-		msgs := 0
-		cpu0 := cpuTime()
-		for b.Loop() {
+		measure(b, func(clk *callClock) time.Duration {
 			// Keys are drawn at random per message; the sink checks that each
 			// key's messages arrive in input order.
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -308,7 +297,7 @@ func BenchmarkMapAsync(b *testing.B) {
 					clk.sleep(asyncLatency)
 					return x, nil
 				})
-			el += asyncRun(b, n, a, nil, func(m stream.Message[int]) error {
+			return asyncRun(b, n, a, nil, func(m stream.Message[int]) error {
 				k := keyOf[m.Value]
 				if lastSeen[k] > m.Value {
 					return fmt.Errorf("key %d: message %d after %d", k, m.Value, lastSeen[k])
@@ -316,10 +305,7 @@ func BenchmarkMapAsync(b *testing.B) {
 				lastSeen[k] = m.Value
 				return nil
 			})
-			msgs += n
-		}
-		reportCPU(b, cpu0, msgs)
-		bound(b, msgs, el, &clk)
+		})
 	})
 }
 
