@@ -37,7 +37,7 @@ func TestCaughtUpWaitsForRecordsTheSourceHolds(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
-	stream.To(stream.From(g, w.src), testenv.GatedSink[[]byte](release), stream.Buffer(16))
+	stream.To(stream.From(g, w.src), testenv.GatedSink[[]byte](release, nil), stream.Buffer(16))
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	w.src.Start(0, 0)

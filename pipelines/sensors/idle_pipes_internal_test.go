@@ -88,28 +88,12 @@ func TestCaughtUpWaitsForRecordsInThePipeBeforeTheWindow(t *testing.T) {
 		flow.Lateness(30*time.Second), flow.IdleClose(time.Second), flow.IdleWhenHeld(w.caughtUp),
 		flow.OnLate(func(*flow.LateError) { late.Add(1) })))
 	// The writer: stalled until release, taking one minute at a time.
-	stream.To(minutes, stream.SinkFunc[flow.Windows[string, int]](func(ctx context.Context, in *stream.Inlet[flow.Windows[string, int]]) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-			return nil
-		}
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			for i := range b.Items {
-				ws := b.Items[i].Value
-				if ws.Start.Equal(base) {
-					mu.Lock()
-					counts[ws.Partition] = append(counts[ws.Partition], ws.Count)
-					emitted[ws.Partition] = append(emitted[ws.Partition], ws.Emitted)
-					mu.Unlock()
-				}
-				in.Settle(&b.Items[i], stream.Completed)
-			}
-			b.Release()
+	stream.To(minutes, testenv.GatedSink(release, func(m *stream.Message[flow.Windows[string, int]]) {
+		if ws := m.Value; ws.Start.Equal(base) {
+			mu.Lock()
+			counts[ws.Partition] = append(counts[ws.Partition], ws.Count)
+			emitted[ws.Partition] = append(emitted[ws.Partition], ws.Emitted)
+			mu.Unlock()
 		}
 	}), stream.Buffer(1))
 	stream.To(g.Failures(), sink.Discard[stream.Failure]())

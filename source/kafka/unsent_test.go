@@ -26,7 +26,7 @@ func TestUnsentCountsRecordsTheSourceHolds(t *testing.T) {
 	defer cancel()
 	release := make(chan struct{})
 	g := stream.New(stream.WithLogger(quiet))
-	stream.To(stream.From(g, a), testenv.GatedSink[[]byte](release), stream.Buffer(16))
+	stream.To(stream.From(g, a), testenv.GatedSink[[]byte](release, nil), stream.Buffer(16))
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	a.Start(0, 0)
