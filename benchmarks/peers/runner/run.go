@@ -33,10 +33,14 @@ type event struct {
 
 // Limits of a run besides Config.Timeout.
 const (
-	pollEvery  = 100 * time.Millisecond // committed offsets
-	finalWait  = 15 * time.Second       // SIGTERM to the "final" line
-	exitWait   = 10 * time.Second       // "final" to the process's exit
-	firstLimit = 3 * time.Minute        // start to the "first" line
+	// pollEvery is how often the committed offsets are read: a run ends at
+	// the first read that finds them at the log end, so a run's time is
+	// known to within pollEvery (at 100 ms, 2% of a 5 s run: as large as
+	// the gaps between the closest implementations; at 20 ms, 0.4%).
+	pollEvery  = 20 * time.Millisecond
+	finalWait  = 15 * time.Second // SIGTERM to the "final" line
+	exitWait   = 10 * time.Second // "final" to the process's exit
+	firstLimit = 3 * time.Minute  // start to the "first" line
 )
 
 // runOne runs one implementation in one order, as the protocol says, and
