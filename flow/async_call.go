@@ -108,7 +108,9 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 // other: when calls take less than handing them to a worker would, this is
 // the fastest way to run them. Their results are handled as if a worker had
 // run them, and their durations keep the average current, so that once
-// calls slow down the stage goes back to its workers.
+// calls slow down the stage goes back to its workers: at once, handing
+// them the calls it has not made yet, should one call take the batch past
+// twice its expected time.
 func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	timed := r.a.o.limiter != nil || r.onCall != nil
 	batch := r.inline[:0]
@@ -119,13 +121,20 @@ func (r *asyncRun[In, Out]) runInline(n, limit int) {
 		batch = append(batch, j)
 	}
 	t0 := time.Now()
-	t := r.callChunk(batch, timed, &r.inlineCounts, t0)
+	until := t0.Add(2 * max(chunkBudget, time.Duration(len(batch))*inlineBelow))
+	made, t := r.callChunk(batch, timed, &r.inlineCounts, t0, until)
 	el := float64(t.Sub(t0))
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
-	r.pool.observe(el, len(batch))
+	r.pool.observe(el, made)
+	if rest := batch[made:]; len(rest) > 0 {
+		for _, j := range rest {
+			r.pool.q.push(j) // still counted in r.inFlight
+		}
+		r.pool.wake()
+	}
 	r.pool.mu.Unlock()
-	r.finished(batch)
+	r.finished(batch[:made])
 	r.inline = batch[:0]
 }
 

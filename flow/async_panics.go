@@ -66,24 +66,35 @@ func (r *asyncRun[In, Out]) taken(cur **stream.Batch[In], idx *int) {
 }
 
 // callChunk makes one attempt of each job's call, one after the other,
-// the first starting at t, and returns when the last ended.
-func (r *asyncRun[In, Out]) callChunk(js []*asyncJob[In, Out], timed bool, counts *callCounts, t time.Time) time.Time {
+// the first starting at t, and returns how many it made and when the last
+// ended. It stops early, after the call that ends past until (if t and
+// until are not zero): a chunk is sized for the calls' recent durations,
+// and once they turn slow its other jobs must not wait behind them while
+// other goroutines could run them (the caller hands them on).
+func (r *asyncRun[In, Out]) callChunk(js []*asyncJob[In, Out], timed bool, counts *callCounts, t, until time.Time) (int, time.Time) {
 	for i := 0; i < len(js); {
-		i, t = r.callFrom(js, i, timed, counts, t)
+		i, t = r.callFrom(js, i, timed, counts, t, until)
+		if !until.IsZero() && t.After(until) {
+			return i, t
+		}
 	}
-	return t
+	return len(js), t
 }
 
 func (r *asyncRun[In, Out]) callFrom(js []*asyncJob[In, Out], i int, timed bool, counts *callCounts,
-	t time.Time) (next int, end time.Time) {
+	t, until time.Time) (next int, end time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.callPanicked(js[i], p)
 			next, end = i+1, time.Now()
 		}
 	}()
-	for ; i < len(js); i++ {
+	for i < len(js) {
 		t = r.call(js[i], timed, counts, t)
+		i++
+		if !until.IsZero() && t.After(until) {
+			break
+		}
 	}
 	return i, t
 }

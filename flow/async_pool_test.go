@@ -405,3 +405,106 @@ func TestMapAsyncLimitLoweredWhileStageBlockedOnOutput(t *testing.T) {
 		}
 	})
 }
+
+// Calls that were fast and turn slow run in parallel: a chunk of calls run
+// back to back (by the stage itself while calls take less than handing
+// them on, or by a worker, sized for the recent average) stops after the
+// call that overran it, and its other jobs go to free workers. Before,
+// they ran one after another: with a dependency that hung, MapAsync(64)
+// took 56 s of CallTimeout(1s) before its stage moved again.
+//
+// The clock is synctest's: calls that start together start at the same
+// instant (to the millisecond), so the slow calls' distinct start instants
+// count the rounds they ran in. In parallel, 4 x parallelism of them need about 5 (the
+// first slow call runs alone: nothing knew it would be slow).
+func TestMapAsyncCallsTurningSlowRunInParallel(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// workers: message 0's call runs until the slow calls are done,
+		// so the stage never runs calls itself; fast calls take 1 µs, so
+		// workers take them in chunks; the source pauses before the slow
+		// messages, which then come as a queue that idle workers take in
+		// chunks sized for the fast calls.
+		workers bool
+		hang    bool // slow calls wait for CallTimeout, not 10 ms
+	}{
+		{name: "run by the stage"},
+		{name: "run by the stage, hanging", hang: true},
+		{name: "run by workers in chunks", workers: true},
+	} {
+		for _, par := range []int{8, 64} {
+			t.Run(fmt.Sprintf("%s/%d", c.name, par), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const fast = 5000
+					slow := 4 * par
+					var mu sync.Mutex
+					starts := map[time.Time]int{}
+					ended := 0
+					slowDone := make(chan struct{})
+					fn := func(ctx context.Context, v int) (int, error) {
+						switch {
+						case v == 0 && c.workers:
+							<-slowDone
+							return v, nil
+						case v <= fast:
+							if c.workers {
+								time.Sleep(time.Microsecond)
+							}
+							return v, nil
+						}
+						mu.Lock()
+						starts[time.Now().Truncate(time.Millisecond)]++ // a chunk's fast calls come a microsecond apart
+						mu.Unlock()
+						var err error
+						if c.hang {
+							<-ctx.Done()
+							err = ctx.Err()
+						} else {
+							time.Sleep(10 * time.Millisecond)
+						}
+						mu.Lock()
+						if ended++; ended == slow {
+							close(slowDone)
+						}
+						mu.Unlock()
+						return v, err
+					}
+					var opts []flow.AsyncOption
+					if c.hang {
+						opts = append(opts, flow.CallTimeout(time.Second))
+					}
+					g := stream.New()
+					var results, failures atomic.Int64
+					src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+						for i := range fast + 1 + slow {
+							if i == fast+1 && c.workers {
+								if err := out.Flush(ctx); err != nil {
+									return err
+								}
+								time.Sleep(time.Second)
+							}
+							if err := out.Send(ctx, stream.NewMessage(i, stream.Handle{})); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					stream.To(stream.Via(stream.From(g, src), flow.MapAsync(par, fn, opts...)),
+						sink.Func(func(context.Context, int) error { results.Add(1); return nil }))
+					stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+						failures.Add(1)
+						return nil
+					}))
+					run(t, g)
+					if got := results.Load() + failures.Load(); got != int64(fast+1+slow) {
+						t.Fatalf("%d outcomes of %d messages", got, fast+1+slow)
+					}
+					if len(starts) > 6 {
+						t.Fatalf("the %d slow calls started at %d different instants, in parallel about 5: they ran one after another (%v)",
+							slow, len(starts), starts)
+					}
+				})
+			})
+		}
+	}
+}

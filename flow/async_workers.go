@@ -205,18 +205,39 @@ func (w *workers[In, Out]) work() {
 			continue
 		}
 
-		var t0 time.Time
+		var t0, until time.Time
 		if measure {
 			t0 = time.Now()
+			until = t0.Add(2 * chunkBudget)
 		}
-		t := w.r.callChunk(batch, timed, &counts, t0)
+		made, t := w.r.callChunk(batch, timed, &counts, t0, until)
 		counts.flush(w.r.a)
 		lastNs, lastN = 0, 0
 		if measure {
-			lastNs, lastN = float64(t.Sub(t0)), len(batch)
+			lastNs, lastN = float64(t.Sub(t0)), made
 		}
-		w.r.finished(batch)
+		if made < len(batch) {
+			// The calls turned slow: the rest of the chunk goes back to
+			// the queue for idle workers, under the average that says so.
+			w.giveBack(batch[made:], lastNs, lastN)
+			lastNs, lastN = 0, 0
+			taken = made
+		}
+		w.r.finished(batch[:made])
 	}
+}
+
+// giveBack returns jobs a worker took and did not call to the front of
+// the queue, folding in the chunk it measured first, so that they are
+// taken one at a time and by other workers.
+func (w *workers[In, Out]) giveBack(js []*asyncJob[In, Out], ns float64, n int) {
+	w.mu.Lock()
+	w.observe(ns, n)
+	w.q.unpop(js)
+	w.active -= len(js)
+	w.activeN.Store(int64(w.active))
+	w.wake()
+	w.mu.Unlock()
 }
 
 // close lets the workers finish the queued jobs and waits for them.

@@ -27,3 +27,15 @@ func (q *fifo[T]) pop() T {
 	q.head++
 	return v
 }
+
+// unpop puts vs back at the front, in order: the values just popped and
+// not used.
+func (q *fifo[T]) unpop(vs []T) {
+	if len(vs) <= q.head {
+		q.head -= len(vs)
+		copy(q.items[q.head:], vs)
+		return
+	}
+	items := make([]T, 0, len(vs)+q.len())
+	q.items, q.head = append(append(items, vs...), q.items[q.head:]...), 0
+}
