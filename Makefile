@@ -79,15 +79,16 @@ bench-sensors:
 bench-delivery-deployed:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryDeployed -benchtime 1x -timeout 30m .
 
-# sluice against its peers (issue 18): parallel-consumer, Watermill,
-# go-streams' Kafka connector and a hand-written franz-go consumer, each a
-# process of its own, on one real Apache Kafka 4.1 broker (500,000 records,
-# 16 partitions, 256 calls of 2 ms in flight, unordered and per key); one
-# markdown table. Installs what it needs first, as test-kafka does; builds
-# each peer (go build, or the Java peer's build.sh with mvn). Minutes: not
-# part of make test, whose go vet and runner test build the Go peers of the
-# main module. PEERS_FLAGS passes flags, e.g. PEERS_FLAGS='-impl
-# sluice,franzgo -out peers.md -cpuprofile /tmp/sluice'.
+# sluice against its peers (issue 18): parallel-consumer, Watermill and a
+# hand-written franz-go consumer (go-streams' Kafka connector has no
+# module the proxy serves), each a process of its own, on one real Apache
+# Kafka 4.1 broker (500,000 records, 16 partitions, 256 calls of 2 ms in
+# flight, unordered and per key); one markdown table. Installs what it
+# needs first, as test-kafka does; builds each peer (go build, or the Java
+# peer's build.sh with mvn). Minutes: not part of make test, whose go vet
+# and runner test build the Go peers of the main module. Fails if a row
+# does not pass its check. PEERS_FLAGS passes flags, e.g.
+# PEERS_FLAGS='-impl sluice,franzgo -out peers.md -cpuprofile /tmp/sluice'.
 PEERS_FLAGS ?=
 bench-peers:
 	@bash internal/testenv/setup.sh kafka

@@ -1,6 +1,7 @@
 // Command runner is the peers benchmark of issue 18: sluice against
-// Confluent parallel-consumer, Watermill, go-streams' Kafka connector and a
-// hand-written franz-go consumer, each a process of its own consuming the
+// Confluent parallel-consumer, Watermill and a hand-written franz-go
+// consumer (go-streams' Kafka connector has no module to build; see
+// DefaultImpls), each a process of its own consuming the
 // same topic of a real Apache Kafka 4.1 broker on loopback, with the same
 // asynchronous work and the same guarantee. It prints one markdown table
 // (and writes it to -out).
@@ -114,7 +115,26 @@ func run(records int, impls, orders []string, timeout time.Duration, out, libs, 
 			}
 		}
 	}
+	if err == nil {
+		err = notPassed(rows)
+	}
 	return err
+}
+
+// notPassed says which rows did not run to a passing check, if any: the
+// command then fails, so that a script or CI sees it without reading the
+// table.
+func notPassed(rows []Row) error {
+	var bad []string
+	for _, r := range rows {
+		if r.Status != "ok" || !r.Passed {
+			bad = append(bad, fmt.Sprintf("%s %s (%s)", r.Impl, r.Order, r.Status))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d rows did not pass their check: %s", len(bad), len(rows), strings.Join(bad, ", "))
 }
 
 func split(s string) []string {

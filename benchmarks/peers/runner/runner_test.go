@@ -67,3 +67,18 @@ func TestRunKfake(t *testing.T) {
 		}
 	}
 }
+
+// The command fails when a row did not run to a passing check, naming it.
+func TestNotPassedNamesTheRows(t *testing.T) {
+	ok := Row{Impl: "sluice", Order: "key", Status: "ok", Passed: true}
+	if err := notPassed([]Row{ok}); err != nil {
+		t.Fatalf("all passed: %v", err)
+	}
+	short := Row{Impl: "franzgo", Order: "unordered", Status: "ok", Check: "FAIL: partition 3 …"}
+	missing := Row{Impl: "watermill", Order: "key", Status: "not built"}
+	err := notPassed([]Row{ok, short, missing})
+	if err == nil || !strings.Contains(err.Error(), "2 of 3 rows") || !strings.Contains(err.Error(), "franzgo unordered (ok)") ||
+		!strings.Contains(err.Error(), "watermill key (not built)") || strings.Contains(err.Error(), "sluice") {
+		t.Fatalf("got %v", err)
+	}
+}
