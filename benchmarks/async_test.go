@@ -251,6 +251,65 @@ func BenchmarkMapAsync(b *testing.B) {
 		b.ReportMetric(0, "ns/op")
 	})
 
+	b.Run("sparse_hangs", func(b *testing.B) {
+		// Nearly all calls instant, one in 1,000 hanging until its
+		// CallTimeout of 100 ms, parallelism 64: the stage batches instant
+		// calls, and must not leave messages batched behind a hang.
+		// vs_ideal is the run's time over the hangs' own, 64 at a time.
+		const m, every, timeout = 200_000, 1000, 100 * time.Millisecond
+		var el time.Duration
+		msgs := 0
+		cpu0 := cpuTime()
+		for b.Loop() {
+			g := stream.New()
+			s := stream.Via(stream.From(g, source.Slice(make([]int, m))), stream.FlowFunc[int, int](
+				func(ctx context.Context, in *stream.Inlet[int], out *stream.Outlet[int]) error {
+					i := 0
+					for {
+						bt, err := in.Recv(ctx)
+						if err != nil {
+							return nil
+						}
+						for _, msg := range bt.Items {
+							msg.Value = i
+							i++
+							if err := out.Send(ctx, msg); err != nil {
+								return err
+							}
+						}
+						bt.Release()
+					}
+				}))
+			s = stream.Via(s, flow.MapAsync(64, func(ctx context.Context, x int) (int, error) {
+				if x%every == every-1 {
+					<-ctx.Done()
+					return 0, ctx.Err()
+				}
+				return x, nil
+			}, flow.CallTimeout(timeout)))
+			stream.To(s, sink.Discard[int]())
+			var failed atomic.Int64
+			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+				failed.Add(1)
+				return nil
+			}))
+			t0 := time.Now()
+			if err := g.Run(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			el += time.Since(t0)
+			msgs += m
+			if failed.Load() != m/every {
+				b.Fatalf("%d calls timed out, want %d", failed.Load(), m/every)
+			}
+		}
+		reportCPU(b, cpu0, msgs)
+		b.ReportMetric(float64(msgs)/el.Seconds(), "msgs/s")
+		ideal := time.Duration((m/every+63)/64) * timeout * time.Duration(msgs/m)
+		b.ReportMetric(el.Seconds()/ideal.Seconds(), "vs_ideal")
+		b.ReportMetric(0, "ns/op")
+	})
+
 	tail := func(b *testing.B, opts ...flow.AsyncOption) {
 		var clk callClock
 		var lat latencies

@@ -508,3 +508,179 @@ func TestMapAsyncCallsTurningSlowRunInParallel(t *testing.T) {
 		}
 	}
 }
+
+// A stage whose calls are nearly all instant batches them (the stage runs
+// them itself, workers take them in chunks); a call among them that
+// hangs until CallTimeout held up the messages batched behind it, and the
+// stage's own goroutine, until it timed out. With one hang in 100 instant
+// calls, MapAsync(64) started its 300 hanging calls in 50 or more rounds
+// of a second (the window filled with messages held behind them), where
+// 64 at a time need 5. Once a call was that slow, the stage batches no
+// more for a while, and hangs run beside each other.
+//
+// Synctest's clock: calls that start together start at the same instant,
+// so the distinct instants (to 100 ms) count the rounds.
+func TestMapAsyncSparseHangsRunBesideOtherCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, every = 30_000, 100
+		var mu sync.Mutex
+		rounds := map[time.Time]int{}
+		fn := func(ctx context.Context, v int) (int, error) {
+			if v%every != every-1 {
+				return v, nil
+			}
+			mu.Lock()
+			rounds[time.Now().Truncate(100*time.Millisecond)]++
+			mu.Unlock()
+			<-ctx.Done() // hangs until CallTimeout
+			return 0, ctx.Err()
+		}
+		g := stream.New()
+		var failures atomic.Int64
+		stream.To(stream.Via(stream.From(g, heldSourceDone(n)), flow.MapAsync(64, fn, flow.CallTimeout(time.Second))),
+			sink.Discard[int]())
+		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+			failures.Add(1)
+			return nil
+		}))
+		start := time.Now()
+		run(t, g)
+		if failures.Load() != n/every {
+			t.Fatalf("%d failures, want %d", failures.Load(), n/every)
+		}
+		if len(rounds) > 8 {
+			t.Fatalf("the %d hanging calls started in %d rounds, 64 at a time need about 5 (%v of fake time)",
+				n/every, len(rounds), time.Since(start))
+		}
+	})
+}
+
+// A chunk cut at a call that was slow and then panicked (in the call, or
+// in OnCall after it): the panicking message fails once with a
+// *stream.PanicError, the rest of the chunk is called once each by
+// someone, and the idle stage reports nothing running. Run by the stage
+// (calls of no time) and by workers (calls of 1 µs while message 0 holds
+// the stage off running calls itself).
+func TestMapAsyncCutAtSlowPanic(t *testing.T) {
+	for _, workers := range []bool{false, true} {
+		for _, inOnCall := range []bool{false, true} {
+			t.Run(fmt.Sprintf("workers=%v/oncall=%v", workers, inOnCall), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					const n = 3000
+					var mu sync.Mutex
+					calls := make([]int, n)
+					release := make(chan struct{})
+					// Sparse enough, for the stage, that the average falls back
+					// under 2 µs between slow calls and the stage runs calls itself.
+					period := 37
+					if !workers {
+						period = 301
+					}
+					slow := func(v int) bool { return v > 0 && v%period == 5 }
+					fn := func(ctx context.Context, v int) (int, error) {
+						mu.Lock()
+						calls[v]++
+						mu.Unlock()
+						switch {
+						case v == 0 && workers:
+							<-release
+						case slow(v):
+							time.Sleep(time.Millisecond)
+							if !inOnCall {
+								panic(fmt.Sprint("slow ", v))
+							}
+							return -v, nil // OnCall panics for it
+						case workers:
+							time.Sleep(time.Microsecond)
+						}
+						return v, nil
+					}
+					opts := []flow.AsyncOption{flow.Window(256)}
+					if inOnCall {
+						opts = append(opts, flow.OnCall(func(ci flow.CallInfo) {
+							if ci.Latency >= time.Millisecond && ci.Latency < time.Second { // not message 0, held
+								panic("on call")
+							}
+						}))
+					}
+					a := flow.MapAsync(16, fn, opts...)
+					tr := stream.NewTracker(0)
+					g := stream.New()
+					results := sink.Collect[int]()
+					stream.To(stream.Via(stream.From(g, stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+						for i := range n {
+							if i%100 == 0 && !workers {
+								// A pause: the stage empties, and takes the next ones itself.
+								if err := out.Flush(ctx); err != nil {
+									return err
+								}
+								time.Sleep(time.Millisecond)
+							}
+							if err := out.Send(ctx, stream.NewMessage(i, tr.Track())); err != nil {
+								return err
+							}
+						}
+						if err := out.Flush(ctx); err != nil {
+							return err
+						}
+						<-ctx.Done()
+						return nil
+					})), a), results)
+					var fmu sync.Mutex
+					var failed []int
+					stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+						var pe *stream.PanicError
+						if !errors.As(m.Value.Err, &pe) {
+							t.Errorf("message %v failed with %v, want a panic", m.Value.Value, m.Value.Err)
+						}
+						fmu.Lock()
+						failed = append(failed, m.Value.Value.(int))
+						fmu.Unlock()
+						return nil
+					}))
+					ctx, cancel := context.WithCancel(context.Background())
+					done := make(chan error, 1)
+					go func() { done <- g.Run(ctx) }()
+					time.Sleep(time.Minute)
+					close(release)
+					time.Sleep(time.Minute)
+					synctest.Wait()
+					st, ts := a.Stats(), tr.Stats()
+					cancel()
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+					if ts.Total() != n || ts.Duplicates != 0 {
+						t.Fatalf("settled %+v of %d", ts, n)
+					}
+					if st.InFlight != 0 || st.Waiting != 0 || st.Calls != n {
+						t.Fatalf("idle stage's stats %+v, want %d calls", st, n)
+					}
+					for v, c := range calls {
+						if c != 1 {
+							t.Fatalf("message %d called %d times", v, c)
+						}
+					}
+					for _, m := range results.Messages() {
+						if slow(m.Value) || slow(-m.Value) {
+							t.Fatalf("message %d emitted, want failed", m.Value)
+						}
+					}
+					for _, v := range failed {
+						if !slow(v) {
+							t.Fatalf("message %d failed", v)
+						}
+					}
+					if want := (n - 5 + period - 1) / period; len(failed) != want {
+						t.Fatalf("%d failed, want %d", len(failed), want)
+					}
+				})
+			})
+		}
+	}
+}
+
+// On the real clock, where chunks are cut whenever a call is descheduled:
+// calls of a few microseconds, some of a few hundred, with panics and
+// transient failures; exactly one outcome each, one call per attempt,
+// within the parallelism and the per-key cap. No timing is asserted.
