@@ -126,7 +126,7 @@ func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	el := float64(t.Sub(t0))
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
-	r.pool.observe(el, made, t)
+	r.pool.observe(el, made)
 	if rest := batch[made:]; len(rest) > 0 {
 		for _, j := range rest {
 			r.pool.q.push(j) // still counted in r.inFlight

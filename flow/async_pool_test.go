@@ -509,52 +509,6 @@ func TestMapAsyncCallsTurningSlowRunInParallel(t *testing.T) {
 	}
 }
 
-// A stage whose calls are nearly all instant batches them (the stage runs
-// them itself, workers take them in chunks); a call among them that
-// hangs until CallTimeout held up the messages batched behind it, and the
-// stage's own goroutine, until it timed out. With one hang in 100 instant
-// calls, MapAsync(64) started its 300 hanging calls in 50 or more rounds
-// of a second (the window filled with messages held behind them), where
-// 64 at a time need 5. Once a call was that slow, the stage batches no
-// more for a while, and hangs run beside each other.
-//
-// Synctest's clock: calls that start together start at the same instant,
-// so the distinct instants (to 100 ms) count the rounds.
-func TestMapAsyncSparseHangsRunBesideOtherCalls(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const n, every = 30_000, 100
-		var mu sync.Mutex
-		rounds := map[time.Time]int{}
-		fn := func(ctx context.Context, v int) (int, error) {
-			if v%every != every-1 {
-				return v, nil
-			}
-			mu.Lock()
-			rounds[time.Now().Truncate(100*time.Millisecond)]++
-			mu.Unlock()
-			<-ctx.Done() // hangs until CallTimeout
-			return 0, ctx.Err()
-		}
-		g := stream.New()
-		var failures atomic.Int64
-		stream.To(stream.Via(stream.From(g, heldSourceDone(n)), flow.MapAsync(64, fn, flow.CallTimeout(time.Second))),
-			sink.Discard[int]())
-		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
-			failures.Add(1)
-			return nil
-		}))
-		start := time.Now()
-		run(t, g)
-		if failures.Load() != n/every {
-			t.Fatalf("%d failures, want %d", failures.Load(), n/every)
-		}
-		if len(rounds) > 8 {
-			t.Fatalf("the %d hanging calls started in %d rounds, 64 at a time need about 5 (%v of fake time)",
-				n/every, len(rounds), time.Since(start))
-		}
-	})
-}
-
 // A chunk cut at a call that was slow and then panicked (in the call, or
 // in OnCall after it): the panicking message fails once with a
 // *stream.PanicError, the rest of the chunk is called once each by

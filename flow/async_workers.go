@@ -39,8 +39,6 @@ type workers[In, Out any] struct {
 	wg      sync.WaitGroup
 
 	fastAvg atomic.Bool // avg is below inlineBelow: the stage may run calls itself
-
-	lastEnd, unbatchedUntil time.Time // see observe
 }
 
 // inlineBelow is the average call duration under which the stage runs
@@ -48,23 +46,11 @@ type workers[In, Out any] struct {
 // the hand-off costs more than the call.
 const inlineBelow = 2 * time.Microsecond
 
-// observe folds a measured chunk, which ended at end, into the average
-// call duration. Called with mu held.
-//
-// A chunk that took longer than slowChunk had a call in it slow enough to
-// hold up what is batched with it: the jobs behind it in a worker's chunk
-// (which no other worker may take) or, run by the stage itself, the whole
-// stage. Among calls that are nearly all instant, one that hangs until its
-// timeout comes back sooner or later: after one, calls are not batched for
-// batchPause, or ten times that chunk's length if longer, whatever the
-// average says.
-func (w *workers[In, Out]) observe(ns float64, n int, end time.Time) {
+// observe folds a measured chunk into the average call duration. Called
+// with mu held.
+func (w *workers[In, Out]) observe(ns float64, n int) {
 	if n == 0 {
 		return
-	}
-	w.lastEnd = end
-	if d := time.Duration(ns); d > slowChunk {
-		w.unbatchedUntil = end.Add(max(batchPause, 10*d))
 	}
 	per := ns / float64(n)
 	if w.avg == 0 {
@@ -72,21 +58,8 @@ func (w *workers[In, Out]) observe(ns float64, n int, end time.Time) {
 	} else {
 		w.avg += (per - w.avg) / 8
 	}
-	w.fastAvg.Store(w.avg < float64(inlineBelow) && !w.unbatched())
+	w.fastAvg.Store(w.avg < float64(inlineBelow))
 }
-
-// unbatched reports whether calls are run one at a time, after a slow
-// chunk (see observe), as of the last chunk measured. Called with mu held.
-func (w *workers[In, Out]) unbatched() bool {
-	return w.lastEnd.Before(w.unbatchedUntil)
-}
-
-// slowChunk is the length of a chunk of calls beyond which the calls are
-// not batched for a while (see observe), batchPause the least while.
-const (
-	slowChunk  = 10 * time.Millisecond
-	batchPause = time.Second
-)
 
 // sampledAbove is the average call duration above which a stage that needs
 // no call's times measures one chunk in sampleEvery.
@@ -161,8 +134,8 @@ func (w *workers[In, Out]) wake() {
 
 func (w *workers[In, Out]) chunk() int {
 	n := w.q.len()
-	if w.avg <= 0 || w.unbatched() {
-		return 1 // nothing measured yet (assume slow calls), or a call was slow of late
+	if w.avg <= 0 {
+		return 1 // nothing measured yet: assume slow calls
 	}
 	return max(1, min(n, int(float64(chunkBudget)/w.avg)))
 }
@@ -172,14 +145,13 @@ func (w *workers[In, Out]) work() {
 	timed := w.r.a.o.limiter != nil || w.r.onCall != nil
 	var batch []*asyncJob[In, Out]
 	var lastNs float64
-	var lastEnd time.Time
 	var lastN, taken int
 	var measured int
 	var counts callCounts
 	defer counts.flush(w.r.a)
 	for {
 		w.mu.Lock()
-		w.observe(lastNs, lastN, lastEnd)
+		w.observe(lastNs, lastN)
 		if taken > 0 {
 			w.active -= taken
 			taken = 0
@@ -242,12 +214,12 @@ func (w *workers[In, Out]) work() {
 		counts.flush(w.r.a)
 		lastNs, lastN = 0, 0
 		if measure {
-			lastNs, lastN, lastEnd = float64(t.Sub(t0)), made, t
+			lastNs, lastN = float64(t.Sub(t0)), made
 		}
 		if made < len(batch) {
 			// The calls turned slow: the rest of the chunk goes back to
 			// the queue for idle workers, under the average that says so.
-			w.giveBack(batch[made:], lastNs, lastN, lastEnd)
+			w.giveBack(batch[made:], lastNs, lastN)
 			lastNs, lastN = 0, 0
 			taken = made
 		}
@@ -258,9 +230,9 @@ func (w *workers[In, Out]) work() {
 // giveBack returns jobs a worker took and did not call to the front of
 // the queue, folding in the chunk it measured first, so that they are
 // taken one at a time and by other workers.
-func (w *workers[In, Out]) giveBack(js []*asyncJob[In, Out], ns float64, n int, end time.Time) {
+func (w *workers[In, Out]) giveBack(js []*asyncJob[In, Out], ns float64, n int) {
 	w.mu.Lock()
-	w.observe(ns, n, end)
+	w.observe(ns, n)
 	w.q.unpop(js)
 	w.active -= len(js)
 	w.activeN.Store(int64(w.active))
