@@ -414,9 +414,10 @@ func TestMapAsyncLimitLoweredWhileStageBlockedOnOutput(t *testing.T) {
 // took 56 s of CallTimeout(1s) before its stage moved again.
 //
 // The clock is synctest's: calls that start together start at the same
-// instant (to the millisecond), so the slow calls' distinct start instants
-// count the rounds they ran in. In parallel, 4 x parallelism of them need about 5 (the
-// first slow call runs alone: nothing knew it would be slow).
+// instant (to the millisecond), so the slow calls' distinct start
+// instants count the rounds they ran in. In parallel, 4 x parallelism of
+// them need about 5 (the first slow call runs alone: nothing knew it
+// would be slow).
 func TestMapAsyncCallsTurningSlowRunInParallel(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -633,8 +634,3 @@ func TestMapAsyncCutAtSlowPanic(t *testing.T) {
 		}
 	}
 }
-
-// On the real clock, where chunks are cut whenever a call is descheduled:
-// calls of a few microseconds, some of a few hundred, with panics and
-// transient failures; exactly one outcome each, one call per attempt,
-// within the parallelism and the per-key cap. No timing is asserted.
