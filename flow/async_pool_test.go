@@ -18,6 +18,18 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
+// start runs g until the stop it returns is called, which cancels the run
+// and returns Run's error.
+func start(g *stream.Graph) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
 // heldSource sends n messages (tracked by tr if not nil) and then holds
 // the stage open until ctx ends.
 func heldSource(n int, tr *stream.Tracker) stream.Source[int] {
@@ -53,14 +65,11 @@ func TestMapAsyncStatsZeroWhenIdle(t *testing.T) {
 		g := stream.New()
 		stream.To(stream.Via(stream.From(g, heldSource(20, nil)), a),
 			sink.Func(func(context.Context, int) error { got.Add(1); return nil }))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- g.Run(ctx) }()
+		stop := start(g)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		st := a.Stats()
-		cancel()
-		<-done
+		_ = stop()
 		if got.Load() != 20 || st.InFlight != 0 || st.Waiting != 0 {
 			t.Fatalf("%d results; idle stage's stats %+v, want InFlight 0 and Waiting 0", got.Load(), st)
 		}
@@ -147,14 +156,11 @@ func TestMapAsyncConcurrencyWithinChangingLimit(t *testing.T) {
 				var got atomic.Int64
 				stream.To(stream.Via(stream.From(g, heldSource(600, tr)), a),
 					sink.Func(func(context.Context, int) error { got.Add(1); return nil }))
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error)
-				go func() { done <- g.Run(ctx) }()
+				stop := start(g)
 				time.Sleep(time.Hour)
 				synctest.Wait()
 				n := got.Load()
-				cancel()
-				<-done
+				_ = stop()
 				if n != 600 {
 					t.Fatalf("%d of 600 results: wedged (stats %+v)", n, a.Stats())
 				}
@@ -199,12 +205,9 @@ func TestMapAsyncStopWithQueuedJobsFailsNone(t *testing.T) {
 			dead.Add(1)
 			return nil
 		}))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- g.Run(ctx) }()
+		stop := start(g)
 		time.Sleep(55 * time.Millisecond)
-		cancel()
-		err := <-done
+		err := stop()
 		if dead.Load() != 0 || afterCancel.Load() != 0 {
 			t.Fatalf("Run = %v; %d dead letters, %d of %d calls made after the stop", err, dead.Load(), afterCancel.Load(), calls.Load())
 		}
@@ -384,9 +387,7 @@ func TestMapAsyncLimitLoweredWhileStageBlockedOnOutput(t *testing.T) {
 			got.Add(1)
 			return nil
 		}))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- g.Run(ctx) }()
+		stop := start(g)
 		time.Sleep(100 * time.Millisecond) // the stage is blocked on its output from the first results on
 		synctest.Wait()
 		blocked := after.Load()
@@ -394,8 +395,7 @@ func TestMapAsyncLimitLoweredWhileStageBlockedOnOutput(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		n := got.Load()
-		cancel()
-		<-done
+		_ = stop()
 		if n != 200 {
 			t.Fatalf("%d of 200 results", n)
 		}
@@ -593,16 +593,13 @@ func TestMapAsyncCutAtSlowPanic(t *testing.T) {
 						fmu.Unlock()
 						return nil
 					}))
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan error, 1)
-					go func() { done <- g.Run(ctx) }()
+					stop := start(g)
 					time.Sleep(time.Minute)
 					close(release)
 					time.Sleep(time.Minute)
 					synctest.Wait()
 					st, ts := a.Stats(), tr.Stats()
-					cancel()
-					if err := <-done; err != nil {
+					if err := stop(); err != nil {
 						t.Fatal(err)
 					}
 					if ts.Total() != n || ts.Duplicates != 0 {
