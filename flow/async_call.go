@@ -101,6 +101,9 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 	if r.a.o.classify != nil {
 		return r.a.o.classify(err)
 	}
+	if p := r.a.o.retry; p != nil {
+		return p.Classify(err)
+	}
 	return stream.Classify(err)
 }
 

@@ -133,8 +133,9 @@ type CallInfo struct {
 	Err      error
 }
 
-// Retry retries calls that fail transiently (stream.Classify, or the
-// function given to Classifier) as p says. A message waiting for its next
+// Retry retries calls that fail transiently (the policy's Classify: its
+// TransientStatus decides HTTP statuses; or the function given to
+// Classifier) as p says. A message waiting for its next
 // attempt holds no worker: it sits in a timer-ordered queue that counts
 // against Window (so backpressure still holds) but not against the
 // parallelism. When attempts, MaxElapsed or the retry budget run out, the
@@ -157,7 +158,7 @@ func Breaker(b *backpressure.Breaker) AsyncOption { return func(o *asyncOptions)
 
 // Classifier replaces stream.Classify for this stage. A panic in fn fails
 // the message whose error it classified, for good (no retry). Default:
-// stream.Classify.
+// the Retry policy's Classify, or stream.Classify without one.
 func Classifier(fn func(error) stream.Classification) AsyncOption {
 	return func(o *asyncOptions) { o.classify = fn }
 }

@@ -87,24 +87,33 @@ type RetryPolicy struct {
 	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so
 	// that clients told the same time do not wake together (default true).
 	HonorRetryAfter bool `json:"honor_retry_after"`
+	// TransientStatus lists the HTTP statuses taken as transient (retried,
+	// and parked once the retries run out), the others being permanent
+	// (default DefaultTransientStatus: 408, 429, 500, 502, 503 and 504;
+	// empty: stream.Classify's, without 500). Errors without a status
+	// (timeouts, refused connections, errors marked transient) are
+	// classified as stream.Classify does. See Classify.
+	TransientStatus Statuses `json:"transient_status"`
 }
 
 // Background is the default policy for background work: exponential
 // backoff with full jitter, 8 attempts, 100 ms up to 30 s between them,
-// within 5 minutes.
+// within 5 minutes; HTTP 408, 429, 500, 502, 503 and 504 are transient.
 func Background() RetryPolicy {
 	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 8,
 		BaseDelay: 100 * time.Millisecond, MaxDelay: 30 * time.Second,
-		MaxElapsed: 5 * time.Minute, HonorRetryAfter: true}
+		MaxElapsed: 5 * time.Minute, HonorRetryAfter: true, TransientStatus: DefaultTransientStatus()}
 }
 
 // Interactive is the default policy for work someone waits for: 3 fast
 // attempts of at most 500 ms each (AttemptTimeout; a stage's CallTimeout
-// wins over it), 50 to 250 ms apart with full jitter, within 2 seconds.
+// wins over it), 50 to 250 ms apart with full jitter, within 2 seconds;
+// HTTP 408, 429, 500, 502, 503 and 504 are transient.
 func Interactive() RetryPolicy {
 	return RetryPolicy{Strategy: Exponential, Jitter: FullJitter, MaxAttempts: 3,
 		BaseDelay: 50 * time.Millisecond, MaxDelay: 250 * time.Millisecond,
-		AttemptTimeout: 500 * time.Millisecond, MaxElapsed: 2 * time.Second, HonorRetryAfter: true}
+		AttemptTimeout: 500 * time.Millisecond, MaxElapsed: 2 * time.Second, HonorRetryAfter: true,
+		TransientStatus: DefaultTransientStatus()}
 }
 
 // Validate reports every bad field, by its JSON name.
@@ -148,6 +157,13 @@ func (p RetryPolicy) Validate() error {
 	}
 	if p.MaxDelay > 0 && p.MaxDelay < p.BaseDelay {
 		bad("max_delay", "%v is below base_delay %v", p.MaxDelay, p.BaseDelay)
+	}
+	switch {
+	case p.MaxElapsed > 0 && p.AttemptTimeout > p.MaxElapsed:
+		bad("max_elapsed", "%v is shorter than attempt_timeout %v: no attempt could end within it", p.MaxElapsed, p.AttemptTimeout)
+	case p.MaxElapsed > 0 && p.MaxAttempts > 1 && p.Strategy != Immediate && p.AttemptTimeout+p.BaseDelay > p.MaxElapsed:
+		bad("max_elapsed", "%v leaves no room for a retry (attempt_timeout %v plus base_delay %v): raise it, or set max_attempts to 1",
+			p.MaxElapsed, p.AttemptTimeout, p.BaseDelay)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

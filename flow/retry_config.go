@@ -210,6 +210,12 @@ func setField(p *RetryPolicy, field, val string) error {
 				return fmt.Errorf("%q is not true or false", val)
 			}
 			f.SetBool(b)
+		case Statuses:
+			var st Statuses
+			if err := st.UnmarshalText([]byte(val)); err != nil {
+				return err
+			}
+			f.Set(reflect.ValueOf(st))
 		default: // Strategy, Jitter
 			f.SetString(val)
 		}

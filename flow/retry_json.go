@@ -25,20 +25,21 @@ type retryPolicyJSON struct {
 	AttemptTimeout  duration `json:"attempt_timeout"`
 	MaxElapsed      duration `json:"max_elapsed"`
 	HonorRetryAfter bool     `json:"honor_retry_after"`
+	TransientStatus Statuses `json:"transient_status"`
 }
 
 func (p RetryPolicy) toJSON() retryPolicyJSON {
 	return retryPolicyJSON{Strategy: p.Strategy, Jitter: p.Jitter, MaxAttempts: p.MaxAttempts,
 		BaseDelay: duration(p.BaseDelay), Increment: duration(p.Increment), MaxDelay: duration(p.MaxDelay),
 		AttemptTimeout: duration(p.AttemptTimeout), MaxElapsed: duration(p.MaxElapsed),
-		HonorRetryAfter: p.HonorRetryAfter}
+		HonorRetryAfter: p.HonorRetryAfter, TransientStatus: p.TransientStatus}
 }
 
 func (w retryPolicyJSON) policy() RetryPolicy {
 	return RetryPolicy{Strategy: w.Strategy, Jitter: w.Jitter, MaxAttempts: w.MaxAttempts,
 		BaseDelay: time.Duration(w.BaseDelay), Increment: time.Duration(w.Increment), MaxDelay: time.Duration(w.MaxDelay),
 		AttemptTimeout: time.Duration(w.AttemptTimeout), MaxElapsed: time.Duration(w.MaxElapsed),
-		HonorRetryAfter: w.HonorRetryAfter}
+		HonorRetryAfter: w.HonorRetryAfter, TransientStatus: w.TransientStatus}
 }
 
 // MarshalJSON writes the policy with its durations as strings:

@@ -79,7 +79,28 @@ type HTTPStatuser interface{ HTTPStatus() int }
 // Temporary() bool that returns true), timeouts, refused, reset or broken
 // connections, HTTP 408, 429, 502, 503 and 504 (429, and 503 with
 // Retry-After, are throttling). Everything else is permanent.
-func Classify(err error) Classification {
+//
+// An HTTP 500 is permanent here, since nothing says the call can be
+// repeated safely; a retry policy for idempotent calls says otherwise
+// (ClassifyStatus with the statuses it lists).
+func Classify(err error) Classification { return ClassifyStatus(err, DefaultTransientStatus) }
+
+// DefaultTransientStatus reports whether Classify takes an HTTP status as
+// transient: 408, 429, 502, 503 and 504.
+func DefaultTransientStatus(code int) bool {
+	switch code {
+	case 408, 429, 502, 503, 504:
+		return true
+	}
+	return false
+}
+
+// ClassifyStatus is Classify with transient deciding which HTTP statuses
+// (of an error that is an HTTPStatuser and carries no transient marker of
+// its own) are transient. The reason of a transient status is throttled
+// for 429 and for 503 with Retry-After, timeout for 408 and 504, other
+// for the rest.
+func ClassifyStatus(err error, transient func(code int) bool) Classification {
 	if err == nil {
 		return Classification{}
 	}
@@ -103,14 +124,14 @@ func Classify(err error) Classification {
 	var hs HTTPStatuser
 	if errors.As(err, &hs) {
 		switch code := hs.HTTPStatus(); {
+		case !transient(code):
+			return Classification{Reason: ReasonOther}
 		case code == 429 || (code == 503 && retryAfter > 0):
 			return Classification{Transient: true, Reason: ReasonThrottled, RetryAfter: retryAfter}
 		case code == 408 || code == 504:
 			return Classification{Transient: true, Reason: ReasonTimeout, RetryAfter: retryAfter}
-		case code == 502 || code == 503:
-			return Classification{Transient: true, Reason: ReasonOther, RetryAfter: retryAfter}
 		default:
-			return Classification{Reason: ReasonOther}
+			return Classification{Transient: true, Reason: ReasonOther, RetryAfter: retryAfter}
 		}
 	}
 	if r := reasonOf(err); r != ReasonOther {
