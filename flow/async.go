@@ -24,7 +24,8 @@ type Async[In, Out any] struct {
 	key         func(*stream.Message[In]) string
 	err         error
 
-	meters atomic.Pointer[[]asyncMeter] // the histograms of each registration (Instrument)
+	meters   atomic.Pointer[[]asyncMeter] // the histograms of each registration (Instrument)
+	adaptive *adaptiveTimeout             // the policy's TimeoutFactor's, if set
 
 	inFlight, waiting, limit         atomic.Int64
 	calls, failed, timeouts, refused atomic.Int64
@@ -61,6 +62,9 @@ func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, e
 	}
 	if a.o.perPartition > 0 && a.key == nil {
 		a.key = func(m *stream.Message[In]) string { return fmt.Sprint(m.Topic, "/", m.Partition) }
+	}
+	if p := a.o.retry; p != nil && p.TimeoutFactor > 0 && a.attemptTimeout() > 0 {
+		a.adaptive = newAdaptiveTimeout(p.TimeoutFactor, a.attemptTimeout(), p.MaxElapsed)
 	}
 	return a
 }
@@ -154,6 +158,18 @@ func (a *Async[In, Out]) attemptTimeout() time.Duration {
 	return 0
 }
 
+// AttemptTimeout is the timeout a first attempt that starts now gets:
+// CallTimeout, else the Retry policy's AttemptTimeout (0: none), or, with
+// the policy's TimeoutFactor, the timeout the service's recent latency
+// calls for. It tells a caller how long a call may take at most, to weigh
+// it against a deadline.
+func (a *Async[In, Out]) AttemptTimeout() time.Duration {
+	if a.adaptive != nil {
+		return a.adaptive.timeout(0)
+	}
+	return a.attemptTimeout()
+}
+
 // noteTimeoutOverride logs, once per Run, that CallTimeout overrides a
 // different AttemptTimeout of the retry policy, so that the policy's value
 // is not ignored unseen.
@@ -209,7 +225,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 	}
 	r.pool = newWorkers(r, a.parallelism)
 	if t := a.attemptTimeout(); t > 0 || a.o.fromSend {
-		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend)
+		r.clock = newAttemptClock(callsCtx, t, a.o.fromSend, a.adaptive)
 	}
 	r.clocked = r.onCall != nil || r.onDone != nil || a.o.limiter != nil || a.o.retry != nil || a.o.budget != nil ||
 		a.o.breaker != nil || r.clock != nil || r.lanes != nil

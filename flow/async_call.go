@@ -44,7 +44,7 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	ctx := r.callsCtx
 	var finish func() time.Time // ends the call's context; returns its send time
 	if r.clock != nil {
-		ctx, finish = r.clock.start(now)
+		ctx, finish = r.clock.start(now, r.attemptLimit(j, now))
 	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
 	timedOut := false
@@ -52,7 +52,7 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	// contexts is cancelled with the cause DeadlineExceeded (stdSent).
 	if j.err != nil && r.clock != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) && r.callsCtx.Err() == nil {
 		timedOut = true
-		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeout, j.err)
+		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeoutOf(ctx), j.err)
 	}
 	var sent time.Time // when the call said it was sent, if it did (TimeoutFromSend)
 	if finish != nil {
@@ -88,6 +88,13 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if !sent.IsZero() {
 		lat, wait = end.Sub(sent), max(0, sent.Sub(now))
 	}
+	if a.adaptive != nil {
+		var limit time.Duration
+		if timedOut {
+			limit = r.clock.timeoutOf(ctx)
+		}
+		a.adaptive.observe(lat, limit)
+	}
 	if a.o.limiter != nil {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
@@ -95,6 +102,21 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
 	}
 	return end
+}
+
+// attemptLimit is the most an attempt of j starting at now may last with
+// adaptive timeouts: what is left of its policy's MaxElapsed (negative
+// once it is spent: the attempt then gets the least timeout); 0, no
+// limit, otherwise.
+func (r *asyncRun[In, Out]) attemptLimit(j *asyncJob[In, Out], now time.Time) time.Duration {
+	p := r.a.o.retry
+	if r.a.adaptive == nil || p.MaxElapsed <= 0 || now.IsZero() {
+		return 0
+	}
+	if left := p.MaxElapsed - now.Sub(j.first); left > 0 {
+		return left
+	}
+	return -1
 }
 
 func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
@@ -115,7 +137,7 @@ func (r *asyncRun[In, Out]) classify(err error) stream.Classification {
 // them the calls it has not made yet, should one call take the batch past
 // twice its expected time.
 func (r *asyncRun[In, Out]) runInline(n, limit int) {
-	timed := r.a.o.limiter != nil || r.onCall != nil
+	timed := r.a.o.limiter != nil || r.onCall != nil || r.a.adaptive != nil
 	batch := r.inline[:0]
 	for range min(n, 256) {
 		j := r.popReady(limit)

@@ -142,7 +142,7 @@ func (w *workers[In, Out]) chunk() int {
 
 func (w *workers[In, Out]) work() {
 	defer w.wg.Done()
-	timed := w.r.a.o.limiter != nil || w.r.onCall != nil
+	timed := w.r.a.o.limiter != nil || w.r.onCall != nil || w.r.a.adaptive != nil
 	var batch []*asyncJob[In, Out]
 	var lastNs float64
 	var lastN, taken int

@@ -18,7 +18,9 @@ import (
 // timeout, so their deadlines come in the order the calls start: one FIFO
 // queue, swept by one goroutine on one timer, does the timers' work, and a
 // call's context is one small object (and its done channel, if somebody
-// asks for it) that nothing else refers to.
+// asks for it) that nothing else refers to. With adaptive timeouts
+// (RetryPolicy.TimeoutFactor) calls' timeouts differ, and the queue is a
+// heap by deadline instead.
 //
 // The context behaves as WithTimeout's does: Deadline, Done, Err
 // (DeadlineExceeded on timeout, the parent's error when the stage stops,
@@ -34,12 +36,14 @@ import (
 type attemptClock struct {
 	parent   context.Context
 	timeout  time.Duration // 0: none (fromSend only: the clock then only records when calls were sent)
+	adaptive *adaptiveTimeout
 	fromSend bool
 	std      bool // the context package's cancel key was not learned: use its contexts (see cancelCtxKey)
 
 	mu      sync.Mutex
 	queue   fifo[*attemptCtx]
-	unsent  *attemptCtx // fromSend: calls with no deadline, linked through send.prev and send.next
+	byDue   []*attemptCtx // with adaptive timeouts, the queue: a heap by deadline
+	unsent  *attemptCtx   // fromSend: calls with no deadline, linked through send.prev and send.next
 	stopped bool
 	kick    chan struct{} // the queue was empty and is not
 	quit    chan struct{}
@@ -52,7 +56,8 @@ type attemptClock struct {
 // register through AfterFunc, so they need no goroutine either.
 type attemptCtx struct {
 	parent   context.Context
-	deadline time.Time // fixed at start, or (send set) set under mu when sent; zero: none yet
+	deadline time.Time     // fixed at start, or (send set) set under mu when sent; zero: none yet
+	timeout  time.Duration // the attempt's timeout, set with deadline
 	finished atomic.Bool
 
 	mu     sync.Mutex
@@ -117,26 +122,57 @@ func (s *keySpy) Value(key any) any {
 
 // newAttemptClock starts the clock of a stage; stop it when no call runs.
 // fromSend starts each call's timeout when it says it was sent rather than
-// at its start (TimeoutFromSend).
-func newAttemptClock(parent context.Context, timeout time.Duration, fromSend bool) *attemptClock {
-	c := &attemptClock{parent: parent, timeout: timeout, fromSend: fromSend, std: cancelCtxKey == nil,
+// at its start (TimeoutFromSend). adaptive, if not nil, gives each call
+// its timeout (then at least timeout) in place of timeout.
+func newAttemptClock(parent context.Context, timeout time.Duration, fromSend bool, adaptive *adaptiveTimeout) *attemptClock {
+	c := &attemptClock{parent: parent, timeout: timeout, adaptive: adaptive, fromSend: fromSend, std: cancelCtxKey == nil,
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c
 }
 
-// start returns the context of a call starting now and the function that
-// ends it, which returns when the call said it was sent (zero if it did
-// not, or the clock is not fromSend).
-func (c *attemptClock) start(now time.Time) (context.Context, func() time.Time) {
-	if c.fromSend {
-		return c.startUnsent()
+// timeoutFor is the timeout of a call that may last at most limit (0: no
+// limit): the stage's, or with adaptive timeouts the one the service's
+// latency calls for now.
+func (c *attemptClock) timeoutFor(limit time.Duration) time.Duration {
+	if c.adaptive != nil {
+		return c.adaptive.timeout(limit)
 	}
+	return c.timeout
+}
+
+// timeoutOf is the timeout a call's context had (for its error).
+func (c *attemptClock) timeoutOf(ctx context.Context) time.Duration {
+	switch a := ctx.(type) {
+	case *attemptCtx:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.timeout
+	case *stdSent:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.timeout
+	}
+	if v, ok := ctx.Value(stdTimeoutKey{}).(time.Duration); ok {
+		return v
+	}
+	return c.timeout
+}
+
+// start returns the context of a call starting now that may last at most
+// limit (0: no limit beyond its timeout; see adaptiveTimeout.timeout),
+// and the function that ends it, which returns when the call said it was
+// sent (zero if it did not, or the clock is not fromSend).
+func (c *attemptClock) start(now time.Time, limit time.Duration) (context.Context, func() time.Time) {
+	if c.fromSend {
+		return c.startUnsent(limit)
+	}
+	timeout := c.timeoutFor(limit)
 	if c.std {
-		ctx, cancel := context.WithDeadline(c.parent, now.Add(c.timeout))
+		ctx, cancel := context.WithDeadline(context.WithValue(c.parent, stdTimeoutKey{}, timeout), now.Add(timeout))
 		return ctx, func() time.Time { cancel(); return time.Time{} }
 	}
-	a := &attemptCtx{parent: c.parent, deadline: now.Add(c.timeout)}
+	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -147,11 +183,15 @@ func (c *attemptClock) start(now time.Time) (context.Context, func() time.Time) 
 	return a, a.finish
 }
 
+// stdTimeoutKey holds, in the fallback contexts of calls timed from their
+// start, the call's timeout (for its error).
+type stdTimeoutKey struct{}
+
 // pushUnlock queues a call's deadline, releases c.mu (held by the caller)
-// and wakes the sweeper if the queue was empty.
+// and wakes the sweeper if the queue was empty or the call is now due
+// first.
 func (c *attemptClock) pushUnlock(a *attemptCtx) {
-	c.queue.push(a)
-	first := c.queue.len() == 1
+	first := c.qpush(a)
 	c.mu.Unlock()
 	if first {
 		select {
@@ -273,13 +313,15 @@ func (c *attemptClock) run() {
 		case <-c.parent.Done():
 			c.mu.Lock()
 			c.stopped = true
-			q := c.queue
-			c.queue = fifo[*attemptCtx]{}
+			var queued []*attemptCtx
+			for c.qlen() > 0 {
+				queued = append(queued, c.qpop())
+			}
 			unsent := c.takeUnsent()
 			c.mu.Unlock()
 			err := c.parent.Err()
-			for q.len() > 0 {
-				q.pop().end(err)
+			for _, a := range queued {
+				a.end(err)
 			}
 			for _, a := range unsent {
 				a.end(err)
@@ -297,10 +339,10 @@ func (c *attemptClock) run() {
 func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 	var expired []*attemptCtx
 	c.mu.Lock()
-	for c.queue.len() > 0 {
-		a := c.queue.items[c.queue.head]
+	for c.qlen() > 0 {
+		a := c.qhead()
 		if a.finished.Load() {
-			c.queue.pop()
+			c.qpop()
 			continue
 		}
 		if a.deadline.After(now) {
@@ -308,7 +350,7 @@ func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 			c.timeOut(expired)
 			return a.deadline, true
 		}
-		expired = append(expired, c.queue.pop())
+		expired = append(expired, c.qpop())
 	}
 	c.mu.Unlock()
 	c.timeOut(expired)
@@ -325,4 +367,73 @@ func (c *attemptClock) timeOut(expired []*attemptCtx) {
 func (c *attemptClock) stop() {
 	close(c.quit)
 	<-c.done
+}
+
+// The queue of deadlines. While every call has the same timeout, calls
+// join it in deadline order and a FIFO is all it takes; with adaptive
+// timeouts a call's timeout depends on when it starts and on what is left
+// of its budget, and the queue is a heap by deadline. Called with c.mu
+// held.
+
+// qpush queues a and reports whether it is now the first due.
+func (c *attemptClock) qpush(a *attemptCtx) bool {
+	if c.adaptive == nil {
+		c.queue.push(a)
+		return c.queue.len() == 1
+	}
+	h := append(c.byDue, a)
+	i := len(h) - 1
+	for i > 0 {
+		up := (i - 1) / 2
+		if !h[i].deadline.Before(h[up].deadline) {
+			break
+		}
+		h[i], h[up] = h[up], h[i]
+		i = up
+	}
+	c.byDue = h
+	return i == 0
+}
+
+func (c *attemptClock) qlen() int {
+	if c.adaptive == nil {
+		return c.queue.len()
+	}
+	return len(c.byDue)
+}
+
+// qhead is the call due first; the queue must not be empty.
+func (c *attemptClock) qhead() *attemptCtx {
+	if c.adaptive == nil {
+		return c.queue.items[c.queue.head]
+	}
+	return c.byDue[0]
+}
+
+// qpop takes the call due first out; the queue must not be empty.
+func (c *attemptClock) qpop() *attemptCtx {
+	if c.adaptive == nil {
+		return c.queue.pop()
+	}
+	h := c.byDue
+	top, n := h[0], len(h)-1
+	h[0] = h[n]
+	h[n] = nil
+	h = h[:n]
+	for i := 0; ; {
+		l, least := 2*i+1, i
+		if l < n && h[l].deadline.Before(h[least].deadline) {
+			least = l
+		}
+		if r := l + 1; r < n && h[r].deadline.Before(h[least].deadline) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		h[i], h[least] = h[least], h[i]
+		i = least
+	}
+	c.byDue = h
+	return top
 }

@@ -11,8 +11,9 @@ import (
 // so that it still ends when the stage stops. Sent takes it out of the list
 // and, if the stage has an attempt timeout, gives it its deadline and puts
 // it in the queue, under the clock's lock with the time read there: queue
-// order is send order, and every call has the same timeout, so the queue
-// stays in deadline order and the sweep stays as it is.
+// order is send order, and with a fixed timeout every call has the same,
+// so the queue stays in deadline order (adaptive timeouts order it by
+// deadline: see qpush).
 
 // sentKey is the context key under which a call's context answers with
 // what Sent marks.
@@ -26,9 +27,10 @@ type sender interface{ markSent() }
 // but clock is guarded by clock.mu.
 type sendState struct {
 	clock      *attemptClock
-	sentAt     time.Time // when the call said it was sent; zero until then
-	over       bool      // the call returned: a later Sent changes nothing
-	listed     bool      // in clock.unsent
+	limit      time.Duration // the most its attempt may last (adaptive timeouts; 0: no limit)
+	sentAt     time.Time     // when the call said it was sent; zero until then
+	over       bool          // the call returned: a later Sent changes nothing
+	listed     bool          // in clock.unsent
 	prev, next *attemptCtx
 }
 
@@ -40,11 +42,11 @@ type unsentAttempt struct {
 
 // startUnsent returns the context of a call timed from its send, and the
 // function that ends it and returns when it was sent.
-func (c *attemptClock) startUnsent() (context.Context, func() time.Time) {
+func (c *attemptClock) startUnsent(limit time.Duration) (context.Context, func() time.Time) {
 	if c.std {
-		return c.startStdUnsent()
+		return c.startStdUnsent(limit)
 	}
-	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent}, sendState: sendState{clock: c}}
+	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent}, sendState: sendState{clock: c, limit: limit}}
 	a := &u.attemptCtx
 	a.send = &u.sendState
 	c.mu.Lock()
@@ -69,7 +71,8 @@ func (a *attemptCtx) markSent() {
 	}
 	now := time.Now()
 	s.sentAt = now
-	if c.timeout <= 0 {
+	timeout := c.timeoutFor(s.limit)
+	if timeout <= 0 {
 		// No timeout: the call only needed its send time. It stays in the
 		// unsent list, which is how it ends when the stage stops.
 		c.mu.Unlock()
@@ -77,7 +80,7 @@ func (a *attemptCtx) markSent() {
 	}
 	c.unlink(a)
 	a.mu.Lock()
-	a.deadline = now.Add(c.timeout)
+	a.deadline, a.timeout = now.Add(timeout), timeout
 	a.mu.Unlock()
 	c.pushUnlock(a)
 }
@@ -141,18 +144,20 @@ func (c *attemptClock) takeUnsent() []*attemptCtx {
 // cause).
 type stdSent struct {
 	context.Context
-	cancel  context.CancelCauseFunc
-	timeout time.Duration
+	cancel context.CancelCauseFunc
+	clock  *attemptClock
+	limit  time.Duration
 
-	mu     sync.Mutex
-	sentAt time.Time
-	over   bool
-	timer  *time.Timer
+	mu      sync.Mutex
+	timeout time.Duration // set when sent
+	sentAt  time.Time
+	over    bool
+	timer   *time.Timer
 }
 
-func (c *attemptClock) startStdUnsent() (context.Context, func() time.Time) {
+func (c *attemptClock) startStdUnsent(limit time.Duration) (context.Context, func() time.Time) {
 	ctx, cancel := context.WithCancelCause(c.parent)
-	s := &stdSent{Context: ctx, cancel: cancel, timeout: c.timeout}
+	s := &stdSent{Context: ctx, cancel: cancel, clock: c, limit: limit}
 	return s, s.finish
 }
 
@@ -165,13 +170,13 @@ func (s *stdSent) Value(key any) any {
 
 func (s *stdSent) Deadline() (time.Time, bool) {
 	s.mu.Lock()
-	sent := s.sentAt
+	sent, timeout := s.sentAt, s.timeout
 	s.mu.Unlock()
 	pd, ok := s.Context.Deadline()
-	if sent.IsZero() || s.timeout <= 0 {
+	if sent.IsZero() || timeout <= 0 {
 		return pd, ok
 	}
-	if d := sent.Add(s.timeout); !ok || d.Before(pd) {
+	if d := sent.Add(timeout); !ok || d.Before(pd) {
 		return d, true
 	}
 	return pd, true
@@ -184,6 +189,7 @@ func (s *stdSent) markSent() {
 		return
 	}
 	s.sentAt = time.Now()
+	s.timeout = s.clock.timeoutFor(s.limit)
 	if s.timeout > 0 {
 		s.timer = time.AfterFunc(s.timeout, func() { s.cancel(context.DeadlineExceeded) })
 	}

@@ -16,7 +16,7 @@ func clocks(t *testing.T, f func(t *testing.T, newClock func(context.Context, ti
 	for _, std := range []bool{false, true} {
 		t.Run(fmt.Sprintf("std=%v", std), func(t *testing.T) {
 			f(t, func(parent context.Context, timeout time.Duration) *attemptClock {
-				c := newAttemptClock(parent, timeout, true)
+				c := newAttemptClock(parent, timeout, true, nil)
 				c.std = std // read by start only
 				return c
 			})
@@ -32,7 +32,7 @@ func TestAttemptContextFromSend(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			c := newClock(context.Background(), 20*time.Millisecond)
 			defer c.stop()
-			ctx, end := c.start(time.Now())
+			ctx, end := c.start(time.Now(), 0)
 			if d, ok := ctx.Deadline(); ok {
 				t.Fatalf("deadline %v before the send", d)
 			}
@@ -60,7 +60,7 @@ func TestAttemptContextFromSend(t *testing.T) {
 
 			// A call that returns unsent reports no send, and a Sent after
 			// its return changes nothing.
-			ctx, end = c.start(time.Now())
+			ctx, end = c.start(time.Now(), 0)
 			if got := end(); !got.IsZero() {
 				t.Fatalf("an unsent call reports a send at %v", got)
 			}
@@ -81,9 +81,9 @@ func TestAttemptContextFromSendStops(t *testing.T) {
 				parent, stop := context.WithCancel(context.Background())
 				c := newClock(parent, timeout)
 				defer c.stop()
-				unsent, endUnsent := c.start(time.Now())
+				unsent, endUnsent := c.start(time.Now(), 0)
 				defer endUnsent()
-				sent, endSent := c.start(time.Now())
+				sent, endSent := c.start(time.Now(), 0)
 				Sent(sent)
 				at := time.Now()
 				time.Sleep(10 * time.Millisecond)
@@ -100,7 +100,7 @@ func TestAttemptContextFromSendStops(t *testing.T) {
 					t.Fatalf("timeout %v: send at %v, want %v", timeout, got, at)
 				}
 				synctest.Wait()
-				late, endLate := c.start(time.Now())
+				late, endLate := c.start(time.Now(), 0)
 				defer endLate()
 				Sent(late)
 				if late.Err() == nil {
@@ -117,12 +117,12 @@ func TestAttemptContextFromSendStops(t *testing.T) {
 // early.
 func TestAttemptContextFromSendMany(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newAttemptClock(context.Background(), 30*time.Millisecond, true)
+		c := newAttemptClock(context.Background(), 30*time.Millisecond, true, nil)
 		defer c.stop()
 		errs := make(chan error, 200)
 		for i := range 200 {
 			go func() {
-				ctx, end := c.start(time.Now())
+				ctx, end := c.start(time.Now(), 0)
 				defer end()
 				time.Sleep(time.Duration((i*37)%200) * time.Millisecond) // waits before the send, in no order
 				Sent(ctx)

@@ -21,11 +21,11 @@ func TestAttemptContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		parent, stop := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
 		defer stop()
-		c := newAttemptClock(parent, 20*time.Millisecond, false)
+		c := newAttemptClock(parent, 20*time.Millisecond, false, nil)
 		defer c.stop()
 
 		start := time.Now()
-		ctx, end := c.start(start)
+		ctx, end := c.start(start, 0)
 		if ctx.Value(ctxKey{}) != "v" {
 			t.Fatal("the parent's value is lost")
 		}
@@ -49,7 +49,7 @@ func TestAttemptContext(t *testing.T) {
 
 		// A call that returns in time is cancelled by its end, not timed
 		// out.
-		ctx, end = c.start(time.Now())
+		ctx, end = c.start(time.Now(), 0)
 		end()
 		<-ctx.Done()
 		if !errors.Is(ctx.Err(), context.Canceled) {
@@ -58,7 +58,7 @@ func TestAttemptContext(t *testing.T) {
 
 		// The parent's end cancels the calls that still run, and any
 		// later.
-		ctx, end = c.start(time.Now())
+		ctx, end = c.start(time.Now(), 0)
 		defer end()
 		stop()
 		<-ctx.Done()
@@ -66,7 +66,7 @@ func TestAttemptContext(t *testing.T) {
 			t.Fatalf("after the parent ended: %v", ctx.Err())
 		}
 		synctest.Wait()
-		late, endLate := c.start(time.Now())
+		late, endLate := c.start(time.Now(), 0)
 		defer endLate()
 		if late.Err() == nil {
 			t.Fatal("a call started after the parent ended is not cancelled")
@@ -78,13 +78,13 @@ func TestAttemptContext(t *testing.T) {
 // end with DeadlineExceeded at their deadline, the quick ones never do.
 func TestAttemptContextMany(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newAttemptClock(context.Background(), 30*time.Millisecond, false)
+		c := newAttemptClock(context.Background(), 30*time.Millisecond, false, nil)
 		defer c.stop()
 		errs := make(chan error, 200)
 		for i := range 200 {
 			go func() {
 				time.Sleep(time.Duration(i) * time.Millisecond / 4) // starts spread over 50 ms
-				ctx, end := c.start(time.Now())
+				ctx, end := c.start(time.Now(), 0)
 				defer end()
 				if i%2 == 0 {
 					time.Sleep(10 * time.Millisecond)

@@ -94,6 +94,15 @@ type RetryPolicy struct {
 	// (timeouts, refused connections, errors marked transient) are
 	// classified as stream.Classify does. See Classify.
 	TransientStatus Statuses `json:"transient_status"`
+	// TimeoutFactor, if positive, makes each attempt's timeout follow the
+	// service: TimeoutFactor times the p99 latency of the stage's recent
+	// calls (a call that timed out counts at its timeout), never less
+	// than AttemptTimeout and never more than what is left of MaxElapsed.
+	// A service that slows down then slows the stage (its messages wait,
+	// its source lags) instead of timing out every call. 0 (the default):
+	// every attempt's timeout is AttemptTimeout. Needs AttemptTimeout and
+	// MaxElapsed.
+	TimeoutFactor float64 `json:"timeout_factor"`
 }
 
 // Background is the default policy for background work: exponential
@@ -164,6 +173,15 @@ func (p RetryPolicy) Validate() error {
 	case p.MaxElapsed > 0 && p.MaxAttempts > 1 && p.Strategy != Immediate && p.AttemptTimeout+p.BaseDelay > p.MaxElapsed:
 		bad("max_elapsed", "%v leaves no room for a retry (attempt_timeout %v plus base_delay %v): raise it, or set max_attempts to 1",
 			p.MaxElapsed, p.AttemptTimeout, p.BaseDelay)
+	}
+	switch {
+	case p.TimeoutFactor < 0 || math.IsNaN(p.TimeoutFactor) || math.IsInf(p.TimeoutFactor, 0):
+		bad("timeout_factor", "must be a positive number, or 0 for a fixed attempt_timeout; got %v", p.TimeoutFactor)
+	case p.TimeoutFactor > 0 && p.TimeoutFactor < 1:
+		bad("timeout_factor", "%v would time out calls faster than the service's own p99: use 1 or more (3 is typical)", p.TimeoutFactor)
+	case p.TimeoutFactor > 0 && (p.AttemptTimeout <= 0 || p.MaxElapsed <= 0):
+		bad("timeout_factor", "needs attempt_timeout (the least timeout) and max_elapsed (the most), got %v and %v",
+			p.AttemptTimeout, p.MaxElapsed)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

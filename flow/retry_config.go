@@ -210,6 +210,12 @@ func setField(p *RetryPolicy, field, val string) error {
 				return fmt.Errorf("%q is not true or false", val)
 			}
 			f.SetBool(b)
+		case float64:
+			x, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return fmt.Errorf("%q is not a number", val)
+			}
+			f.SetFloat(x)
 		case Statuses:
 			var st Statuses
 			if err := st.UnmarshalText([]byte(val)); err != nil {

@@ -26,20 +26,21 @@ type retryPolicyJSON struct {
 	MaxElapsed      duration `json:"max_elapsed"`
 	HonorRetryAfter bool     `json:"honor_retry_after"`
 	TransientStatus Statuses `json:"transient_status"`
+	TimeoutFactor   float64  `json:"timeout_factor"`
 }
 
 func (p RetryPolicy) toJSON() retryPolicyJSON {
 	return retryPolicyJSON{Strategy: p.Strategy, Jitter: p.Jitter, MaxAttempts: p.MaxAttempts,
 		BaseDelay: duration(p.BaseDelay), Increment: duration(p.Increment), MaxDelay: duration(p.MaxDelay),
 		AttemptTimeout: duration(p.AttemptTimeout), MaxElapsed: duration(p.MaxElapsed),
-		HonorRetryAfter: p.HonorRetryAfter, TransientStatus: p.TransientStatus}
+		HonorRetryAfter: p.HonorRetryAfter, TransientStatus: p.TransientStatus, TimeoutFactor: p.TimeoutFactor}
 }
 
 func (w retryPolicyJSON) policy() RetryPolicy {
 	return RetryPolicy{Strategy: w.Strategy, Jitter: w.Jitter, MaxAttempts: w.MaxAttempts,
 		BaseDelay: time.Duration(w.BaseDelay), Increment: time.Duration(w.Increment), MaxDelay: time.Duration(w.MaxDelay),
 		AttemptTimeout: time.Duration(w.AttemptTimeout), MaxElapsed: time.Duration(w.MaxElapsed),
-		HonorRetryAfter: w.HonorRetryAfter, TransientStatus: w.TransientStatus}
+		HonorRetryAfter: w.HonorRetryAfter, TransientStatus: w.TransientStatus, TimeoutFactor: w.TimeoutFactor}
 }
 
 // MarshalJSON writes the policy with its durations as strings:

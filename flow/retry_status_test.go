@@ -60,9 +60,13 @@ func TestTransientStatusFromFileAndEnvironment(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"policies": {"orders": {"transient_status": [429, 503]}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ps, err := flow.LoadRetryPolicies(path, []string{"SLUICE_RETRY_INTERACTIVE_TRANSIENT_STATUS=429, 500-504"})
+	ps, err := flow.LoadRetryPolicies(path, []string{"SLUICE_RETRY_INTERACTIVE_TRANSIENT_STATUS=429, 500-504",
+		"SLUICE_RETRY_INTERACTIVE_TIMEOUT_FACTOR=2.5"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ps["interactive"].TimeoutFactor != 2.5 {
+		t.Errorf("timeout_factor from the environment: %v, want 2.5", ps["interactive"].TimeoutFactor)
 	}
 	if got := ps["orders"].TransientStatus.String(); got != "429,503" {
 		t.Errorf("from the file: %q, want 429,503", got)
@@ -108,8 +112,8 @@ func TestMapAsyncRetriesServerErrorsWithTheDefaultPolicy(t *testing.T) {
 	})
 }
 
-// A policy whose budget cannot hold one attempt, or no retry, is refused,
-// naming the field.
+// A policy whose budget cannot hold one attempt, or whose adaptive timeout
+// has nothing to bound it, is refused, naming the field.
 func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 	for name, tc := range map[string]struct {
 		edit func(*flow.RetryPolicy)
@@ -118,6 +122,8 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 		"max_elapsed below one attempt": {func(p *flow.RetryPolicy) { p.MaxElapsed = time.Nanosecond }, "max_elapsed: 1ns is shorter than attempt_timeout"},
 		"no room for a retry": {func(p *flow.RetryPolicy) { p.MaxElapsed = 520 * time.Millisecond },
 			"max_elapsed: 520ms leaves no room for a retry"},
+		"factor below 1":       {func(p *flow.RetryPolicy) { p.TimeoutFactor = 0.5 }, "timeout_factor: 0.5"},
+		"factor without bound": {func(p *flow.RetryPolicy) { p.TimeoutFactor = 3; p.AttemptTimeout = 0 }, "timeout_factor: needs attempt_timeout"},
 	} {
 		p := flow.Interactive()
 		tc.edit(&p)
@@ -129,5 +135,58 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 	ok.MaxAttempts, ok.MaxElapsed = 1, 500*time.Millisecond
 	if err := ok.Validate(); err != nil {
 		t.Errorf("one attempt exactly as long as max_elapsed: %v", err)
+	}
+	ok = flow.Interactive()
+	ok.TimeoutFactor = 3
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Interactive with an adaptive timeout: %v", err)
+	}
+}
+
+// A service whose calls turn from 5 ms to 250 ms, past a fixed 100 ms
+// attempt timeout: with a TimeoutFactor the timeout follows its p99 up and
+// the calls succeed (a few time out while it learns); with the
+// fixed timeout every slow call times out. Once the service is quick
+// again, the timeout comes back down to its floor.
+func TestAdaptiveTimeoutFollowsAServiceThatSlowsDown(t *testing.T) {
+	slowCalls := func(factor float64) (failed int, a *flow.Async[int, int]) {
+		synctest.Test(t, func(t *testing.T) {
+			p := flow.Interactive()
+			p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 100*time.Millisecond, 2*time.Second, 10*time.Millisecond, 10*time.Millisecond
+			p.TimeoutFactor = factor
+			a = flow.MapAsync(16, func(ctx context.Context, v int) (int, error) {
+				d := 5 * time.Millisecond
+				if v >= 200 && v < 1000 {
+					d = 250 * time.Millisecond
+				}
+				select {
+				case <-time.After(d):
+					return v, nil
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}, flow.Retry(p))
+			g := stream.New()
+			stream.To(stream.Via(stream.From(g, source.Slice(ints(2000))), a), sink.Discard[int]())
+			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+				failed++
+				return nil
+			}))
+			run(t, g)
+		})
+		return failed, a
+	}
+	if failed, _ := slowCalls(0); failed != 800 {
+		t.Fatalf("with a fixed 100 ms timeout %d of the 800 slow calls failed, want all", failed)
+	}
+	failed, a := slowCalls(3)
+	// The attempts in flight when the service turned slow time out, once:
+	// their timeout raises the stage's at once.
+	if failed != 0 || a.Stats().Timeouts == 0 || a.Stats().Timeouts > 16 {
+		t.Fatalf("with timeout_factor 3: %d failed, %d attempts timed out; want none failed, at most the 16 in flight timed out",
+			failed, a.Stats().Timeouts)
+	}
+	if got := a.AttemptTimeout(); got != 100*time.Millisecond {
+		t.Fatalf("after 1,000 quick calls the timeout is %v, want back at its floor 100ms", got)
 	}
 }

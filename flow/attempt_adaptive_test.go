@@ -1,0 +1,89 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// With adaptive timeouts a call's timeout depends on what is left of its
+// budget: a call that starts after another may be due before it, and is
+// timed out at its own deadline, not at the other's.
+func TestAdaptiveClockTimesOutEachCallAtItsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
+		for range timeoutWindow {
+			at.observe(400*time.Millisecond, 0)
+		}
+		if got := at.timeout(0); got != 1200*time.Millisecond {
+			t.Fatalf("after a window of 400 ms calls the timeout is %v, want 3 x 400 ms", got)
+		}
+		c := newAttemptClock(context.Background(), 100*time.Millisecond, false, at)
+		defer c.stop()
+		start := time.Now()
+		long, endLong := c.start(start, 0)
+		defer endLong()
+		short, endShort := c.start(start, 150*time.Millisecond)
+		defer endShort()
+		<-short.Done()
+		if waited := time.Since(start); waited > 151*time.Millisecond || !errors.Is(short.Err(), context.DeadlineExceeded) {
+			t.Fatalf("the call with 150 ms left ended after %v (%v); want its own deadline", waited, short.Err())
+		}
+		if long.Err() != nil {
+			t.Fatalf("the call with 1.2 s ended with the other: %v", long.Err())
+		}
+		if got := c.timeoutOf(short); got != 150*time.Millisecond {
+			t.Fatalf("its timeout reads %v, want 150ms", got)
+		}
+		// None left: the least timeout, as a fixed one would give.
+		spent, endSpent := c.start(time.Now(), -1)
+		defer endSpent()
+		if got := c.timeoutOf(spent); got != 100*time.Millisecond {
+			t.Fatalf("an attempt with its budget spent gets %v, want the floor 100ms", got)
+		}
+	})
+}
+
+// The timeout rises with the service's p99, at once when a call times out
+// (but not again for calls timed out with an older timeout), up to its
+// ceiling, and falls by at most half a window.
+func TestAdaptiveTimeoutMoves(t *testing.T) {
+	at := newAdaptiveTimeout(3, 100*time.Millisecond, time.Second)
+	feed := func(d time.Duration) {
+		for range timeoutWindow {
+			at.observe(d, 0)
+		}
+	}
+	feed(10 * time.Millisecond)
+	if got := at.timeout(0); got != 100*time.Millisecond {
+		t.Fatalf("fast calls: %v, want the floor", got)
+	}
+	feed(250 * time.Millisecond)
+	if got := at.timeout(0); got != 750*time.Millisecond {
+		t.Fatalf("after 250 ms calls: %v, want 750ms", got)
+	}
+	feed(900 * time.Millisecond)
+	if got := at.timeout(0); got != time.Second {
+		t.Fatalf("after 900 ms calls: %v, want the ceiling 1s", got)
+	}
+	for _, want := range []time.Duration{500, 250, 125, 100} {
+		feed(time.Millisecond)
+		if got := at.timeout(0); got != want*time.Millisecond {
+			t.Fatalf("falling: %v, want %v ms", got, want)
+		}
+	}
+	at.observe(100*time.Millisecond, 100*time.Millisecond)
+	if got := at.timeout(0); got != 300*time.Millisecond {
+		t.Fatalf("after a call timed out at 100 ms: %v, want 300ms at once", got)
+	}
+	at.observe(100*time.Millisecond, 100*time.Millisecond) // another call of the same old timeout
+	if got := at.timeout(0); got != 300*time.Millisecond {
+		t.Fatalf("after a second call timed out at the old 100 ms: %v, want still 300ms", got)
+	}
+	at.observe(300*time.Millisecond, 300*time.Millisecond)
+	if got := at.timeout(0); got != 900*time.Millisecond {
+		t.Fatalf("after a call timed out at 300 ms: %v, want 900ms", got)
+	}
+}
