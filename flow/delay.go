@@ -23,12 +23,36 @@ const DelayWindow = 4096
 // pipeline is asked to stop, Delay stops waiting: messages already due go
 // on, the others stay unsettled (replayed later) and do not hold up the
 // drain. A panic in due fails that message.
-func Delay[T any](due func(e *stream.Envelope) time.Time) stream.Flow[T, T] {
-	return &delayFlow[T]{due: due}
+//
+// Options: Recheck asks due again, for every message held, when told to
+// (a replay made due early because its cause is gone).
+func Delay[T any](due func(e *stream.Envelope) time.Time, opts ...DelayOption) stream.Flow[T, T] {
+	f := &delayFlow[T]{due: due}
+	for _, o := range opts {
+		o(&f.opts)
+	}
+	return f
 }
 
+// DelayOption configures Delay.
+type DelayOption func(*delayOptions)
+
+type delayOptions struct {
+	recheck <-chan struct{}
+}
+
+// Recheck makes Delay ask due again, for every message it holds, each
+// time ch receives: a due function that consults something besides the
+// envelope (has the service this parked message failed on recovered
+// since?) can then bring messages forward, and they go on at once,
+// partitions still in order. Messages read later are asked when they
+// arrive, as always. A panic in due while rechecking keeps the message's
+// time. Default: due is asked once per message.
+func Recheck(ch <-chan struct{}) DelayOption { return func(o *delayOptions) { o.recheck = ch } }
+
 type delayFlow[T any] struct {
-	due func(e *stream.Envelope) time.Time
+	due  func(e *stream.Envelope) time.Time
+	opts delayOptions
 }
 
 func (f *delayFlow[T]) Name() string { return "delay" }
@@ -108,6 +132,8 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 				return err
 			}
 		case <-timer:
+		case <-f.opts.recheck:
+			r.recheck()
 		case <-draining:
 			// Let go of what is not due: unsettled, it is replayed later.
 			r.draining = true
@@ -142,6 +168,25 @@ func (r *delayRun[T]) hold(ctx context.Context, m *stream.Message[T]) error {
 	r.queues[k] = append(q, waiting[T]{m: *m, due: due})
 	r.held++
 	return nil
+}
+
+// recheck asks due again for every message held.
+func (r *delayRun[T]) recheck() {
+	for _, q := range r.queues {
+		for i := range q {
+			q[i].due = r.safeDue(&q[i].m.Envelope, q[i].due)
+		}
+	}
+}
+
+// safeDue is due(e), or was if due panics.
+func (r *delayRun[T]) safeDue(e *stream.Envelope, was time.Time) (at time.Time) {
+	defer func() {
+		if recover() != nil {
+			at = was
+		}
+	}()
+	return r.f.due(e)
 }
 
 // release sends every message that is due and at the head of its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -243,6 +244,58 @@ func TestDelayHoldsBackOnlyItsPartition(t *testing.T) {
 		want := map[int]time.Duration{1: 10 * time.Minute, 2: 10 * time.Minute, 3: time.Second, 4: time.Second}
 		if !maps.Equal(at, want) {
 			t.Fatalf("released at %v, want %v (partition 1 on its own time, each partition in order)", at, want)
+		}
+	})
+}
+
+// Recheck asks due again for the messages held: parked work whose cause
+// is gone (a service back up) goes on at once, not at its scheduled time;
+// a message read after is asked when it arrives.
+func TestDelayRecheckBringsMessagesForward(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var recovered atomic.Bool
+		due := func(e *stream.Envelope) time.Time {
+			if recovered.Load() {
+				return time.Time{}
+			}
+			return e.Timestamp
+		}
+		more := make(chan struct{})
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for i := range 4 {
+				m := stream.NewMessage(i, stream.Handle{})
+				m.Partition, m.Timestamp = int32(i%2), start.Add(time.Hour)
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			<-more
+			m := stream.NewMessage(4, stream.Handle{})
+			m.Timestamp = start.Add(time.Hour)
+			return out.Send(ctx, m)
+		})
+		recheck := make(chan struct{}, 1)
+		at := map[int]time.Duration{}
+		g := stream.New()
+		s := stream.Via(stream.From(g, src), flow.Delay[int](due, flow.Recheck(recheck)))
+		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
+		done := make(chan error, 1)
+		go func() { done <- g.Run(context.Background()) }()
+		time.Sleep(time.Second)
+		recovered.Store(true)
+		recheck <- struct{}{}
+		time.Sleep(time.Second)
+		close(more)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := map[int]time.Duration{0: time.Second, 1: time.Second, 2: time.Second, 3: time.Second, 4: 2 * time.Second}
+		if !maps.Equal(at, want) {
+			t.Fatalf("released at %v, want %v: the held at the recheck, the later one on arrival", at, want)
 		}
 	})
 }

@@ -151,6 +151,33 @@ func ReplayAt(e *stream.Envelope) time.Time {
 	return t
 }
 
+// ReplayDue is a flow.Delay key for a parking topic that replays a
+// parked message at once, rather than at its ReplayAt, when the
+// dependency of the stage it failed at (its HeaderStage) has recovered
+// since it was parked (its HeaderFailedAt): recovered(stage) says when
+// that dependency last came back (zero: never), as a
+// backpressure.Recovery's At does for the breaker guarding the stage.
+// Use it with flow.Recheck on the Recovery's C, so that messages already
+// held are brought forward too. A message without those headers is due
+// at its ReplayAt.
+func ReplayDue(recovered func(stage string) time.Time) func(e *stream.Envelope) time.Time {
+	return func(e *stream.Envelope) time.Time {
+		at := ReplayAt(e)
+		if at.IsZero() {
+			return at
+		}
+		back := recovered(string(e.Header(HeaderStage)))
+		if back.IsZero() {
+			return at
+		}
+		failed, err := time.Parse(time.RFC3339Nano, string(e.Header(HeaderFailedAt)))
+		if err != nil || !back.After(failed) {
+			return at
+		}
+		return time.Time{}
+	}
+}
+
 // FailureRecord is the record a dead letter writes for m, with value as
 // its value and reason as its reason: the failed message's key and
 // headers, and the headers of the failure (stage, reason, attempt, failure

@@ -208,3 +208,29 @@ func TestParkingFuncDelaysPerMessage(t *testing.T) {
 		t.Fatalf("Run with a nil replayAfter = %v, want an error naming it", err)
 	}
 }
+
+// ReplayDue brings a parked message forward once the dependency of the
+// stage it failed at came back after its parking; otherwise it is due at
+// its replay time.
+func TestReplayDueAfterRecovery(t *testing.T) {
+	failed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	replayAt := failed.Add(time.Minute)
+	env := func(stage string) *stream.Envelope {
+		m := stream.NewMessage([]byte("x"), stream.Handle{})
+		m.Headers = []stream.Header{{Key: kafkasink.HeaderStage, Value: []byte(stage)},
+			{Key: kafkasink.HeaderFailedAt, Value: []byte(failed.Format(time.RFC3339Nano))},
+			{Key: kafkasink.HeaderReplayAt, Value: []byte(replayAt.Format(time.RFC3339Nano))}}
+		return &m.Envelope
+	}
+	back := map[string]time.Time{"drones": failed.Add(time.Second), "packages": failed.Add(-time.Second)}
+	due := kafkasink.ReplayDue(func(stage string) time.Time { return back[stage] })
+	for stage, want := range map[string]time.Time{"drones": {}, "packages": replayAt, "accounts": replayAt} {
+		if got := due(env(stage)); !got.Equal(want) {
+			t.Errorf("failed at %s: due %v, want %v", stage, got, want)
+		}
+	}
+	plain := stream.NewMessage([]byte("x"), stream.Handle{})
+	if got := due(&plain.Envelope); !got.IsZero() {
+		t.Errorf("a message without parking headers: due %v, want now", got)
+	}
+}
