@@ -51,3 +51,28 @@ func TestRecoveryRecordsABreakerClosingAgain(t *testing.T) {
 		}
 	})
 }
+
+// Watch takes the first success after a run of failures for a recovery;
+// a failure now and then among successes is none.
+func TestRecoveryWatchesCallsWithoutABreaker(t *testing.T) {
+	rec := backpressure.NewRecovery()
+	undo := rec.Watch("undo", 3)
+	for _, ok := range []bool{true, false, true, false, false, true} {
+		undo(ok)
+	}
+	if !rec.At("undo").IsZero() {
+		t.Fatalf("recovered at %v after at most 2 failures in a row; want none", rec.At("undo"))
+	}
+	for range 3 {
+		undo(false)
+	}
+	undo(true)
+	if rec.At("undo").IsZero() {
+		t.Fatal("no recovery after 3 failures in a row and a success")
+	}
+	select {
+	case <-rec.C():
+	default:
+		t.Fatal("not signalled")
+	}
+}
