@@ -23,13 +23,19 @@ func TestParseAndValidate(t *testing.T) {
 	if err := valid().Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// Without a deadline a request is valid: it gets the scheduler's
+	// DefaultHorizon should a service fail it.
+	noDeadline := valid()
+	noDeadline.Deadline = time.Time{}
+	if err := noDeadline.Validate(); err != nil {
+		t.Fatalf("a request without a deadline: %v", err)
+	}
 	for field, mut := range map[string]func(*delivery.Request){
 		"id":        func(r *delivery.Request) { r.ID = "" },
 		"owner":     func(r *delivery.Request) { r.Owner = "" },
 		"pickup":    func(r *delivery.Request) { r.Pickup.Lat = 100 },
 		"weight":    func(r *delivery.Request) { r.WeightKg = 80 },
 		"size":      func(r *delivery.Request) { r.Size = "huge" },
-		"deadline":  func(r *delivery.Request) { r.Deadline = time.Time{} },
 		"priority":  func(r *delivery.Request) { r.Priority = delivery.Prio(7) },
 		"id is":     func(r *delivery.Request) { r.ID = strings.Repeat("i", delivery.MaxIDLen+1) },
 		"owner is":  func(r *delivery.Request) { r.Owner = strings.Repeat("o", delivery.MaxIDLen+1) },

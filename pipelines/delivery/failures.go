@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -33,47 +34,125 @@ const (
 
 var verdictStage = [...]string{"dead-letters", "park", "compensation-events", "already-delivered", "already-cancelled"}
 
-// judged is a failed copy with the parkings it had before and its
-// verdict.
+// judged is a failed copy with the parkings it had before, when it first
+// failed, the replay delay its parkings call for, and its verdict.
 type judged struct {
 	stream.Failure
 	parked  int
+	first   time.Time     // its first failure (a replay's, from its parking), for DefaultHorizon
+	backoff time.Duration // the replay delay of its next parking, by its parkings before
 	verdict verdict
 	key     string // the record's, for the log (at most 256 bytes of it)
 }
 
-// judge decides the verdict of each failure. For a request that failed for
-// good it asks the deliveries service whether another copy completed or a
-// compensation ran; if the service cannot tell now, the request is parked
-// (or, out of parkings, compensated: the supervisor's undos are harmless
-// for what was never done, and a compensated request stays cancelled).
+// ErrDeadline is wrapped by the reason of a request compensated because
+// its failure, transient, lasted until it could no longer complete before
+// its deadline (or, without one, within SchedulerConfig.DefaultHorizon of
+// its first failure).
+var ErrDeadline = errors.New("the request can no longer complete before its deadline")
+
+// ErrOutOfParkings is wrapped by the reason of a request compensated
+// because its transient failure outlasted SchedulerConfig.MaxParkings
+// parkings.
+var ErrOutOfParkings = errors.New("the request was parked as many times as allowed")
+
+// judge decides the verdict of each failure. A transient failure is
+// parked, to be replayed, for as long as the request can still complete
+// before its deadline; then it is compensated. For a request that failed
+// for good it asks the deliveries service whether another copy completed
+// or a compensation ran; if the service cannot tell now, the request is
+// parked while its deadline allows, else compensated (the supervisor's
+// undos are harmless for what was never done, and a compensated request
+// stays cancelled).
 type judge struct {
 	deliveries  Deliveries
 	parkTopic   string // "" without parking
-	maxParkings int
+	maxParkings int    // 0: no bound but the deadline
+	horizon     time.Duration
+	// ahead is how long the steps of a replay take at most now: a request
+	// replayed must have that left before its deadline.
+	ahead func() time.Duration
+	now   func() time.Time
 }
 
-func (j *judge) decide(ctx context.Context, v judged) verdict {
+// replayIn is a parked failure's error with the replay delay the judge
+// chose for it (replayDelay reads it).
+type replayIn struct {
+	error
+	delay time.Duration
+}
+
+func (e *replayIn) Unwrap() error { return e.error }
+
+// replayDelay is the park sink's delay: the judge's, else backoff's.
+func replayDelay(backoff func(*stream.Message[stream.Failure]) time.Duration) func(*stream.Message[stream.Failure]) time.Duration {
+	return func(m *stream.Message[stream.Failure]) time.Duration {
+		var r *replayIn
+		if errors.As(m.Value.Err, &r) {
+			return r.delay
+		}
+		return backoff(m)
+	}
+}
+
+// deadline is when p's request must be done by: its own deadline, or
+// DefaultHorizon after its first failure if it has none (zero, or a
+// placeholder at or before the Unix epoch).
+func (j *judge) deadline(p *Progress, v *judged) time.Time {
+	if d := p.Request.Deadline; d.After(time.Unix(0, 0)) {
+		return d
+	}
+	return v.first.Add(j.horizon)
+}
+
+// decide sets v's verdict, and, for a parking, the delay of its replay in
+// its error; for a compensation that its deadline or its parkings forced,
+// the reason says so.
+func (j *judge) decide(ctx context.Context, v *judged) {
 	p, ok := v.Value.(*Progress)
 	if !ok {
-		return deadLetter // failed to parse or validate: the value is the record's bytes
+		v.verdict = deadLetter // failed to parse or validate: the value is the record's bytes
+		return
 	}
-	canPark := j.parkTopic != "" && v.parked < j.maxParkings
-	if v.Transient && canPark {
-		return park
+	// slack is how long the replay may wait and still leave the request
+	// the time its steps take before its deadline.
+	deadline := j.deadline(p, v)
+	slack := deadline.Sub(j.now()) - j.ahead()
+	parkable := func() bool {
+		switch {
+		case j.parkTopic == "":
+			return false
+		case j.maxParkings > 0 && v.parked >= j.maxParkings:
+			v.Err = fmt.Errorf("%w (%d): %w", ErrOutOfParkings, v.parked, v.Err)
+			return false
+		case slack <= 0:
+			v.Err = fmt.Errorf("%w (%s, steps ahead %v): %w", ErrDeadline, deadline.UTC().Format(time.RFC3339), j.ahead().Round(time.Millisecond), v.Err)
+			return false
+		}
+		v.Err = &replayIn{error: v.Err, delay: min(v.backoff, slack)}
+		return true
+	}
+	if v.Transient {
+		if parkable() {
+			v.verdict = park
+			return
+		}
+		v.verdict = compensate
+		return
 	}
 	st, err := j.state(ctx, p.Request.ID)
 	switch {
-	case err != nil && canPark:
-		return park
+	case err != nil && parkable():
+		v.verdict = park
 	case err != nil:
-		return compensate
+		v.verdict = compensate
 	case st == Delivered:
-		return alreadyDelivered
+		v.verdict = alreadyDelivered
 	case st == Cancelled:
-		return alreadyCancelled
+		v.verdict = alreadyCancelled
+	default:
+		v.verdict = compensate
 	}
-	return compensate
 }
 
 // state asks the deliveries service, retrying a few times within 2 s.
@@ -102,11 +181,13 @@ func (j *judge) state(ctx context.Context, id string) (st DeliveryState, err err
 //	                                             -> park (ParkTopic, replayed)
 //	                                             -> compensation-events (FailuresTopic)
 //	                                             -> already-delivered, already-cancelled (settled)
-func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
-	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings}
+func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Duration) {
+	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings, horizon: cfg.DefaultHorizon,
+		ahead: ahead, now: time.Now}
 	if cfg.Replay != nil {
 		j.parkTopic = cfg.ParkTopic
 	}
+	backoff := kafkasink.Backoff(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay)
 	// The parkings a failed copy had come from its envelope (a replay from
 	// the park topic counts them), which MapAsync's function does not see.
 	prepared := stream.Via(g.Failures(), stream.FlowFunc[stream.Failure, judged](func(ctx context.Context,
@@ -117,7 +198,8 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded,
 						kafkasink.HeaderReplayed, kafkasink.HeaderReplayedTo)
 				}
-				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)])}
+				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)]),
+					first: firstFailure(&m), backoff: backoff(&m)}
 				if err := out.Send(ctx, stream.WithValue(m, v)); err != nil {
 					return false, err
 				}
@@ -130,7 +212,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 	// unsettled).
 	logged := logx.NewLimited(cfg.Logger, time.Second, 10)
 	decided := stream.Via(prepared, flow.MapAsync(judgeCalls, func(ctx context.Context, v judged) (judged, error) {
-		v.verdict = j.decide(ctx, v)
+		j.decide(ctx, &v)
 		logVerdict(ctx, logged, v)
 		return v, nil
 	}), stream.Name("judge-failures"))
@@ -155,7 +237,19 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig) {
 		v.Failure.Value = v.Failure.Value.(*Progress).Raw
 		return v.Failure, nil
 	}
-	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, kafkasink.Backoff(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay)), raw)
+	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, replayDelay(backoff)), raw)
+}
+
+// firstFailure is when m's request first failed: its parking's record says
+// for a replay, the failure itself otherwise.
+func firstFailure(m *stream.Message[stream.Failure]) time.Time {
+	if t, err := time.Parse(time.RFC3339Nano, string(m.Header(kafkasink.HeaderFirstFailure))); err == nil {
+		return t
+	}
+	if !m.Value.FirstFailure.IsZero() {
+		return m.Value.FirstFailure
+	}
+	return time.Now()
 }
 
 // maxReason bounds the reason a compensation event carries.

@@ -30,7 +30,11 @@ type Location struct {
 // request's level of priority (High, Normal or Low: 0 to 2); a request
 // without one (nil: absent or null in the JSON, as every request of
 // earlier versions without the field) is served at its owner's tier's
-// level once the accounts service said it (Tier.Level).
+// level once the accounts service said it (Tier.Level). Deadline is when
+// the delivery must be scheduled by: while a service fails, the request is
+// retried and replayed until it could no longer be done in time, and only
+// then compensated; a request without one (absent, or not after 1970) is
+// given SchedulerConfig.DefaultHorizon from its first failure.
 type Request struct {
 	ID       string    `json:"id"`
 	Owner    string    `json:"owner"`
@@ -85,8 +89,6 @@ func (r Request) Validate() error {
 		return bad("weight %.1f kg is outside (0, 25]", r.WeightKg)
 	case r.Size != "small" && r.Size != "medium" && r.Size != "large":
 		return bad("size %q is not small, medium or large", r.Size)
-	case r.Deadline.IsZero():
-		return bad("deadline is missing")
 	case r.Priority != nil && (*r.Priority < 0 || *r.Priority >= Levels):
 		// Never served as high: dead-lettered with its reason.
 		return fmt.Errorf("%w: priority %d is outside 0..%d: %w", ErrInvalid, *r.Priority, Levels-1, flow.ErrPriorityOutOfRange)

@@ -73,17 +73,29 @@ type SchedulerConfig struct {
 	ReplayCommitter stream.Committer
 	// ReplayAfter is the first replay delay (default 2 s), doubled with
 	// each parking up to MaxReplayDelay (default 1 min); a longer wait the
-	// service asked for (Retry-After) is honoured. MaxParkings bounds the
-	// parkings of a request (default 5: about a minute of waiting in all,
-	// 2+4+8+16+32 s).
+	// service asked for (Retry-After) is honoured, a shorter one taken if
+	// the request's deadline leaves no more. A request parked because its
+	// step's service was down (the step's breaker opened) is replayed as
+	// soon as the breaker closes again — a call to the service, a new
+	// request's or a replay's, went through — whatever its time.
 	ReplayAfter, MaxReplayDelay time.Duration
-	MaxParkings                 int
+	// A request is parked and replayed for as long as it can still
+	// complete before its deadline: the replay must leave it the time its
+	// steps take (the sum of their attempt timeouts). Past that, its
+	// transient failure is final and it is compensated, its reason
+	// wrapping ErrDeadline. A request without a deadline has one
+	// DefaultHorizon after its first failure (default 1 h).
+	DefaultHorizon time.Duration
+	// MaxParkings, if positive, also bounds the parkings of a request: its
+	// next transient failure is final, wrapping ErrOutOfParkings (default
+	// 0: only the deadline bounds them).
+	MaxParkings int
 	// Parallelism caps the calls of each step in flight (default
 	// DefaultParallelism); each step's adaptive limit keeps them as low as
 	// its service needs.
 	Parallelism int
-	// Retry is the policy of every step (default: flow.Interactive with 5
-	// attempts, which fits the 500 ms latency budget).
+	// Retry is the policy of every step (default DefaultRetry). It must
+	// have an AttemptTimeout.
 	Retry *flow.RetryPolicy
 	// Metrics, if set, receives the pipeline's metrics: the scheduler
 	// registers its pipeline (observe.Metrics.Register).
@@ -130,6 +142,12 @@ const (
 	initialLimit = 64
 	minLimit     = 8
 )
+
+// breakerMaxOpen bounds how long a step's breaker stays open between
+// probes while its service stays down (the open time doubles from 1 s):
+// once the service is back, it is found within this, and the requests
+// parked because of it are replayed at once.
+const breakerMaxOpen = 5 * time.Second
 
 // judgeCalls is the calls in flight of judge-failures (Deliveries.State).
 const judgeCalls = 64
@@ -214,11 +232,11 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		cfg.LatencyTarget = 100 * time.Millisecond
 	}
 	if cfg.Retry == nil {
-		p := flow.Interactive()
-		p.MaxAttempts = 5
-		p.AttemptTimeout = 200 * time.Millisecond
-		p.MaxElapsed = 400 * time.Millisecond
+		p := DefaultRetry()
 		cfg.Retry = &p
+	}
+	if err := CheckRetry(*cfg.Retry); err != nil {
+		return nil, fmt.Errorf("delivery scheduler: Retry: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -229,8 +247,11 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.MaxReplayDelay == 0 {
 		cfg.MaxReplayDelay = time.Minute
 	}
-	if cfg.MaxParkings == 0 {
-		cfg.MaxParkings = 5
+	if cfg.DefaultHorizon == 0 {
+		cfg.DefaultHorizon = DefaultHorizon
+	}
+	if cfg.MaxParkings < 0 || cfg.DefaultHorizon < 0 {
+		return nil, fmt.Errorf("delivery scheduler: MaxParkings %d and DefaultHorizon %v must not be negative", cfg.MaxParkings, cfg.DefaultHorizon)
 	}
 	if cfg.MaxStoreOutage == 0 {
 		cfg.MaxStoreOutage = 2 * time.Minute
@@ -290,9 +311,13 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		reqs = stream.From(g, cfg.Source, stream.Name("requests"))
 	}
 	committer := cfg.Committer
+	// A parked request is replayed at its time, or at once when the
+	// service of the step it failed at is back (its breaker closed again).
+	recovered := backpressure.NewRecovery()
 	if cfg.ParkTopic != "" {
 		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
-		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayAt), stream.Name("replay-delay"))
+		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(recovered.At), flow.Recheck(recovered.C())),
+			stream.Name("replay-delay"))
 		if cfg.Levels != nil {
 			// A replay has no topic of a level: Normal, until its own
 			// priority or its tier says.
@@ -369,7 +394,8 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			fn = rs.run
 			keyed = true
 		}
-		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step)})
+		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step), MaxOpenFor: breakerMaxOpen,
+			OnStateChange: recovered.OnStateChange})
 		if err != nil {
 			return nil, err
 		}
@@ -420,13 +446,60 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond))
 	stream.To(s, ck, stream.Name("checkpoint"))
-	routeFailures(g, cfg)
+	routeFailures(g, cfg, sch.ahead)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(g); err != nil {
 			return nil, err
 		}
 	}
 	return sch, nil
+}
+
+// DefaultRetry is the steps' retry policy unless SchedulerConfig.Retry
+// says otherwise: flow.Interactive with 5 attempts of 200 ms at least,
+// within 400 ms, which fits the 500 ms latency budget; each attempt's
+// timeout follows the service's latency (TimeoutFactor 3: three times its
+// recent p99, up to the 400 ms), so that a service that slows down slows
+// the scheduler instead of failing its calls. HTTP 408, 429, 500, 502,
+// 503 and 504 are transient: every step is idempotent (PUT by delivery
+// id) or recorded (StepStore).
+func DefaultRetry() flow.RetryPolicy {
+	p := flow.Interactive()
+	p.MaxAttempts = 5
+	p.AttemptTimeout = 200 * time.Millisecond
+	p.MaxElapsed = 400 * time.Millisecond
+	p.TimeoutFactor = 3
+	return p
+}
+
+// CheckRetry reports why p cannot be the steps' policy: it is invalid
+// (flow.RetryPolicy.Validate), or it has no attempt_timeout — a hung
+// service would then hold its calls' slots, and their requests, until the
+// HTTP client's own timeout, and no retry could be weighed against the
+// budget.
+func CheckRetry(p flow.RetryPolicy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if p.AttemptTimeout <= 0 {
+		return fmt.Errorf("attempt_timeout: must be positive for the scheduler's calls, got %v", p.AttemptTimeout)
+	}
+	return nil
+}
+
+// DefaultHorizon is SchedulerConfig.DefaultHorizon's default: how long
+// after its first failure a request without a deadline may still be
+// replayed.
+const DefaultHorizon = time.Hour
+
+// ahead is how long a request's steps take at most now: the sum of their
+// attempt timeouts, which a replay must have left before its deadline.
+func (s *Scheduler) ahead() time.Duration {
+	var d time.Duration
+	for _, a := range s.Steps {
+		d += a.AttemptTimeout()
+	}
+	return d
 }
 
 // levelLags returns the levels' sources that report a lag (a Kafka
