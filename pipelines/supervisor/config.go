@@ -21,15 +21,18 @@ var ErrConfig = errors.New("supervisor: invalid configuration")
 const (
 	// DefaultReplayAfter is how long the first parking of a compensation
 	// waits before its replay.
-	DefaultReplayAfter = 30 * time.Second
+	DefaultReplayAfter = 5 * time.Second
 	// DefaultMaxReplayDelay caps the replay delay, which doubles with every
-	// parking.
-	DefaultMaxReplayDelay = 10 * time.Minute
+	// parking: a booking stays undone at most this long after the service
+	// is back, even when nothing else shows that it is (a compensation
+	// parked because the undos' breaker was open is replayed as soon as
+	// it closes).
+	DefaultMaxReplayDelay = 30 * time.Second
 	// DefaultMaxParkings is how many times a compensation is parked before
 	// a transient failure of it counts as permanent: 0, no bound — an undo
-	// that cannot be done now is retried, every ten minutes at most, for
-	// as long as it takes (its drone stays booked meanwhile; the parkings
-	// show in the metrics and the log).
+	// that cannot be done now is retried, every DefaultMaxReplayDelay at
+	// most, for as long as it takes (its drone stays booked meanwhile; the
+	// parkings show in the metrics and the log).
 	DefaultMaxParkings = 0
 )
 
@@ -85,8 +88,7 @@ type Config struct {
 	MaxParkings int
 
 	// Retry is the policy of the undo and notify calls (default
-	// flow.Background with 10 attempts, at most 2 s apart, within a
-	// minute: undos must get through, they need not be fast).
+	// DefaultRetry).
 	Retry *flow.RetryPolicy
 	// Metrics, if set, receives the pipeline's metrics: New registers the
 	// pipeline (observe.Metrics.Register).
@@ -162,12 +164,34 @@ func (c *Config) Validate() error {
 }
 
 // withDefaults returns c with its zero fields set to their defaults.
+// DefaultRetry is the policy of the undo and notify calls unless
+// Config.Retry says otherwise: flow.Background with 10 attempts, at most
+// 2 s apart, within a minute (undos must get through, they need not be
+// fast), every HTTP 5xx transient (undos are idempotent DELETEs) besides
+// 408 and 429.
+func DefaultRetry() flow.RetryPolicy {
+	p := flow.Background()
+	p.MaxAttempts = 10
+	p.MaxDelay = 2 * time.Second
+	p.MaxElapsed = time.Minute
+	var err error
+	if p.TransientStatus, err = flow.NewStatuses(transientStatus()...); err != nil {
+		panic(err) // the codes are constants
+	}
+	return p
+}
+
+func transientStatus() []int {
+	codes := []int{408, 429}
+	for c := 500; c <= 599; c++ {
+		codes = append(codes, c)
+	}
+	return codes
+}
+
 func (c Config) withDefaults() Config {
 	if c.Retry == nil {
-		p := flow.Background()
-		p.MaxAttempts = 10
-		p.MaxDelay = 2 * time.Second
-		p.MaxElapsed = time.Minute
+		p := DefaultRetry()
 		c.Retry = &p
 	}
 	if c.Logger == nil {

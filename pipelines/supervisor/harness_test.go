@@ -57,6 +57,7 @@ func bookedServices(t *testing.T, ids []string, status func(path string, seen in
 type settings struct {
 	attempts       int
 	maxParkings    int
+	replayAfter    time.Duration // default 20 ms
 	maxReplayDelay time.Duration // default 80 ms
 	drain          time.Duration // default the supervisor's
 	metrics        *observe.Metrics
@@ -92,10 +93,13 @@ func startSupervisor(t *testing.T, brokers []string, b delivery.Backends, s sett
 	if s.maxReplayDelay == 0 {
 		s.maxReplayDelay = 80 * time.Millisecond
 	}
+	if s.replayAfter == 0 {
+		s.replayAfter = 20 * time.Millisecond
+	}
 	g, err = supervisor.New(supervisor.Config{Source: src, Committer: src, Backends: b,
 		Notifier: s.notifier, Retry: quickRetry(s.attempts), Metrics: s.metrics, Logger: quiet,
 		Producer: producer, RetryTopic: topicRetry, DeadLetterTopic: topicDead,
-		Replay: replay, ReplayCommitter: replay, ReplayAfter: 20 * time.Millisecond,
+		Replay: replay, ReplayCommitter: replay, ReplayAfter: s.replayAfter,
 		MaxReplayDelay: s.maxReplayDelay, MaxParkings: s.maxParkings, DrainTimeout: s.drain})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +215,53 @@ func TestUndoThatCannotBeDoneIsDeadLettered(t *testing.T) {
 	}
 	if n := metricValue(t, reg, "sluice_stage_received_total", map[string]string{"stage": "park"}); n != 2 {
 		t.Fatalf("sluice_stage_received_total of the parking = %v, want 2 (%s was parked twice)", n, failing)
+	}
+}
+
+// Compensations parked while the services were down are replayed as soon
+// as an undo goes through again (the undos' breaker closes), not at their
+// replay time (here 20 s): a drone is not left booked for nothing. Before,
+// they waited out the delay.
+func TestParkedCompensationsReplayWhenTheServicesAreBack(t *testing.T) {
+	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, topicFailures), kfake.SeedTopics(2, topicRetry), kfake.SeedTopics(1, topicDead))
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("r-%02d", i)
+	}
+	var down atomic.Bool
+	down.Store(true)
+	l, b := bookedServices(t, ids, func(string, int) int {
+		if down.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return 0
+	})
+	produceEvents(t, brokers, ids)
+	stop := runSupervisor(t, brokers, b, settings{attempts: 2, replayAfter: 20 * time.Second, maxReplayDelay: 20 * time.Second})
+	cl := kafkaClient(t, brokers)
+	waitFor(t, func() bool {
+		n := int64(0)
+		for _, end := range ends(t, cl, topicRetry, 2) {
+			n += end
+		}
+		return n >= int64(len(ids))
+	}, func() string { return fmt.Sprintf("not all parked: retry topic ends %v", ends(t, cl, topicRetry, 2)) })
+	down.Store(false)
+	back := time.Now()
+	// Compensations keep arriving, as they do (one every 250 ms): their
+	// undos find the services back.
+	fresh := 0
+	waitFor(t, func() bool {
+		if time.Since(back) > time.Duration(fresh)*250*time.Millisecond {
+			fresh++
+			produceEvents(t, brokers, []string{fmt.Sprintf("fresh-%d", fresh)})
+		}
+		return len(liveFor(l, ids)) == 0
+	}, func() string { return fmt.Sprintf("still booked: %v", liveFor(l, ids)) })
+	if took := time.Since(back); took > 10*time.Second {
+		t.Fatalf("the parked compensations ran %v after the services were back; want at once, not at their replay time (20 s)", took)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

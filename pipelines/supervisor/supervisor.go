@@ -9,7 +9,9 @@
 // (a timeout, a refused connection, an HTTP 5xx: undos are idempotent
 // DELETEs) that outlasts the retries is parked on a retry topic and
 // replayed by the supervisor itself when due, the delay doubling with each
-// parking, a bounded number of times; after that, or at once for a
+// parking up to a bound (30 s by default) — or at once, once an undo goes
+// through after a run of failures: the services are back —, a bounded
+// number of times if so configured; after that, or at once for a
 // permanent failure (an undo answered 4xx, a malformed event), the event
 // goes to a dead-letter topic with its reason, for an operator. An event
 // is committed only once all its undos and its notification succeeded, or
@@ -27,6 +29,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -104,11 +107,23 @@ func New(cfg Config) (*stream.Graph, error) {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
 	}
 	g := stream.New(opts...)
-	compensate(cfg, stream.From(g, cfg.Source, stream.Name("failures")), "", cfg.Committer)
+	// Once an undo goes through after a run of failures — the services
+	// were down and are back — the compensations parked meanwhile are
+	// replayed at once, not at their time.
+	recovered := backpressure.NewRecovery()
+	undone := recovered.Watch("undo", recoveryStreak)
+	compensate(cfg, stream.From(g, cfg.Source, stream.Name("failures")), "", cfg.Committer, undone)
 	if cfg.parks() {
 		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
-		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayAt), stream.Name("replay-delay"))
-		compensate(cfg, due, "replay-", cfg.ReplayCommitter)
+		undoBack := func(stage string) time.Time {
+			if stage == "undo" || stage == "replay-undo" {
+				return recovered.At("undo")
+			}
+			return time.Time{}
+		}
+		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(undoBack), flow.Recheck(recovered.C())),
+			stream.Name("replay-delay"))
+		compensate(cfg, due, "replay-", cfg.ReplayCommitter, undone)
 
 		t := &triage{retryTopic: cfg.RetryTopic, maxParkings: cfg.MaxParkings, log: cfg.Logger}
 		failed := stream.Via(g.Failures(), t, stream.Name("triage"))
@@ -129,12 +144,15 @@ func New(cfg Config) (*stream.Graph, error) {
 }
 
 // compensate adds parse -> undo -> notify -> checkpoint after events, the
-// stages named with prefix, committing through c.
-func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c stream.Committer) {
+// stages named with prefix, committing through c; each undo's outcome is
+// told to report.
+func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c stream.Committer, report func(ok bool)) {
 	b, n := cfg.Backends, cfg.Notifier
 	parsed := stream.Via(events, parseStage(), stream.Name(prefix+"parse"))
 	undo := flow.MapAsync(undoCalls, func(ctx context.Context, ev event) (event, error) {
-		return ev, Undo(ctx, b, ev.Progress)
+		err := Undo(ctx, b, ev.Progress)
+		report(err == nil)
+		return ev, err
 	}, append(callOptions(cfg), flow.TimeoutFromSend())...)
 	undone := stream.Via(parsed, undo, stream.Name(prefix+"undo"))
 	notify := flow.MapAsync(16, func(ctx context.Context, ev event) (event, error) {
@@ -145,8 +163,14 @@ func compensate(cfg Config, events stream.Stream[[]byte], prefix string, c strea
 	stream.To(notified, ck, stream.Name(prefix+"checkpoint"))
 }
 
-// undoCalls is the undos in flight of one compensate chain.
+// undoCalls is the undos in flight of one compensate chain: what paces the
+// replays released at once when the services are back.
 const undoCalls = 64
+
+// recoveryStreak is the undos failed in a row after which the next one to
+// succeed says the services are back: an outage fails every undo, while
+// undos failing now and then seldom fail 20 in a row.
+const recoveryStreak = 20
 
 // MaxCalls is the most calls to the backends a supervisor has in flight at
 // once: the undos of the failures and of the replays, each compensation
@@ -155,10 +179,15 @@ const undoCalls = 64
 const MaxCalls = 2 * undoCalls * undosPerCompensation
 
 // callOptions are the options of an undo or notify stage: the retry
-// policy, with 5xx retried too (Classify), retries logged. The undo stage
+// policy, its TransientStatus deciding HTTP statuses (5xx by default) in
+// each part of a joined error (classifyWith), retries logged. The undo stage
 // adds flow.TimeoutFromSend: the delivery backends say when each call is
 // sent, so a busy supervisor makes an undo wait, not time out (a Notifier
 // need not say, so notify is timed from its start).
 func callOptions(cfg Config) []flow.AsyncOption {
-	return []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.Classifier(Classify)}
+	p := *cfg.Retry
+	if p.TransientStatus.Empty() { // a policy that says nothing of statuses: the undos' own
+		p.TransientStatus = DefaultRetry().TransientStatus
+	}
+	return []flow.AsyncOption{flow.Retry(p), flow.Classifier(func(err error) stream.Classification { return classifyWith(&p, err) })}
 }

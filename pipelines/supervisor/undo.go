@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -60,41 +61,41 @@ func Undo(ctx context.Context, b delivery.Backends, p delivery.Progress) error {
 	return errors.Join(errs[:]...)
 }
 
-// Classify is stream.Classify for the supervisor's calls, which are all
-// idempotent (DELETEs, a notification kept per request): an HTTP 5xx is
-// transient too, worth another attempt, where stream.Classify would take
-// a 500 for good. An error that joins several (Undo's, when more than one
-// undo failed) is transient if any of them is: the attempt that retries it
-// runs every undo again, and the ones that failed for good fail again and
-// are reported then. Its RetryAfter is the longest any transient part asked
-// for.
+// Classify is stream.Classify for the supervisor's calls with the
+// statuses of DefaultRetry: they are all idempotent (DELETEs, a
+// notification kept per request), so an HTTP 5xx is transient too, worth
+// another attempt, where stream.Classify would take a 500 for good. An
+// error that joins several (Undo's, when more than one undo failed) is
+// transient if any of them is: the attempt that retries it runs every undo
+// again, and the ones that failed for good fail again and are reported
+// then. Its RetryAfter is the longest any transient part asked for.
 func Classify(err error) stream.Classification {
+	p := DefaultRetry()
+	return classifyWith(&p, err)
+}
+
+// classifyWith is Classify with the statuses of p's TransientStatus (the
+// supervisor's policy, which a worker's flags may change).
+func classifyWith(p *flow.RetryPolicy, err error) stream.Classification {
 	if err == nil {
 		return stream.Classification{}
 	}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		out := stream.Classification{Reason: stream.ReasonOther}
 		for _, e := range j.Unwrap() {
-			if c := Classify(e); c.Transient && (!out.Transient || c.RetryAfter > out.RetryAfter) {
+			if c := classifyWith(p, e); c.Transient && (!out.Transient || c.RetryAfter > out.RetryAfter) {
 				out = c
 			}
 		}
 		return out
 	}
-	if c := stream.Classify(err); c.Transient {
-		return c
-	}
-	if hs, ok := err.(stream.HTTPStatuser); ok && hs.HTTPStatus() >= 500 && hs.HTTPStatus() <= 599 {
-		c := stream.Classification{Transient: true, Reason: stream.ReasonOther}
-		if ra, ok := err.(stream.RetryAfterer); ok {
-			c.RetryAfter = ra.RetryAfter()
-		}
+	if c := p.Classify(err); c.Transient {
 		return c
 	}
 	// A wrapper (the stage's "undoing drone of ...", a call timeout) is
-	// what it wraps: a join or a 5xx further down decides.
+	// what it wraps: a join further down decides.
 	if inner := errors.Unwrap(err); inner != nil {
-		return Classify(inner)
+		return classifyWith(p, inner)
 	}
 	return stream.Classification{Reason: stream.ReasonOther}
 }
