@@ -41,7 +41,19 @@ func DefaultRetryPolicies() RetryPolicies {
 // Unknown fields, malformed values, unknown variables under EnvPrefix and
 // invalid policies are errors naming the policy and the field.
 func LoadRetryPolicies(path string, environ []string) (RetryPolicies, error) {
-	ps := DefaultRetryPolicies()
+	return LoadRetryPoliciesFrom(DefaultRetryPolicies(), path, environ)
+}
+
+// LoadRetryPoliciesFrom is LoadRetryPolicies starting from base, the
+// policies a program defines (DefaultRetryPolicies and its own) in place
+// of DefaultRetryPolicies: a file's policy of a name in base starts from
+// it, and SLUICE_RETRY_<NAME>_<FIELD> changes its fields. base is not
+// changed.
+func LoadRetryPoliciesFrom(base RetryPolicies, path string, environ []string) (RetryPolicies, error) {
+	ps := make(RetryPolicies, len(base))
+	for n, p := range base {
+		ps[n] = p
+	}
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-streams/sluice/flow"
 )
 
 // commands are every command that takes flags, as run() is called.
@@ -64,6 +66,8 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 				v = (d + 1500*time.Millisecond).String()
 			case string:
 				v = d + "-from-env"
+			case *flow.Statuses:
+				v = "429,503"
 			default:
 				t.Fatalf("%v -%s: a flag of kind %T the test does not know", args, f.Name, d)
 			}

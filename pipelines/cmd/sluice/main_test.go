@@ -168,11 +168,18 @@ func TestWorkerRetryPolicyFlags(t *testing.T) {
 // naming its flag; the defaults come from the environment.
 func TestWorkerParkingFlags(t *testing.T) {
 	ctx := context.Background()
-	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-max-parkings", "0"}); err == nil ||
+	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-max-parkings", "-1"}); err == nil ||
 		!strings.Contains(err.Error(), "-max-parkings") || strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("delivery -max-parkings 0: %v, want an error naming it before connecting", err)
+		t.Fatalf("delivery -max-parkings -1: %v, want an error naming it before connecting", err)
 	}
+	// No bound on the parkings (the default: the deadline decides) leaves
+	// the mark any time to turn stale.
 	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1", "-stale-after", "70s"}); err == nil ||
+		strings.Contains(err.Error(), "-stale-after") {
+		t.Fatalf("delivery -stale-after 70s with no bound on the parkings: %v, want it accepted", err)
+	}
+	if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1", "-stale-after", "70s",
+		"-max-parkings", "5"}); err == nil ||
 		!strings.Contains(err.Error(), "-stale-after 1m10s") || !strings.Contains(err.Error(), "1m2s in all") {
 		t.Fatalf("delivery -stale-after beyond its parkings (2+4+8+16+32 s): %v, want an error naming both", err)
 	}
@@ -230,5 +237,34 @@ func TestWorkerChecksTheTopicsItWritesTo(t *testing.T) {
 		if gi := c.GroupInfo("sluice-" + which); gi != nil {
 			t.Errorf("%s joined its group (now %s) before it checked its topics", which, gi.State)
 		}
+	}
+}
+
+// A retry budget that cannot work stops the worker before it connects,
+// naming the policy and the field: a max_elapsed shorter than one attempt,
+// or a scheduler policy with no attempt timeout. Before, both were
+// accepted and the worker reported ready.
+func TestWorkerRefusesARetryBudgetThatCannotWork(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"SLUICE_RETRY_INTERACTIVE_MAX_ELAPSED=1ns", []string{"delivery", "-retry-policy", "interactive"}, "max_elapsed: 1ns is shorter than attempt_timeout"},
+		{"SLUICE_RETRY_INTERACTIVE_ATTEMPT_TIMEOUT=0s", []string{"delivery", "-retry-policy", "interactive"}, "attempt_timeout: must be positive"},
+		{"SLUICE_RETRY_DELIVERY_MAX_ELAPSED=1ns", []string{"delivery"}, "max_elapsed: 1ns is shorter than attempt_timeout"},
+		{"SLUICE_RETRY_DELIVERY_ATTEMPT_TIMEOUT=0s", []string{"delivery"}, "needs attempt_timeout"},
+		{"SLUICE_RETRY_SUPERVISOR_MAX_ELAPSED=1ns", []string{"supervisor"}, "max_elapsed: 1ns leaves no room for a retry"},
+		{"SLUICE_RETRY_DELIVERY_TIMEOUT_FACTOR=0.5", []string{"delivery"}, "timeout_factor: 0.5"},
+		{"SLUICE_RETRY_DELIVERY_TRANSIENT_STATUS=5x", []string{"delivery"}, "SLUICE_RETRY_DELIVERY_TRANSIENT_STATUS"},
+	} {
+		k, val, _ := strings.Cut(c.env, "=")
+		t.Run(k, func(t *testing.T) {
+			t.Setenv(k, val)
+			err := runWorker(context.Background(), append(c.args, "-brokers", "127.0.0.1:1"))
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "127.0.0.1:1") {
+				t.Fatalf("%s %v: %v, want an error containing %q before connecting", c.env, c.args, err, c.want)
+			}
+		})
 	}
 }

@@ -20,17 +20,19 @@ type replayFlags struct {
 	deadLetterTopic             string // the supervisor's
 }
 
-// replayDefaults are each worker's: the scheduler replays requests within
-// about a minute and a half and then compensates them; the supervisor
-// retries an undo for as long as it takes.
+// replayDefaults are each worker's: the scheduler replays a request for as
+// long as it can still complete before its deadline; the supervisor
+// retries an undo for as long as it takes. Both replay at once what
+// waited for a service that is back.
 var replayDefaults = map[string]struct {
 	topic        string
 	after, most  time.Duration
 	parkings     int
 	parkingsHelp string
 }{
-	"delivery": {"delivery-requests-retry", 2 * time.Second, time.Minute, 5,
-		"times a request is parked before a transient failure of it counts as permanent and it is compensated"},
+	"delivery": {"delivery-requests-retry", 2 * time.Second, time.Minute, 0,
+		"times a request may be parked before a transient failure of it counts as permanent and it is compensated " +
+			"(0: no bound; its deadline decides)"},
 	"supervisor": {"delivery-failures-retry", supervisor.DefaultReplayAfter, supervisor.DefaultMaxReplayDelay,
 		supervisor.DefaultMaxParkings, "times a compensation is parked before a transient failure of it counts as permanent " +
 			"and it is dead-lettered (0: no bound, retried for as long as it takes)"},
@@ -62,15 +64,15 @@ func (r *replayFlags) validate(which string) error {
 		return fmt.Errorf("-replay-after %v: must be positive", r.replayAfter)
 	case r.maxReplayDelay < r.replayAfter:
 		return fmt.Errorf("-max-replay-delay %v: must be at least -replay-after %v", r.maxReplayDelay, r.replayAfter)
-	case r.maxParkings < 0 || which == "delivery" && r.maxParkings < 1:
-		return fmt.Errorf("-max-parkings %d: must be at least %d", r.maxParkings, map[string]int{"delivery": 1, "supervisor": 0}[which])
+	case r.maxParkings < 0:
+		return fmt.Errorf("-max-parkings %d: must not be negative (0: no bound)", r.maxParkings)
 	}
 	return nil
 }
 
 // parkedFor is how long a request waits in all over its parkings: the
 // replay delays, doubling from -replay-after up to -max-replay-delay, one
-// per parking.
+// per parking (0 with no bound on the parkings).
 func (r *replayFlags) parkedFor() time.Duration {
 	var total time.Duration
 	d := r.replayAfter

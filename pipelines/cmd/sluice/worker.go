@@ -76,7 +76,7 @@ func runWorker(ctx context.Context, args []string) error {
 	cf.register(fs)
 	// Each pipeline takes only the flags it uses.
 	requests, dead, redisURL, redisCA, levelTopics := "delivery-requests", "delivery-dead-letters", "", "", ""
-	parallelism, staleAfter := delivery.DefaultParallelism, 10*time.Second
+	parallelism, staleAfter, horizon := delivery.DefaultParallelism, 10*time.Second, delivery.DefaultHorizon
 	if which == "delivery" {
 		fs.StringVar(&requests, "requests-topic", requests, "topic of delivery requests, unless -level-topics is set")
 		fs.StringVar(&levelTopics, "level-topics", "",
@@ -89,6 +89,9 @@ func runWorker(ctx context.Context, args []string) error {
 		fs.IntVar(&parallelism, "parallelism", parallelism, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it")
 		fs.DurationVar(&staleAfter, "stale-after", staleAfter,
 			"how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
+		fs.DurationVar(&horizon, "default-horizon", horizon,
+			"how long after its first failure a request without a deadline may still be parked and replayed; "+
+				"a request with one is replayed while it can still complete before it")
 	}
 	failures := fs.String("failures-topic", "delivery-failures", "topic of compensation events")
 	group := fs.String("group", "sluice-"+which, "consumer group")
@@ -100,8 +103,13 @@ func runWorker(ctx context.Context, args []string) error {
 	session := fs.Duration("session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions move to the others")
 	policiesFile := fs.String("retry-policies", "",
 		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
-	policyName := fs.String("retry-policy", "",
-		`retry policy of the pipeline's calls, by name ("": the pipeline's own: 5 quick attempts within 400 ms for the scheduler, background for the supervisor)`)
+	policyName := fs.String("retry-policy", which,
+		`retry policy of the pipeline's calls, by name: "delivery" (5 quick attempts within 400 ms, timeouts that follow the services' latency) `+
+			`and "supervisor" (undos: 10 attempts within a minute) are the workers' own; SLUICE_RETRY_DELIVERY_<FIELD> changes a field of one`)
+	var transient flow.Statuses
+	fs.TextVar(&transient, "transient-status", flow.Statuses{},
+		`HTTP statuses the services' answers are retried and parked on, codes and ranges like "429,500-504", `+
+			`in place of the retry policy's transient_status (default: the policy's, 408,429,500,502-504 for the scheduler, 408,429,500-599 for the supervisor)`)
 	var lf logFlags
 	lf.register(fs)
 	var rf replayFlags
@@ -124,7 +132,7 @@ func runWorker(ctx context.Context, args []string) error {
 		// step store's round trips included.
 		return fmt.Errorf("-stale-after %v: must be at least 1s", staleAfter)
 	}
-	if parked := rf.parkedFor(); which == "delivery" && redisURL != "" && staleAfter >= parked {
+	if parked := rf.parkedFor(); which == "delivery" && redisURL != "" && rf.maxParkings > 0 && staleAfter >= parked {
 		// A request whose drone booking has an unknown outcome waits,
 		// parked, until the booking is stale enough to ask the service.
 		return fmt.Errorf("-stale-after %v: a request with an unknown booking would be compensated before it could be "+
@@ -146,18 +154,26 @@ func runWorker(ctx context.Context, args []string) error {
 			environ = append(environ, kv)
 		}
 	}
-	policies, err := flow.LoadRetryPolicies(*policiesFile, environ)
+	base := flow.DefaultRetryPolicies()
+	base["delivery"], base["supervisor"] = delivery.DefaultRetry(), supervisor.DefaultRetry()
+	policies, err := flow.LoadRetryPoliciesFrom(base, *policiesFile, environ)
 	if err != nil {
 		return err
 	}
-	var retry *flow.RetryPolicy
-	if *policyName != "" {
-		p, err := policies.Get(*policyName)
-		if err != nil {
-			return fmt.Errorf("-retry-policy: %w", err)
-		}
-		retry = &p
+	p, err := policies.Get(*policyName)
+	if err != nil {
+		return fmt.Errorf("-retry-policy: %w", err)
 	}
+	if !transient.Empty() {
+		p.TransientStatus = transient
+	}
+	if which == "delivery" {
+		if err := delivery.CheckRetry(p); err != nil {
+			return fmt.Errorf("-retry-policy %s (with its SLUICE_RETRY_%s_ variables): %w", *policyName,
+				strings.ToUpper(strings.ReplaceAll(*policyName, "-", "_")), err)
+		}
+	}
+	retry := &p
 	var backends delivery.Backends
 	if *backendsURL == "sim" {
 		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
@@ -255,7 +271,7 @@ func runWorker(ctx context.Context, args []string) error {
 		cfg := delivery.SchedulerConfig{Backends: backends, Producer: producer,
 			FailuresTopic: *failures, DeadLetterTopic: dead, Parallelism: parallelism, Retry: retry, Metrics: m, Logger: logger,
 			ParkTopic: rf.retryTopic, Replay: replay, ReplayCommitter: replay, ReplayAfter: rf.replayAfter,
-			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: staleAfter}
+			MaxReplayDelay: rf.maxReplayDelay, MaxParkings: rf.maxParkings, StaleAfter: staleAfter, DefaultHorizon: horizon}
 		if len(srcs) == 1 {
 			cfg.Source, cfg.Committer = src, src
 		} else {
