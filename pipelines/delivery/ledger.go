@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Ledger counts side effects per service and delivery id, so that tests and
@@ -14,6 +15,9 @@ type Ledger struct {
 	shards [ledgerShards]ledgerShard
 	live   [len(ledgerServices)]atomic.Int64 // records live now, by service
 	undone [len(ledgerServices)]atomic.Int64 // records ever undone, by service
+	// lastUndo is when the last undo was applied (Unix nanoseconds, 0:
+	// none): how long after an outage compensations still ran.
+	lastUndo atomic.Int64
 }
 
 const ledgerShards = 64
@@ -151,6 +155,18 @@ func (l *Ledger) del(i int, id string) {
 		e.deleted++
 		return nil
 	})
+	now := time.Now().UnixNano()
+	for last := l.lastUndo.Load(); now > last && !l.lastUndo.CompareAndSwap(last, now); last = l.lastUndo.Load() {
+	}
+}
+
+// LastUndo returns when the last undo (a delete) was applied, whatever
+// it deleted; the zero time if none was.
+func (l *Ledger) LastUndo() time.Time {
+	if n := l.lastUndo.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // Live reports whether service holds a record for id now.

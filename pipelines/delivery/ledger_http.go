@@ -20,7 +20,8 @@ import (
 // from another process (`sluice verify`):
 //
 //	GET /ledger               LedgerTotals: per service, records created,
-//	                          live, undone and created twice
+//	                          live, undone and created twice; when the
+//	                          last undo was applied
 //	GET /ledger/{id}          the LedgerRecord of one delivery id (zero
 //	                          entries if no service has a record of it)
 //	GET /ledger?records=all   every LedgerRecord, one JSON object a line
@@ -29,7 +30,7 @@ import (
 //
 // For example:
 //
-//	{"ids":2,"services":{"deliveries":{"created":1,"live":1,"undone":0,"created_twice":0},...}}
+//	{"ids":2,"services":{"deliveries":{"created":1,"live":1,"undone":0,"created_twice":0},...},"last_undo":"2025-06-01T10:00:03.5Z"}
 //	{"id":"d-00000042","packages":{"created":1,"live":true,"undone":false},"drones":{...},"deliveries":{...}}
 //
 // Mount it beside HTTPHandler on "/ledger" and "/ledger/".

@@ -3,6 +3,7 @@ package delivery
 import (
 	"fmt"
 	"iter"
+	"time"
 )
 
 // LedgerEntry is what one service did for one delivery id.
@@ -67,6 +68,11 @@ type LedgerTotals struct {
 	IDs int `json:"ids"`
 	// Services holds the totals of packages, drones and deliveries.
 	Services map[string]ServiceTotals `json:"services"`
+	// LastUndo is when the services last applied an undo (a delete, by
+	// any service), nil if they never did: how long compensations went
+	// on, after an outage for example. Only the services' own ledger
+	// knows it; a snapshot's totals leave it nil.
+	LastUndo *time.Time `json:"last_undo,omitempty"`
 }
 
 // ServiceTotals are one service's side effects over every delivery id.
@@ -149,7 +155,11 @@ func (l *Ledger) Totals() LedgerTotals {
 		}
 		s.mu.Unlock()
 	}
-	return t.totals()
+	out := t.totals()
+	if last := l.LastUndo(); !last.IsZero() {
+		out.LastUndo = &last
+	}
+	return out
 }
 
 // All yields a copy of every delivery id's record, in no particular
