@@ -12,7 +12,9 @@
 //	                 never can); sensors: one instance of the home-security
 //	                 workload
 //	sluice services  the simulated backends over HTTP, shared by the workers
-//	                 (-backends URL), with their side-effect ledger on /ledger
+//	                 (-backends URL), with their side-effect ledger on /ledger;
+//	                 they fail on purpose on a schedule (-fault) or on demand
+//	                 (/admin/faults on -admin-listen)
 //	sluice loadgen   produce delivery requests to a real cluster; -record
 //	                 FILE keeps what was sent for verify; "sensors": the
 //	                 home-security readings
@@ -82,7 +84,8 @@ func usage() error {
   sluice run sensors [-brokers host:port,...] [-redis redis://[user:pass@]host:port[/db]|host:port] [-namespace sensors] [-group sensors]
               [-instance-id host:pid] [-topic sensor-readings] [-dead-letter-topic sensor-readings-dead-letters] [-interval 10s]
               [-expiration 1m] [-lateness 30s] [-idle-close D] [-listen 127.0.0.1:9465] [-status-every 5s] ...
-  sluice services [-listen 127.0.0.1:8080] [-drones non-idempotent|idempotent]
+  sluice services [-listen 127.0.0.1:8080] [-admin-listen 127.0.0.1:0] [-drones non-idempotent|idempotent]
+              [-fault SERVICE:status=N|latency=+D|down[:after=D][:for=D]]...
               [-transient 0.01] [-throttle 0.002] [-permanent 0] [-min-latency 2ms] [-max-latency 10ms] [-retry-after 0]
   sluice loadgen [-brokers host:port,...] [-rate N] [-burst N] [-duration D] [-record FILE]
               [-level-topics high,normal,low] [-mix 0.1,0.3,0.6] [-untagged 0.3]
