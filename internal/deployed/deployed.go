@@ -3,9 +3,12 @@
 // services`, `sluice run delivery`, `sluice run supervisor`, `sluice
 // loadgen` — and a real redis-server for the drone step's records (mode
 // b). Its System can kill and restart a worker, stop Redis for an outage,
-// sample the scheduler's consumer lag and its progress, and verify the run
-// from the load generator's record, the services' ledger and the dead
-// letters, as `sluice verify` does. The end-to-end test of the workers
+// make the services fail (an error status, extra latency, or their address
+// refusing connections: delivery.Fault), sample the scheduler's consumer
+// lag and its progress, and verify the run from the load generator's
+// record, the services' ledger and the dead letters, as `sluice verify`
+// does. The ledger is read, and the faults driven, on the services' admin
+// address, which stays up while the services are down. The end-to-end test of the workers
 // and BenchmarkDeliveryDeployed use it.
 package deployed
 
@@ -61,7 +64,8 @@ type System struct {
 	bin, dir string
 	cfg      Config
 	Brokers  string
-	Services string // base URL
+	Services string // base URL of the services, which the workers call
+	Admin    string // base URL of their ledger and fault switches (with a binary from before them: Services)
 	Redis    *testenv.RedisServer
 	adm      *kadm.Client
 	kcl      *kgo.Client
@@ -117,11 +121,18 @@ func Start(tb testing.TB, bin string, cfg Config) *System {
 	}
 	s := &System{tb: tb, bin: bin, dir: tb.TempDir(), cfg: cfg, workers: map[string]*Worker{}, n: map[string]int{}}
 	tb.Cleanup(s.stop)
-	ps := ports(tb, 2)
+	ps := ports(tb, 3)
 	s.Brokers = fmt.Sprintf("127.0.0.1:%d", ps[0])
 	s.procs = append(s.procs, s.spawn("broker", "broker", "-port", fmt.Sprint(ps[0]), "-partitions", fmt.Sprint(cfg.Partitions)))
 	s.Services = fmt.Sprintf("http://127.0.0.1:%d", ps[1])
-	s.procs = append(s.procs, s.spawn("services", append([]string{"services", "-listen", s.Services[len("http://"):]}, cfg.Services...)...))
+	services := []string{"services", "-listen", s.Services[len("http://"):]}
+	if hasAdminAddress(bin) {
+		s.Admin = fmt.Sprintf("http://127.0.0.1:%d", ps[2])
+		services = append(services, "-admin-listen", s.Admin[len("http://"):])
+	} else {
+		s.Admin = s.Services // a binary from before the admin address: no faults
+	}
+	s.procs = append(s.procs, s.spawn("services", append(services, cfg.Services...)...))
 	s.Redis = testenv.StartDurableRedis(tb)
 	var err error
 	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.Brokers)); err != nil {
@@ -141,12 +152,24 @@ func Start(tb testing.TB, bin string, cfg Config) *System {
 		return nil
 	})
 	s.await("the services", 30*time.Second, func() error {
-		_, err := delivery.FetchLedgerTotals(context.Background(), http.DefaultClient, s.Services)
-		return err
+		for _, base := range []string{s.Services, s.Admin} {
+			if _, err := delivery.FetchLedgerTotals(context.Background(), http.DefaultClient, base); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	s.StartWorker("delivery")
 	s.StartWorker("supervisor")
 	return s
+}
+
+// hasAdminAddress reports whether the binary's services take
+// -admin-listen: a binary built from an earlier commit, to compare with,
+// serves its ledger on the services' address only and shows no faults.
+func hasAdminAddress(bin string) bool {
+	out, _ := exec.Command(bin, "services", "-h").CombinedOutput()
+	return strings.Contains(string(out), "-admin-listen")
 }
 
 // spawn starts the binary with args, its output in a log file named name.
@@ -315,7 +338,7 @@ func (s *System) lag(ctx context.Context, topic string, groups ...string) (int64
 // Progress is the services' count of outcomes so far: deliveries live and
 // packages undone.
 func (s *System) Progress(ctx context.Context) (int, error) {
-	t, err := delivery.FetchLedgerTotals(ctx, http.DefaultClient, s.Services)
+	t, err := s.LedgerTotals(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -330,7 +353,7 @@ func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Dura
 	cl := &http.Client{}
 	for {
 		final := time.Since(start) >= limit
-		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Services, sent, []string{s.Brokers}, final)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Admin, sent, []string{s.Brokers}, final)
 		if final || err == nil && accounted && sum.OK() {
 			if err != nil {
 				return demo.Summary{}, time.Since(start), err
@@ -346,6 +369,24 @@ func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Dura
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// LedgerTotals reads the services' ledger totals (from their admin
+// address: also while they are down).
+func (s *System) LedgerTotals(ctx context.Context) (delivery.LedgerTotals, error) {
+	return delivery.FetchLedgerTotals(ctx, http.DefaultClient, s.Admin)
+}
+
+// Fault makes the services show f, its After counted from now, and
+// returns it as scheduled (with when it starts and ends).
+func (s *System) Fault(ctx context.Context, f delivery.Fault) (delivery.ScheduledFault, error) {
+	return delivery.StartFault(ctx, http.DefaultClient, s.Admin, f)
+}
+
+// ClearFaults ends every fault of the services now.
+func (s *System) ClearFaults(ctx context.Context) error {
+	_, err := delivery.ClearFaults(ctx, http.DefaultClient, s.Admin)
+	return err
 }
 
 // Produce writes records to the broker (e.g. a request again, as a
