@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/deployed"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 )
 
 // BenchmarkDeliveryDeployed runs the drone delivery system as it is
@@ -30,6 +31,19 @@ import (
 //	                  killed with SIGKILL 3 times and started again
 //	redis_outage      the highest sustained rate for 25 s, redis-server
 //	                  killed 5 s in and started again 10 s later
+//	server_errors     the highest sustained rate for 50 s, the drone
+//	                  service answering 500 to every call (undos
+//	                  included) from 10 s in for 30 s
+//	slow_services     the highest sustained rate for 50 s, every call of
+//	                  every service taking 300 ms more from 10 s in for
+//	                  30 s
+//	services_down     the highest sustained rate for 80 s, the services'
+//	                  address refusing connections (open ones closed: the
+//	                  scheduler's and the supervisor's calls alike) from
+//	                  10 s in for 60 s
+//
+// The faults are started through the admin address of `sluice services`
+// (POST /admin/faults); `sluice services -fault` reproduces them by hand.
 //
 // Each reports completed/s (deliverable requests completed per second of
 // the run, drain included), completed_share, compensated_share and
@@ -45,13 +59,19 @@ import (
 // time with lag and no new outcome), lost, twice, left (side effects left
 // after a compensation), worker_exits (scheduler incarnations that ended
 // on their own), and worker_cpu_us/req (user+system CPU of the scheduler's
-// processes per request sent).
+// processes per request sent). services_down also reports
+// last_undo_after_up_s: seconds from the services' return to the last undo
+// (a delete) they applied, 0 if none came after (how long compensations
+// went on after the outage).
+//
+// One scenario alone: -bench 'BenchmarkDeliveryDeployed/server_errors$'.
 //
 // SLUICE_DEPLOYED_RATES (comma-separated, default 250,500,1000) sets the
 // sustained rates; SLUICE_DEPLOYED_TOP (default: the last of them) the
-// rate of burst_2x, sigkill and redis_outage; SLUICE_DEPLOYED_BIN a
-// sluice binary to run instead of this tree's (built from another commit,
-// to compare). `make bench-delivery-deployed` runs it (about 5 minutes).
+// rate of burst_2x, sigkill, redis_outage and the three faults;
+// SLUICE_DEPLOYED_BIN a sluice binary to run instead of this tree's (built
+// from another commit, to compare). `make bench-delivery-deployed` runs it
+// (about 15 minutes).
 func BenchmarkDeliveryDeployed(b *testing.B) {
 	bin := os.Getenv("SLUICE_DEPLOYED_BIN") // a sluice binary built elsewhere (another commit), to compare
 	if bin == "" {
@@ -100,22 +120,53 @@ func BenchmarkDeliveryDeployed(b *testing.B) {
 			s.Redis.Start()
 		}})
 	})
+	b.Run("server_errors", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 50 * time.Second,
+			during: faultAt(10*time.Second, delivery.Fault{Service: "drones", Status: 500, For: 30 * time.Second})})
+	})
+	b.Run("slow_services", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 50 * time.Second,
+			during: faultAt(10*time.Second, delivery.Fault{Service: "all", Latency: 300 * time.Millisecond, For: 30 * time.Second})})
+	})
+	b.Run("services_down", func(b *testing.B) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 80 * time.Second, lastUndo: true,
+			during: faultAt(10*time.Second, delivery.Fault{Service: "all", Down: true, For: time.Minute})})
+	})
+}
+
+// faultAt makes the services show f from at into the load; f ends by
+// itself (f.For) within the load.
+func faultAt(at time.Duration, f delivery.Fault) func(*deployed.System, *deployedResult) {
+	return func(s *deployed.System, r *deployedResult) {
+		time.Sleep(at)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sf, err := s.Fault(ctx, f)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.fault, r.faultErr = sf, err
+	}
 }
 
 // deployedScenario is one run: load at rate for load, and during it
-// (if set) what happens to the system.
+// (if set) what happens to the system. lastUndo reports
+// last_undo_after_up_s, from the end of the fault that during started.
 type deployedScenario struct {
-	rate   float64
-	load   time.Duration
-	during func(*deployed.System, *deployedResult)
+	rate     float64
+	load     time.Duration
+	during   func(*deployed.System, *deployedResult)
+	lastUndo bool
 }
 
-// deployedResult gathers what the incarnations of the scheduler leave.
+// deployedResult gathers what the incarnations of the scheduler leave,
+// and the fault the scenario started.
 type deployedResult struct {
-	mu      sync.Mutex
-	cpu     time.Duration
-	latency deployed.Histogram
-	exits   int
+	mu       sync.Mutex
+	cpu      time.Duration
+	latency  deployed.Histogram
+	exits    int
+	fault    delivery.ScheduledFault
+	faultErr error
 }
 
 // retire scrapes the scheduler's incarnation, ends it with sig and keeps
@@ -194,6 +245,16 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		elapsed := time.Since(start)
 		cancel()
 		<-sampled
+		r.mu.Lock()
+		fault, faultErr := r.fault, r.faultErr
+		r.mu.Unlock()
+		if faultErr != nil {
+			b.Fatalf("starting the fault: %v", faultErr)
+		}
+		var lastUndoAfterUp float64
+		if sc.lastUndo {
+			lastUndoAfterUp = lastUndoAfter(b, s, fault)
+		}
 		w := s.Worker("delivery")
 		if !w.Alive() {
 			r.exits++
@@ -216,5 +277,26 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
 		b.ReportMetric(float64(r.exits), "worker_exits")
 		b.ReportMetric(float64(r.cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
+		if sc.lastUndo {
+			b.ReportMetric(lastUndoAfterUp, "last_undo_after_up_s")
+		}
 	}
+}
+
+// lastUndoAfter is the time from the end of fault to the last undo the
+// services applied, in seconds (0 if none came after).
+func lastUndoAfter(b *testing.B, s *deployed.System, fault delivery.ScheduledFault) float64 {
+	if fault.Ends == nil {
+		b.Fatalf("the fault %s has no end", fault.Spec)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := s.LedgerTotals(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if t.LastUndo == nil || !t.LastUndo.After(*fault.Ends) {
+		return 0
+	}
+	return t.LastUndo.Sub(*fault.Ends).Seconds()
 }
