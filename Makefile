@@ -74,10 +74,13 @@ bench-sensors:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkSensors|BenchmarkTumbling' -benchtime 1x .
 
 # The delivery system deployed: every part a process of its own, a real
-# redis-server (needs redis-server installed), steady rates, a burst, kills
-# and a Redis outage (about 5 minutes).
+# redis-server (needs redis-server installed), steady rates, a burst, kills,
+# a Redis outage, and services answering 500, slow, or down (about 13
+# minutes; one scenario alone: make bench-delivery-deployed
+# SCENARIO=services_down).
+SCENARIO ?=
 bench-delivery-deployed:
-	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkDeliveryDeployed -benchtime 1x -timeout 30m .
+	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkDeliveryDeployed$(if $(SCENARIO),/$(SCENARIO)$$)' -benchtime 1x -timeout 30m .
 
 # sluice against its peers (issue 18): parallel-consumer, Watermill and a
 # hand-written franz-go consumer (go-streams' Kafka connector has no
