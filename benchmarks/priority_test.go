@@ -59,14 +59,21 @@ func BenchmarkPrioritySource(b *testing.B) {
 // BenchmarkLanes measures what lanes cost per message in an asynchronous
 // stage, their numbers by level included, over the same stage without
 // them, in one run: an identity call on 64 workers over 1,000,000
-// messages of three levels; sub-benchmarks plain (the baseline) and
-// strict_8_8_8, each reporting ns/msg.
+// messages of three levels; sub-benchmarks plain (the baseline),
+// strict_8_8_8 and strict_aging_8_8_8 (the same with aging, which
+// compares the waits of the levels' oldest messages at every pick), each
+// reporting ns/msg.
 func BenchmarkLanes(b *testing.B) {
 	const n = 1_000_000
 	for _, c := range []struct {
-		name  string
-		lanes bool
-	}{{"plain", false}, {"strict_8_8_8", true}} {
+		name   string
+		lanes  bool
+		policy backpressure.Priority
+	}{
+		{"plain", false, backpressure.Priority{}},
+		{"strict_8_8_8", true, backpressure.StrictPriority(3)},
+		{"strict_aging_8_8_8", true, backpressure.StrictPriority(3).Aging(0, time.Second, time.Second)},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				g := stream.New()
@@ -74,7 +81,7 @@ func BenchmarkLanes(b *testing.B) {
 					flow.Prioritize(3, func(v int64) (int, error) { return int(v % 3), nil }))
 				var opts []flow.AsyncOption
 				if c.lanes {
-					opts = append(opts, flow.Lanes(backpressure.StrictPriority(3), 8, 8, 8))
+					opts = append(opts, flow.Lanes(c.policy, 8, 8, 8))
 				}
 				call := func(_ context.Context, v int64) (int64, error) { return v, nil }
 				stream.To(stream.Via(in, flow.MapAsync(64, call, opts...)), sink.Discard[int64]())
