@@ -35,9 +35,18 @@ type Envelope struct {
 	// Priority is the message's level of priority, 0 the highest: set by
 	// a priority source (source.Priority) or a stage that derives it, 0
 	// when nothing set it.
-	Priority  uint8
-	Offset    int64
-	Timestamp time.Time
+	Priority uint8
+	// AppendTime reports that Timestamp is when the broker appended the
+	// message to its log, on the broker's clock (a Kafka topic whose
+	// message.timestamp.type is LogAppendTime), rather than a time its
+	// producer chose (CreateTime, and the default, false). Aging by
+	// priority counts a message's wait from such a Timestamp, so that
+	// the time it waited in the broker counts, and from when it was
+	// received otherwise: a producer's clock may be behind, or its data a
+	// backfill, and the message would look as if it had waited for ages.
+	AppendTime bool
+	Offset     int64
+	Timestamp  time.Time
 
 	handle Handle
 }

@@ -3,7 +3,9 @@
 // franz-go.
 //
 // Each record becomes a stream.Message[[]byte] with its key, headers,
-// topic, partition, offset and timestamp. The source tracks, per assigned
+// topic, partition, offset and timestamp (with Envelope.AppendTime set
+// when the topic's timestamps are the broker's, LogAppendTime, rather
+// than the producer's). The source tracks, per assigned
 // partition, which delivered records are settled and commits (through its
 // Commit method, called by sink/checkpoint) the offset below which all of
 // them are: at-least-once, with nothing lost. A partition with too many

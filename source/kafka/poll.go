@@ -160,7 +160,10 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		for j, r := range h.recs[i : i+k] {
 			m := &dst[j]
 			m.Value = r.Value
-			m.Envelope = stream.Envelope{Key: r.Key, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp}
+			// TimestampType 1: the topic stamps records with the broker's
+			// LogAppendTime, which aging by priority may trust.
+			m.Envelope = stream.Envelope{Key: r.Key, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp,
+				AppendTime: r.Attrs.TimestampType() == 1}
 			if len(r.Headers) > 0 {
 				// kgo.RecordHeader and stream.Header have the same layout.
 				m.Headers = unsafe.Slice((*stream.Header)(unsafe.Pointer(unsafe.SliceData(r.Headers))), len(r.Headers))
