@@ -137,10 +137,36 @@ func (p Priority) Effective(l int, waited time.Duration) int {
 // ready like any other.
 const NotReady = math.MinInt64
 
+// WaitStart returns when a message's wait began, for Pick's since: when
+// the stage received it (received, Unix nanoseconds), or, if its
+// timestamp ts is the time its broker appended it to the log (appended:
+// a Kafka topic with LogAppendTime), ts, so that the time it waited in
+// the broker counts too. A timestamp its producer chose is not used: a
+// producer whose clock is behind, or a backfill of old data, would make
+// fresh messages look as if they had waited for ages, and they would be
+// served as high at once. Nor is an append time at or before the Unix
+// epoch (none) or after received (a broker clock ahead of ours, or a time
+// past the year 2262, where Unix nanoseconds wrap around and would make
+// the message look decades old).
+func WaitStart(ts time.Time, appended bool, received int64) int64 {
+	if !appended {
+		return received
+	}
+	return appendedSince(ts, received) // apart, so that WaitStart inlines: stages call it at every pick
+}
+
+func appendedSince(ts time.Time, received int64) int64 {
+	// Compared in seconds first: ts.UnixNano is undefined past 2262.
+	if s := ts.Unix(); s <= 0 || s > received/1e9 {
+		return received
+	}
+	return min(ts.UnixNano(), received)
+}
+
 // Pick returns the level whose next message to serve, or -1 if none is
-// ready. since[l] is when level l's oldest ready message arrived, in
-// nanoseconds on any clock now is on (NotReady: level l has nothing
-// ready); now matters only to a policy that ages.
+// ready. since[l] is when the wait of level l's oldest ready message
+// began (WaitStart), in nanoseconds on any clock now is on (NotReady:
+// level l has nothing ready); now matters only to a policy that ages.
 //
 // The policy chooses an effective level among those with a message ready
 // (strict: the highest; weighted: by credits); among the levels whose

@@ -89,6 +89,37 @@ func TestPickAnEpochTimestamp(t *testing.T) {
 	}
 }
 
+// A wait starts when the stage received the message, or earlier at the
+// broker's append time, never at a time a producer chose nor at one that
+// cannot be right.
+func TestWaitStart(t *testing.T) {
+	received := t0.UnixNano()
+	past2262 := time.Unix(t0.Unix()+18_446_744_074, 0) // UnixNano wraps to t0 + 0.29 s
+	for _, c := range []struct {
+		name     string
+		ts       time.Time
+		appended bool
+		want     int64
+	}{
+		{"appended 10 s before", t0.Add(-10 * time.Second), true, t0.Add(-10 * time.Second).UnixNano()},
+		{"appended a year before", t0.AddDate(-1, 0, 0), true, t0.AddDate(-1, 0, 0).UnixNano()},
+		{"produced 10 s before", t0.Add(-10 * time.Second), false, received},
+		{"produced a year before", t0.AddDate(-1, 0, 0), false, received},
+		{"no timestamp", time.Time{}, false, received},
+		{"Kafka's -1: none", time.UnixMilli(-1), true, received},
+		{"the epoch", time.Unix(0, 0), true, received},
+		{"appended after receipt", t0.Add(time.Hour), true, received},
+		{"appended 1 ms after receipt", t0.Add(time.Millisecond), true, received},
+		{"appended past 2262", past2262, true, received},
+		{"appended an hour before 2262 wrapped", past2262.Add(-time.Hour), true, received},
+		{"produced past 2262", past2262, false, received},
+	} {
+		if got := backpressure.WaitStart(c.ts, c.appended, received); got != c.want {
+			t.Errorf("%s: WaitStart(%v, %v) = %v, want %v", c.name, c.ts, c.appended, time.Unix(0, got).UTC(), time.Unix(0, c.want).UTC())
+		}
+	}
+}
+
 func TestPriorityConfigErrors(t *testing.T) {
 	for arg, p := range map[string]backpressure.Priority{
 		"levels":  backpressure.StrictPriority(0),

@@ -46,11 +46,17 @@ type Level[T any] struct {
 // resumed when the stage ends. Under strict priority a pressing higher
 // level keeps the lower pipes full, so they stay paused until it drains.
 //
-// An aging policy measures a message's wait from its Timestamp (a Kafka
-// record's time: a backlog ages) or, without one, from when the stage
-// received it. Bad arguments (no levels, an invalid policy, a policy of
-// another number of levels, a level without a source, two levels whose
-// sources, TopicListers, read the same topic) are reported by Run as
+// An aging policy measures a message's wait from when the stage took its
+// batch from its level's pipe, or from its Timestamp where that is when
+// the broker appended it (Envelope.AppendTime: a Kafka topic with
+// LogAppendTime), so that a backlog at the broker ages. A timestamp a
+// producer chose (Kafka's CreateTime) is not used: a producer whose clock
+// is behind, or a backfill of old data, would make fresh messages look
+// old and they would jump the queue (see backpressure.WaitStart).
+//
+// Bad arguments (no levels, an invalid policy, a policy of another number
+// of levels, a level without a source, two levels whose sources,
+// TopicListers, read the same topic) are reported by Run as
 // *stream.ConfigError naming the argument.
 func Priority[T any](g *stream.Graph, p backpressure.Priority, levels []Level[T], opts ...stream.StageOption) stream.Stream[T] {
 	st := stream.NewStage(g, "priority")
@@ -129,7 +135,7 @@ type priorityRun[T any] struct {
 
 	cur   []*stream.Batch[T] // each level's batch being served, nil if none
 	idx   []int              // the next message of cur
-	got   []int64            // when cur was received (unix ns; aging only)
+	got   []int64            // when cur was received (unix ns; aging only): its messages' wait starts there
 	done  []bool             // the level's input has ended
 	ended []atomic.Bool      // done, for the level pauser's goroutine
 	stats *priorityStats
@@ -169,13 +175,8 @@ func (r *priorityRun[T]) run(ctx context.Context) error {
 			ready = true
 			r.since[l] = 1 // ready; without aging no time is compared
 			if aging {
-				// A time at or before the Unix epoch (Kafka's -1: no
-				// timestamp) counts as none.
-				if ts := r.cur[l].Items[r.idx[l]].Timestamp.UnixNano(); ts > 0 {
-					r.since[l] = ts
-				} else {
-					r.since[l] = r.got[l]
-				}
+				m := &r.cur[l].Items[r.idx[l]]
+				r.since[l] = backpressure.WaitStart(m.Timestamp, m.AppendTime, r.got[l])
 			}
 		}
 		if !ready {

@@ -122,60 +122,107 @@ func TestPrioritySourceConfigErrors(t *testing.T) {
 	}
 }
 
-// With aging, a backlog of low messages whose records are old (their
-// Timestamp) is served before fresh high ones: a waited-for message is
-// served as one of the level above, per MaxWait passed, oldest first.
-func TestPrioritySourceAgesByTimestamp(t *testing.T) {
-	now := time.Now()
-	stamped := func(level, n int, ts time.Time, ready *sync.WaitGroup) stream.Source[int] {
-		ready.Add(1)
-		return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-			defer ready.Done()
-			for range n {
-				m := stream.NewMessage(level, stream.Handle{})
-				m.Timestamp = ts
-				if err := out.Send(ctx, m); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	for _, c := range []struct {
-		p        backpressure.Priority
-		wantHead int
-	}{
-		{backpressure.StrictPriority(2), 0},
-		{backpressure.StrictPriority(2).Aging(0, time.Second), 1},
-	} {
+// agedHead runs, in a synctest bubble (no time passes while the stage
+// serves), a priority source over 50 high messages stamped now and 50 low
+// ones stamped low(now), with AppendTime appended, under strict priority
+// with aging (low's MaxWait 1 s), and returns the level that most of the
+// picks 4..54 served (the first few pass before both backlogs are
+// waiting) and the order served.
+func agedHead(t *testing.T, low func(now time.Time) time.Time, appended bool) (head int, got []int) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
 		var ready sync.WaitGroup
+		stamped := func(level, n int, ts time.Time, appended bool) stream.Source[int] {
+			ready.Add(1)
+			return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+				defer ready.Done()
+				for range n {
+					m := stream.NewMessage(level, stream.Handle{})
+					m.Timestamp, m.AppendTime = ts, appended
+					if err := out.Send(ctx, m); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
 		g := stream.New(stream.WithBatchSize(1), stream.WithCapacity(1))
 		levels := []source.Level[int]{
-			{Name: "high", Source: stamped(0, 50, now, &ready)},
-			{Name: "low", Source: stamped(1, 50, now.Add(-10*time.Second), &ready)},
+			{Name: "high", Source: stamped(0, 50, now, false)},
+			{Name: "low", Source: stamped(1, 50, low(now), appended)},
 		}
-		var got []int
 		first := true
-		stream.To(source.Priority(g, c.p, levels, stream.Buffer(64)), sink.Func(func(_ context.Context, v int) error {
-			if first {
-				ready.Wait()
-				first = false
-			}
-			got = append(got, v)
-			return nil
-		}))
+		stream.To(source.Priority(g, backpressure.StrictPriority(2).Aging(0, time.Second), levels, stream.Buffer(64)),
+			sink.Func(func(_ context.Context, v int) error {
+				if first {
+					ready.Wait()
+					first = false
+				}
+				got = append(got, v)
+				return nil
+			}))
 		if err := g.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, l := range got[4:54] {
-			if l == c.wantHead {
-				n++
+	})
+	if len(got) != 100 {
+		t.Fatalf("served %d messages, want 100", len(got))
+	}
+	if count(got[4:54], 1) > 25 {
+		return 1, got
+	}
+	return 0, got
+}
+
+func count(xs []int, v int) int {
+	n := 0
+	for _, x := range xs {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+// wrapped returns t plus 2^64 ns (rounded up to the second): a time past
+// the year 2262 whose UnixNano wraps around to t (plus 0.29 s).
+func wrapped(t time.Time) time.Time {
+	const wrap = 18_446_744_074 // seconds: 2^64 ns is 18,446,744,073.7 s
+	return time.Unix(t.Unix()+wrap, int64(t.Nanosecond()))
+}
+
+// A record whose Timestamp is its broker's append time (LogAppendTime)
+// has waited since then: a backlog that waited 10 s at the broker has
+// aged past low's MaxWait and is served before fresh high messages.
+func TestPrioritySourceAgesFromTheBrokersAppendTime(t *testing.T) {
+	if head, got := agedHead(t, func(now time.Time) time.Time { return now.Add(-10 * time.Second) }, true); head != 1 {
+		t.Fatalf("low appended 10 s ago was not served first: %v", got[:20])
+	}
+}
+
+// A timestamp the producer chose (CreateTime) says nothing of how long a
+// message has waited: a producer whose clock is behind, a backfill of old
+// data, or a time past 2262 (which UnixNano wraps to one that looks old)
+// must not lift fresh low messages above high ones. Nor may a broker's
+// append time that cannot be right: past 2262, or ahead of our clock.
+func TestPrioritySourceTimestampsThatDoNotAge(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		low      func(now time.Time) time.Time
+		appended bool
+	}{
+		{"producer clock 10 s behind", func(now time.Time) time.Time { return now.Add(-10 * time.Second) }, false},
+		{"backfill of last year's data", func(now time.Time) time.Time { return now.AddDate(-1, 0, 0) }, false},
+		{"producer time past 2262", func(now time.Time) time.Time { return wrapped(now.Add(-time.Hour)) }, false},
+		{"broker time past 2262", func(now time.Time) time.Time { return wrapped(now.Add(-time.Hour)) }, true},
+		{"broker clock an hour ahead", func(now time.Time) time.Time { return now.Add(time.Hour) }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if head, got := agedHead(t, c.low, c.appended); head != 0 {
+				t.Fatalf("fresh low messages were served before high ones, as if aged: %v", got[:20])
 			}
-		}
-		if n < 45 {
-			t.Fatalf("%s: %d of picks 4..54 were level %d, want the backlog's (%v...)", c.p, n, c.wantHead, got[:20])
-		}
+		})
 	}
 }
 
@@ -219,9 +266,10 @@ func TestPrioritySourceAgingClockKeepsUp(t *testing.T) {
 		if err := g.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		// Aged at 19 ms; served within a few 2 ms services after.
-		if lowAt < 19*time.Millisecond || lowAt > 30*time.Millisecond {
-			t.Fatalf("the low message was served %v after the start, want soon after it aged (19 ms)", lowAt)
+		// Received at 1 ms (its producer's timestamp does not count), aged
+		// at 21 ms; served within a few 2 ms services after.
+		if lowAt < 21*time.Millisecond || lowAt > 30*time.Millisecond {
+			t.Fatalf("the low message was served %v after the start, want soon after it aged (21 ms)", lowAt)
 		}
 	})
 }
