@@ -11,8 +11,13 @@ import (
 // (Envelope.Priority, set by source.Priority or Prioritize) instead of in
 // arrival order: every free slot goes to the level the policy p chooses
 // among those waiting (backpressure.StrictPriority, WeightedPriority, with
-// Aging measured from each message's Timestamp), so a queued low call
-// never starts while a high one waits; calls in flight are never cut.
+// Aging), so a queued low call never starts while a high one waits; calls
+// in flight are never cut. Aging measures a message's wait from its
+// arrival in the stage, or from its Timestamp where that is when the
+// broker appended it (Envelope.AppendTime: a Kafka topic with
+// LogAppendTime), so that a backlog at the broker ages; a timestamp its
+// producer chose is not used, since a clock behind or a backfill of old
+// data would make a fresh low message look old and start before high.
 //
 // reserve, one number per level (default: none reserved), is the
 // parallelism kept for each level while it has work waiting (a pool per
@@ -101,12 +106,11 @@ func newLanes[In, Out any](c *laneConfig, ms *[]asyncMeter) *lanes[In, Out] {
 }
 
 // arrived stamps a job entering the stage with the time its wait counts
-// from: its message's Timestamp (when it was produced), else now.
+// from (backpressure.WaitStart): now, or its broker's append time.
 func (l *lanes[In, Out]) arrived(j *asyncJob[In, Out]) {
-	if ts := j.msg.Timestamp; ts.UnixNano() > 0 {
-		j.since = ts
-	} else {
-		j.since = l.now
+	j.since = l.now
+	if j.msg.AppendTime {
+		j.since = time.Unix(0, backpressure.WaitStart(j.msg.Timestamp, true, l.now.UnixNano()))
 	}
 }
 
@@ -144,12 +148,7 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 		if l.kept(lv) > 0 || free-owed > 0 {
 			l.since[lv] = 1 // ready; without aging no time is compared
 			if l.pk.Ages() {
-				// Aging counts from the message's Timestamp; one without
-				// does not age.
-				l.since[lv] = now.UnixNano()
-				if ts := l.q[lv].items[l.q[lv].head].msg.Timestamp.UnixNano(); ts > 0 {
-					l.since[lv] = ts
-				}
+				l.since[lv] = l.q[lv].items[l.q[lv].head].since.UnixNano()
 			}
 		}
 	}

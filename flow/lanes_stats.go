@@ -127,10 +127,10 @@ func (a *Async[In, Out]) instrumentLanes(l stream.Label, m stream.Meter) laneMet
 	for lv := range n {
 		pl := stream.Label{Name: "priority", Value: strconv.Itoa(lv)}
 		lm.wait[lv] = m.Histogram("sluice_lane_wait_seconds",
-			"Time a message waited before its first call started, from its timestamp (when it was produced) or else its arrival in the stage, by level.",
+			"Time a message waited before its first call started, from its arrival in the stage or its broker's append time (the wait aging counts), by level.",
 			expBuckets(0.001, 2, 18), l, pl)
 		lm.latency[lv] = m.Histogram("sluice_lane_latency_seconds",
-			"Time from a message's timestamp (or its arrival in the stage) to its outcome leaving the stage, by level.",
+			"Time from a message's arrival in the stage (or its broker's append time) to its outcome leaving the stage, by level.",
 			expBuckets(0.001, 2, 18), l, pl)
 	}
 	m.Collect(func(w stream.MetricWriter) {

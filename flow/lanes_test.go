@@ -22,17 +22,34 @@ const pause = 255
 // leveled is a source of messages whose value is their level, in the
 // order given, each tagged with its level.
 func leveled(levels ...uint8) stream.Source[int] {
+	ms := make([]stamp, len(levels))
+	for i, l := range levels {
+		ms[i].level = l
+	}
+	return stamped(ms...)
+}
+
+// stamp is a message of a stamped source: its level (or pause), and its
+// Timestamp, the broker's append time if appended.
+type stamp struct {
+	level    uint8
+	ts       time.Time
+	appended bool
+}
+
+// stamped is leveled with timestamps.
+func stamped(ms ...stamp) stream.Source[int] {
 	return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-		for _, l := range levels {
-			if l == pause {
+		for _, s := range ms {
+			if s.level == pause {
 				if err := out.Flush(ctx); err != nil {
 					return err
 				}
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
-			m := stream.NewMessage(int(l), stream.Handle{})
-			m.Priority = l
+			m := stream.NewMessage(int(s.level), stream.Handle{})
+			m.Priority, m.Timestamp, m.AppendTime = s.level, s.ts, s.appended
 			if err := out.Send(ctx, m); err != nil {
 				return err
 			}
@@ -46,6 +63,12 @@ func leveled(levels ...uint8) stream.Source[int] {
 // of each call in the order the calls started, with the fake time each
 // started at. Every message is in the stage before the first second ends.
 func starts(t *testing.T, msgs []uint8, parallelism int, opts ...flow.AsyncOption) (order []int, at []time.Duration) {
+	return startsOf(t, func(time.Time) stream.Source[int] { return leveled(msgs...) }, parallelism, opts...)
+}
+
+// startsOf is starts with the source src(t0) returns, t0 being when the
+// bubble's time starts.
+func startsOf(t *testing.T, src func(t0 time.Time) stream.Source[int], parallelism int, opts ...flow.AsyncOption) (order []int, at []time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		t0 := time.Now()
@@ -59,7 +82,7 @@ func starts(t *testing.T, msgs []uint8, parallelism int, opts ...flow.AsyncOptio
 		}
 		g := stream.New()
 		a := flow.MapAsync(parallelism, fn, append(opts, flow.Window(64))...)
-		stream.To(stream.Via(stream.From(g, leveled(msgs...)), a), sink.Discard[int]())
+		stream.To(stream.Via(stream.From(g, src(t0)), a), sink.Discard[int]())
 		run(t, g)
 	})
 	return order, at
@@ -296,5 +319,72 @@ func TestLanesReservationsFitALowLimit(t *testing.T) {
 	}
 	if at[first] > time.Second {
 		t.Fatalf("low's first call started at %v, want with the first calls", at[first])
+	}
+}
+
+// A message whose Timestamp is its broker's append time (LogAppendTime)
+// has waited since then: low appended 20 s ago has aged past its 10 s
+// MaxWait and starts before the high ones that came with it.
+func TestLanesAgeFromTheBrokersAppendTime(t *testing.T) {
+	order, _ := startsOf(t, func(t0 time.Time) stream.Source[int] {
+		return stamped(stamp{1, t0.Add(-20 * time.Second), true}, stamp{level: 0}, stamp{level: 0}, stamp{level: 0})
+	}, 1, flow.Lanes(backpressure.StrictPriority(2).Aging(0, 10*time.Second)))
+	if want := []int{1, 0, 0, 0}; !equal(order, want) {
+		t.Fatalf("start order %v, want %v: low waited 20 s at the broker", order, want)
+	}
+}
+
+// wrapped returns t plus 2^64 ns (rounded up to the second): a time past
+// the year 2262 whose UnixNano wraps around to t (plus 0.29 s).
+func wrapped(t time.Time) time.Time {
+	const wrap = 18_446_744_074 // seconds: 2^64 ns is 18,446,744,073.7 s
+	return time.Unix(t.Unix()+wrap, int64(t.Nanosecond()))
+}
+
+// A timestamp the producer chose (CreateTime) says nothing of how long a
+// message has waited: a producer whose clock is behind, a backfill of old
+// data, or a time past 2262 (which UnixNano wraps to one that looks old)
+// must not start a fresh low message before high ones. Nor may a broker's
+// append time that cannot be right: past 2262, or ahead of our clock.
+func TestLanesTimestampsThatDoNotAge(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		low      func(t0 time.Time) time.Time
+		appended bool
+	}{
+		{"producer clock 20 s behind", func(t0 time.Time) time.Time { return t0.Add(-20 * time.Second) }, false},
+		{"backfill of last year's data", func(t0 time.Time) time.Time { return t0.AddDate(-1, 0, 0) }, false},
+		{"producer time past 2262", func(t0 time.Time) time.Time { return wrapped(t0.Add(-time.Hour)) }, false},
+		{"broker time past 2262", func(t0 time.Time) time.Time { return wrapped(t0.Add(-time.Hour)) }, true},
+		{"broker clock an hour ahead", func(t0 time.Time) time.Time { return t0.Add(time.Hour) }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			order, _ := startsOf(t, func(t0 time.Time) stream.Source[int] {
+				return stamped(stamp{1, c.low(t0), c.appended}, stamp{level: 0}, stamp{level: 0}, stamp{level: 0})
+			}, 1, flow.Lanes(backpressure.StrictPriority(2).Aging(0, 10*time.Second)))
+			if want := []int{0, 0, 0, 1}; !equal(order, want) {
+				t.Fatalf("start order %v, want %v: the low message had just arrived", order, want)
+			}
+		})
+	}
+}
+
+// A message whose timestamp does not count (none, or its producer's, here
+// an hour ahead) waits from its arrival in the stage: low, come with the
+// first high at 0, has waited 2 s > its MaxWait of 1.5 s when the second
+// slot frees, and goes before the highs that came at 0.1 s.
+func TestLanesAgeFromArrival(t *testing.T) {
+	for name, low := range map[string]func(t0 time.Time) stamp{
+		"no timestamp":                 func(time.Time) stamp { return stamp{level: 1} },
+		"producer clock an hour ahead": func(t0 time.Time) stamp { return stamp{1, t0.Add(time.Hour), false} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			order, _ := startsOf(t, func(t0 time.Time) stream.Source[int] {
+				return stamped(stamp{level: 0}, low(t0), stamp{level: pause}, stamp{level: 0}, stamp{level: 0}, stamp{level: 0}, stamp{level: 0})
+			}, 1, flow.Lanes(backpressure.StrictPriority(2).Aging(0, 1500*time.Millisecond)))
+			if want := []int{0, 0, 1, 0, 0, 0}; !equal(order, want) {
+				t.Fatalf("start order %v, want %v: low aged 1.5 s after it arrived", order, want)
+			}
+		})
 	}
 }
