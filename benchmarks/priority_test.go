@@ -166,9 +166,11 @@ func (s prioSchedule) only(l uint8) prioSchedule {
 // arrivalSource emits s's arrivals at their times, open loop, as a topic
 // being produced to: an arrival whose time has come while downstream is
 // full waits in the source (the broker's lag) and still carries its
-// arrival time, as its Timestamp (its record's time, from which aging
-// counts) and in its value. Timer overshoot emits an arrival up to about a
-// millisecond late; that counts in its latency, unloaded as overloaded.
+// arrival time, in its value and as its Timestamp, marked as the broker's
+// append time (a topic with LogAppendTime), so that aging counts the lag
+// as it would on such a topic. Timer overshoot emits an arrival up to
+// about a millisecond late; that counts in its latency, unloaded as
+// overloaded.
 func arrivalSource(t0 time.Time, s prioSchedule) stream.Source[prioReq] {
 	return stream.SourceFunc[prioReq](func(ctx context.Context, out *stream.Outlet[prioReq]) error {
 		timer := time.NewTimer(time.Hour)
@@ -189,7 +191,7 @@ func arrivalSource(t0 time.Time, s prioSchedule) stream.Source[prioReq] {
 			}
 			for ; i < len(s.at) && s.at[i] <= now; i++ {
 				m := stream.NewMessage(prioReq{level: s.level[i], arrival: s.at[i]}, stream.Handle{})
-				m.Timestamp = t0.Add(s.at[i])
+				m.Timestamp, m.AppendTime = t0.Add(s.at[i]), true
 				if err := out.Send(ctx, m); err != nil {
 					return err
 				}
