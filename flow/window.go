@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/stage"
@@ -75,18 +76,23 @@ import (
 // it) must resume with a window and its lateness of them open, or the
 // partition waits for the idle close.
 //
-// Reassignment. A message whose handle has a settler other than the
-// previous message's of its partition (stream.Handle.Settler), at an
-// offset not after the last one seen, starts a new assignment of the
-// partition (the Kafka sources give each assignment its own settler, and
-// a new one replays from its checkpoint): the windows still open from the
-// old one are discarded, unsettled (the source ignores settles addressed
-// to an old assignment, and the new one replays those messages). Windows
-// already emitted are not recalled. Until a message of the new assignment
-// comes, the old windows stay open and may be emitted by the idle close;
-// a writer that keeps the complete aggregate (see Pane) is not misled by
-// them. Stages before this one may give messages handles of their own
-// (FlatMap, Batch): their offsets do not go back.
+// Reassignment. A partition's windows hold the messages of one
+// assignment of it (stream.Handle.Assignment: the Kafka sources give each
+// its own): a pane counts a run of the partition's offsets as one reader
+// read them, which is what Pane's rule needs to judge it. When a message
+// of another assignment of the partition comes (the partition was taken
+// away and given back, and the new assignment replays from a checkpoint,
+// perhaps another owner's and past every offset this one saw), and as
+// soon as an assignment ends (stream.Assignment.Ended: the partition was
+// revoked, lost or stopped here), the windows still open from the old
+// one are dropped: not emitted, and left unsettled, since the source
+// ignores settles addressed to an old assignment and whoever reads the
+// partition now replays those messages. Messages of an assignment that
+// has ended, still on their way when it ended, are dropped the same way.
+// Windows already emitted are not recalled. Stages before this one may
+// give messages handles of their own (FlatMap, Batch): the assignment is
+// that of the handles they split or join. Messages from a source without
+// assignments (a nil Assignment) all belong to one.
 //
 // Panics in key, eventTime or add fail the message being added; a panic
 // in IdleWhen keeps the partition's windows open. key must depend on the
@@ -281,7 +287,13 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 	if !w.idleSet {
 		w.idle = w.size + w.lateness
 	}
-	r := &windowRun[T, K, A]{w: w, parts: map[partKey]*partWindows[K, A]{}, ctx: ctx, in: in, out: out}
+	wctx, stopWatching := context.WithCancel(ctx)
+	r := &windowRun[T, K, A]{w: w, parts: map[partKey]*partWindows[K, A]{}, ctx: ctx, in: in, out: out,
+		ended: make(chan endNote), wctx: wctx}
+	defer func() {
+		stopWatching()
+		r.watchers.Wait()
+	}()
 	r.minTime, r.maxTime = w.timeRange()
 	var tick <-chan time.Time
 	if w.idle > 0 {
@@ -320,6 +332,10 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 			if err := r.closeIdle(now); err != nil {
 				return err
 			}
+		case e := <-r.ended:
+			if p := r.parts[e.key]; p != nil && p.assignment == e.a {
+				r.forget(p)
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -348,13 +364,12 @@ type partKey struct {
 // partWindows is the open windows of one assignment of one partition.
 type partWindows[K comparable, A any] struct {
 	key        partKey
-	origin     stream.Settler // of the last message
-	lastOffset int64
-	any        bool      // a message was seen
-	stream     int64     // stream time, ns: latest arrival seen (math.MinInt64: none)
-	closed     int64     // end of the last window emitted, ns
-	anyClose   bool      // closed is set
-	seen       time.Time // processing time of the last message
+	settler    stream.Settler    // of the last message, to look the assignment up only when it changes
+	assignment stream.Assignment // nil: the source has none
+	stream     int64             // stream time, ns: latest arrival seen (math.MinInt64: none)
+	closed     int64             // end of the last window emitted, ns
+	anyClose   bool              // closed is set
+	seen       time.Time         // processing time of the last message
 	open       []*openWindow[K, A]
 	// The keys and handles of the window emitted last: a new window
 	// starts with room for as many, or for as many as the newest one
@@ -390,6 +405,18 @@ type windowRun[T any, K comparable, A any] struct {
 	touched int // what touch read, so that the reads are not left out
 	in      *stream.Inlet[T]
 	out     *stream.Outlet[Windows[K, A]]
+
+	// ended receives the assignments that ended, from one watcher
+	// goroutine per assignment (watch), which end with wctx.
+	ended    chan endNote
+	wctx     context.Context
+	watchers sync.WaitGroup
+}
+
+// endNote says that the assignment a of partition key has ended.
+type endNote struct {
+	key partKey
+	a   stream.Assignment
 }
 
 func floorDiv(a, b int64) int64 {
@@ -407,11 +434,65 @@ func (r *windowRun[T, K, A]) part(m *stream.Message[T]) *partWindows[K, A] {
 	k := partKey{m.Topic, m.Partition}
 	p := r.parts[k]
 	if p == nil {
-		p = &partWindows[K, A]{key: k, origin: m.Handle().Settler(), stream: math.MinInt64}
+		p = &partWindows[K, A]{key: k, stream: math.MinInt64}
 		r.parts[k] = p
 	}
 	r.last = p
 	return p
+}
+
+// assign makes a the assignment whose messages p holds, dropping what p
+// held of another, and watches for its end.
+func (r *windowRun[T, K, A]) assign(p *partWindows[K, A], a stream.Assignment) {
+	if p.assignment != nil {
+		*p = partWindows[K, A]{key: p.key, settler: p.settler, stream: math.MinInt64,
+			keysHint: p.keysHint, handlesHint: p.handlesHint}
+	}
+	p.assignment = a
+	if over(a) {
+		return
+	}
+	k := p.key
+	r.watchers.Go(func() {
+		select {
+		case <-a.Ended():
+			select {
+			case r.ended <- endNote{k, a}:
+			case <-r.wctx.Done():
+			}
+		case <-r.wctx.Done():
+		}
+	})
+}
+
+// over reports whether assignment a has ended.
+func over(a stream.Assignment) bool {
+	select {
+	case <-a.Ended():
+		return true
+	default:
+		return false
+	}
+}
+
+// forget drops p, whose assignment ended: its open windows are not this
+// reader's any more, and their messages stay unsettled for the next one.
+func (r *windowRun[T, K, A]) forget(p *partWindows[K, A]) {
+	if r.parts[p.key] == p {
+		delete(r.parts, p.key)
+	}
+	if r.last == p {
+		r.last = nil
+	}
+}
+
+// gone reports whether p's assignment has ended, and if so forgets p.
+func (r *windowRun[T, K, A]) gone(p *partWindows[K, A]) bool {
+	if p.assignment == nil || !over(p.assignment) {
+		return false
+	}
+	r.forget(p)
+	return true
 }
 
 // one puts a message in its window.
@@ -419,19 +500,15 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	w := r.w
 	h := r.hint(m)
 	p := r.part(m)
-	if s := m.Handle().Settler(); s != p.origin {
-		// A new settler at an offset not after the last one seen is a new
-		// assignment replaying from its checkpoint: what the old one left
-		// open is replayed by it, and what was emitted is not recalled
-		// (the replay rebuilds it too), so it starts with nothing. A new
-		// settler at a later offset is a stage before this one giving
-		// each message a handle of its own (FlatMap, Batch).
-		if p.any && m.Offset <= p.lastOffset {
-			*p = partWindows[K, A]{key: p.key, stream: math.MinInt64}
+	if s := m.Handle().Settler(); s != p.settler {
+		p.settler = s
+		if a := m.Handle().Assignment(); a != nil && a != p.assignment {
+			r.assign(p, a)
 		}
-		p.origin = s
 	}
-	p.lastOffset, p.any = m.Offset, true
+	if r.gone(p) {
+		return nil // on its way when its assignment ended: the next reader replays it
+	}
 	ev := w.eventTime(&m.Value)
 	arr := m.Timestamp
 	if arr.IsZero() {
@@ -521,6 +598,9 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 
 func (r *windowRun[T, K, A]) closeIdle(now time.Time) error {
 	for _, p := range r.parts {
+		if r.gone(p) {
+			continue
+		}
 		if len(p.open) > 0 && now.Sub(p.seen) >= r.w.idle && r.idleAllowed(p) {
 			if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
 				return err
@@ -561,6 +641,9 @@ func (r *windowRun[T, K, A]) idleAllowed(p *partWindows[K, A]) (ok bool) {
 
 func (r *windowRun[T, K, A]) closeAll() error {
 	for _, p := range r.parts {
+		if r.gone(p) {
+			continue
+		}
 		if err := r.emit(p, func(int64) bool { return true }, true); err != nil {
 			return err
 		}

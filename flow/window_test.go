@@ -373,21 +373,15 @@ func TestTumblingDiscardsTheOpenWindowsOfAnOldAssignment(t *testing.T) {
 	// Partition 0 is read under one assignment up to offset 2, then
 	// assigned again from offset 1: the replay must not count offset 1
 	// twice, and the old assignment's messages stay unsettled.
-	old, again := stream.NewTracker(0), stream.NewTracker(1)
-	msgs := []struct {
-		tr  *stream.Tracker
-		off int64
-		r   reading
-	}{
-		{old, 0, reading{"a", at(0, 0), 1}},
-		{old, 1, reading{"a", at(0, 10), 1}},
-		{again, 1, reading{"a", at(0, 10), 1}},
-		{again, 2, reading{"a", at(0, 20), 1}},
+	old, again := newAssignment(0), newAssignment(1)
+	msgs := []stream.Message[reading]{
+		old.message(0, reading{"a", at(0, 0), 1}),
+		old.message(1, reading{"a", at(0, 10), 1}),
+		again.message(1, reading{"a", at(0, 10), 1}),
+		again.message(2, reading{"a", at(0, 20), 1}),
 	}
 	src := stream.SourceFunc[reading](func(ctx context.Context, out *stream.Outlet[reading]) error {
-		for _, x := range msgs {
-			m := stream.NewMessage(x.r, x.tr.Track())
-			m.Offset, m.Timestamp = x.off, x.r.event
+		for _, m := range msgs {
 			if err := out.Send(ctx, m); err != nil {
 				return err
 			}

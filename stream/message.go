@@ -177,13 +177,42 @@ func (h Handle) Settle(o Outcome) {
 }
 
 // Settler returns the settler the handle reports to, nil for the zero
-// handle. A source gives every message of one partition's assignment the
-// same settler, and a new one when the partition is assigned again (the
-// Kafka sources do), so a stage that keeps state per partition, such as
-// a window, can tell that a partition was taken away and given back:
-// records of the new assignment replay what the old one left unsettled.
-// Settlers are compared with ==, so implementations are pointer types.
+// handle. Settlers are compared with ==, so implementations are pointer
+// types.
 func (h Handle) Settler() Settler { return h.s }
+
+// Assignment is implemented by the settler a source gives every message
+// of one assignment of one partition, a new one each time the partition
+// is assigned to the reader again (the Kafka sources' settlers are). A
+// stage that keeps state per partition, such as a window, needs it: the
+// messages of two assignments must not be mixed (the later one replays
+// from a checkpoint, perhaps another owner's, what the earlier one left
+// unsettled), and the state of a partition no longer read must go when
+// it is taken away, not when it comes back.
+type Assignment interface {
+	Settler
+	// Ended returns a channel closed once the assignment is over: the
+	// partition was revoked, lost or stopped here. Settles addressed to
+	// it are ignored from then on; whoever reads the partition next
+	// replays what it left unsettled.
+	Ended() <-chan struct{}
+}
+
+// Assignment returns the assignment the handle's message was read under:
+// its settler if that is an Assignment, else that of the handle it was
+// split from (Fanout) or, if all agree, of the handles it joins (Join);
+// nil if there is none (a source without assignments).
+func (h Handle) Assignment() Assignment {
+	switch s := h.s.(type) {
+	case Assignment:
+		return s
+	case *fanout:
+		return s.parent.Assignment()
+	case *joined:
+		return s.assignment
+	}
+	return nil
+}
 
 // IsZero reports whether the handle settles nothing.
 func (h Handle) IsZero() bool { return h.s == nil }
@@ -242,11 +271,23 @@ func Join(hs []Handle) Handle {
 	case 1:
 		return live[0]
 	}
-	return Handle{s: &joined{hs: live}}
+	a := live[0].Assignment()
+	for _, h := range live[1:] {
+		if a == nil {
+			break
+		}
+		if h.s != live[0].s && h.Assignment() != a {
+			a = nil
+		}
+	}
+	return Handle{s: &joined{hs: live, assignment: a}}
 }
 
 // joined is a pointer type so that Handle.Settler values stay comparable.
-type joined struct{ hs []Handle }
+type joined struct {
+	hs         []Handle
+	assignment Assignment // shared by every handle of hs, or nil
+}
 
 func (j *joined) Settle(_ int64, o Outcome) {
 	buf := idBufs.Get().(*[]int64)

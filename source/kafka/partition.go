@@ -24,7 +24,8 @@ type partition struct {
 
 	mu        sync.Mutex // taken by every settle and by revoke/lose
 	revoked   bool
-	ring      []entry // pending records: ring[(head+i)%len] is seq headSeq+i
+	ended     chan struct{} // closed when revoked is set
+	ring      []entry       // pending records: ring[(head+i)%len] is seq headSeq+i
 	head, n   int
 	doneN     int   // entries of the ring settled behind an unsettled one
 	headSeq   int64 // seq of the oldest pending record
@@ -49,7 +50,8 @@ type entry struct {
 }
 
 func newPartition(s *Source, topic string, p int32, start int64) *partition {
-	st := &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64)}
+	st := &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64),
+		ended: make(chan struct{})}
 	st.sent.Store(start)
 	return st
 }
@@ -130,6 +132,19 @@ func (p *partition) settle(seqs []int64) {
 	}
 	if p.paused.Load() && unsettled <= p.src.cfg.MaxUnsettledPerPartition/2 {
 		p.flow()
+	}
+}
+
+// Ended returns a channel closed once the assignment is revoked, lost or
+// stopped (stream.Assignment): a window downstream drops what it holds of
+// it then.
+func (p *partition) Ended() <-chan struct{} { return p.ended }
+
+// revoke marks the assignment over. Called with mu held.
+func (p *partition) revoke() {
+	if !p.revoked {
+		p.revoked = true
+		close(p.ended)
 	}
 }
 

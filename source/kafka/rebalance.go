@@ -13,7 +13,13 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 	defer s.mu.Unlock()
 	for t, ps := range assigned {
 		for _, p := range ps {
-			s.parts[tpKey{t, p}] = newPartition(s, t, p, -1) // franz-go looks the start up
+			k := tpKey{t, p}
+			if old := s.parts[k]; old != nil { // not revoked first: that assignment is over all the same
+				old.mu.Lock()
+				old.revoke()
+				old.mu.Unlock()
+			}
+			s.parts[k] = newPartition(s, t, p, -1) // franz-go looks the start up
 		}
 	}
 	s.log.Info("partitions assigned", "partitions", assigned)
@@ -60,7 +66,7 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 			k := tpKey{t, p}
 			if st := s.parts[k]; st != nil {
 				st.mu.Lock()
-				st.revoked = true
+				st.revoke()
 				st.mu.Unlock()
 				parts = append(parts, st)
 				delete(s.parts, k)
