@@ -595,42 +595,6 @@ func checkpointsBehind(ctx context.Context, adm *kadm.Client, owners *redisstore
 	return b.String(), nil
 }
 
-// line is the status line: rates, each instance's partitions, the lag,
-// the window write p99 and the dead letters.
-func (d *demo) line() string {
-	now := time.Now()
-	dt := max(now.Sub(d.lastAt).Seconds(), 1e-3)
-	var read, dead, lag int64
-	var p99 time.Duration
-	held := 0
-	parts := make([]string, 0, len(d.instances))
-	for _, in := range d.instances {
-		st := in.stats()
-		read += st.Parsed
-		dead += st.Malformed + st.Late
-		switch {
-		case in.final != nil:
-			parts = append(parts, in.id+":stopped")
-		case in.stopping:
-			parts = append(parts, fmt.Sprintf("%s:%d(stopping)", in.id, len(st.Partitions)))
-		default:
-			parts = append(parts, fmt.Sprintf("%s:%d", in.id, len(st.Partitions)))
-		}
-		if in.final == nil {
-			held += len(st.Partitions)
-			lag += st.Lag
-			p99 = max(p99, st.WriteP99)
-		}
-	}
-	d.maxP99 = max(d.maxP99, p99)
-	sent := d.gen.Sent()
-	line := fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%d/%d held) | lag %d | window write p99 %v | dead letters %d | kinds %d, simulated %s",
-		d.elapsed(), float64(sent-d.lastSent)/dt, float64(read-d.lastRead)/dt, strings.Join(parts, " "), held, d.cfg.Partitions,
-		lag, p99.Round(time.Millisecond), dead, d.gen.Kinds(), d.gen.SimNow().UTC().Format("15:04"))
-	d.lastAt, d.lastSent, d.lastRead = now, sent, read
-	return line
-}
-
 // summarize adds the counts of the run to sum.
 func (d *demo) summarize(sum *DemoSummary) {
 	sum.Sent, sum.Kinds = d.gen.Sent(), d.gen.Kinds()
