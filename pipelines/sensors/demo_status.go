@@ -2,6 +2,7 @@ package sensors
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -55,9 +56,14 @@ func (d *demo) snapshot() status {
 // the window write p99 and the dead letters.
 func (d *demo) line() string { return d.snapshot().String() }
 
+// String prints the status. A partition is counted held once, whoever
+// holds it: a member that takes a partition from another starts it at
+// once, and the other stops it only when its next renewal is refused, so
+// for up to an interval two instances hold it (and read it; only the new
+// owner's checkpoints are accepted). Those are named as changing hands.
 func (s status) String() string {
 	var lag int64
-	held := 0
+	holders := map[int32]int{}
 	parts := make([]string, 0, len(s.instances))
 	for _, in := range s.instances {
 		switch {
@@ -68,10 +74,27 @@ func (s status) String() string {
 		default:
 			parts = append(parts, fmt.Sprintf("%s:%d", in.id, len(in.held)))
 		}
-		held += len(in.held)
+		for _, p := range in.held {
+			holders[p]++
+		}
 		lag += in.lag
 	}
-	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%d/%d held) | lag %d | window write p99 %v | dead letters %d | kinds %d, simulated %s",
-		s.elapsed, s.sentRate, s.readRate, strings.Join(parts, " "), held, s.partitions,
+	held := fmt.Sprintf("%d/%d held", len(holders), s.partitions)
+	var moving []int32
+	for p, n := range holders {
+		if n > 1 {
+			moving = append(moving, p)
+		}
+	}
+	if len(moving) > 0 {
+		slices.Sort(moving)
+		names := make([]string, len(moving))
+		for i, p := range moving {
+			names[i] = fmt.Sprintf("p%d", p)
+		}
+		held += "; " + strings.Join(names, " ") + " changing hands"
+	}
+	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%s) | lag %d | window write p99 %v | dead letters %d | kinds %d, simulated %s",
+		s.elapsed, s.sentRate, s.readRate, strings.Join(parts, " "), held,
 		lag, s.p99.Round(time.Millisecond), s.deadLetters, s.kinds, s.sim.UTC().Format("15:04"))
 }

@@ -82,7 +82,7 @@ func TestSensorsDemo(t *testing.T) {
 }
 
 var (
-	statusParts = regexp.MustCompile(`\| partitions (.*) \((\d+)/(\d+) held\)`)
+	statusParts = regexp.MustCompile(`\| partitions (.*) \((\d+)/(\d+) held[^)]*\)`)
 	instParts   = regexp.MustCompile(`(w\d+):(\d+|stopped)`)
 )
 
