@@ -44,9 +44,10 @@ type DemoConfig struct {
 	Duration time.Duration
 	// Partitions of the readings topic (default 16).
 	Partitions int32
-	// Instances started at first (default 3). A third of the way through
-	// the load the second one stops (gracefully) and two thirds of the
-	// way a new one joins.
+	// Instances started at first (default 3). The load starts once they
+	// hold every partition between them. A third of the way through the
+	// load the second one stops (gracefully) and two thirds of the way a
+	// new one joins.
 	Instances int
 	// Interval and Expiration are the ownership renewal interval and the
 	// lease (default 500 ms and 3 s: a member claims a partition per
@@ -350,6 +351,13 @@ func RunDemo(ctx context.Context, cfg DemoConfig, out io.Writer) (DemoSummary, e
 	fmt.Fprintln(out)
 
 	sum := DemoSummary{Homes: cfg.Homes, Kinds: cfg.Kinds, Minutes: cfg.simMinutes()}
+	d.start = time.Now()
+	if err := d.waitHeld(ctx); err != nil {
+		return sum, err
+	}
+	if ctx.Err() != nil {
+		return d.interrupted(sum), nil
+	}
 	producer, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return sum, err
@@ -475,6 +483,44 @@ func (d *demo) startInstance(ctx context.Context) error {
 	d.instances = append(d.instances, in)
 	go func() { d.ended <- instanceEnd{in, w.Run(wctx)} }()
 	return nil
+}
+
+// heldLimit bounds the wait for the instances to take every partition
+// before the load starts.
+const heldLimit = 30 * time.Second
+
+// waitHeld waits until the instances hold every partition of the readings
+// topic between them, and says how long it took: a load sent before
+// would pile up unread, and the first status lines would show the
+// instances still claiming rather than the pipeline at work.
+func (d *demo) waitHeld(ctx context.Context) error {
+	limit := time.After(heldLimit)
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		held := map[int32]bool{}
+		for _, in := range d.instances {
+			for _, p := range in.w.Owned() {
+				held[p] = true
+			}
+		}
+		if len(held) == int(d.cfg.Partitions) {
+			fmt.Fprintf(d.out, "the instances took all %d partitions in %v; sending the load (its clock starts now)\n",
+				d.cfg.Partitions, time.Since(d.start).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-poll.C:
+		case e := <-d.ended:
+			if err := d.onEnd(e); err != nil {
+				return err
+			}
+		case <-limit:
+			return fmt.Errorf("the instances did not take every partition within %v: %d of %d held", heldLimit, len(held), d.cfg.Partitions)
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // onEnd records an instance's end: one that was told to stop, or one that

@@ -73,3 +73,34 @@ func TestDemoSummaryVerdict(t *testing.T) {
 		}
 	}
 }
+
+// The load starts once the instances hold every partition: until the
+// second instance stops, every status line shows them all held, not "0/8
+// held" while readings pile up with nobody to read them.
+func TestDemoSendsTheLoadOnceEveryPartitionIsHeld(t *testing.T) {
+	var out testenv.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sum, err := sensors.RunDemo(ctx, sensors.DemoConfig{Homes: 100, Duration: 3 * time.Second, Instances: 2, Partitions: 8,
+		Interval: 300 * time.Millisecond, IdleClose: time.Second, Drain: 20 * time.Second, Every: 20 * time.Millisecond}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !sum.OK() {
+		t.Fatalf("%v\n%s", sum, out.String())
+	}
+	before, _, _ := strings.Cut(out.String(), "stopping w2")
+	lines := 0
+	for _, l := range strings.Split(before, "\n") {
+		if !strings.Contains(l, " held") {
+			continue
+		}
+		lines++
+		if !strings.Contains(l, "(8/8 held") {
+			t.Fatalf("a status line before any instance stopped shows partitions nobody holds:\n%s\n\n%s", l, out.String())
+		}
+	}
+	if lines == 0 {
+		t.Fatalf("no status line before w2 stopped:\n%s", out.String())
+	}
+}
