@@ -1,6 +1,7 @@
 package sensors
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,7 +26,7 @@ type instanceStatus struct {
 	id                string
 	stopped, stopping bool
 	held              []int32 // partitions it holds (nil once stopped)
-	lag               int64
+	lag               Lag     // of what it holds
 }
 
 // snapshot reads the status of the run now.
@@ -40,7 +41,7 @@ func (d *demo) snapshot() status {
 		st.deadLetters += ws.Malformed + ws.Late
 		is := instanceStatus{id: in.id, stopped: in.final != nil, stopping: in.stopping}
 		if !is.stopped {
-			is.held, is.lag = ws.Partitions, ws.Lag
+			is.held, is.lag = ws.Partitions, d.lag(in.w)
 			st.p99 = max(st.p99, ws.WriteP99)
 		}
 		st.instances = append(st.instances, is)
@@ -52,17 +53,29 @@ func (d *demo) snapshot() status {
 	return st
 }
 
+// lag asks w's lag, within a bound: a broker slow to answer leaves it
+// unknown rather than holding the status up.
+func (d *demo) lag(w *Worker) Lag {
+	ctx, cancel := context.WithTimeout(context.Background(), lagWait)
+	defer cancel()
+	return w.Lag(ctx)
+}
+
+// lagWait bounds the wait for an instance's lag.
+const lagWait = 500 * time.Millisecond
+
 // line is the status line: rates, each instance's partitions, the lag,
 // the window write p99 and the dead letters.
 func (d *demo) line() string { return d.snapshot().String() }
 
-// String prints the status. A partition is counted held once, whoever
+// String prints the status. The lag is that of every partition: unknown
+// for those nobody reads. A partition is counted held once, whoever
 // holds it: a member that takes a partition from another starts it at
 // once, and the other stops it only when its next renewal is refused, so
 // for up to an interval two instances hold it (and read it; only the new
 // owner's checkpoints are accepted). Those are named as changing hands.
 func (s status) String() string {
-	var lag int64
+	var lag Lag
 	holders := map[int32]int{}
 	parts := make([]string, 0, len(s.instances))
 	for _, in := range s.instances {
@@ -77,7 +90,7 @@ func (s status) String() string {
 		for _, p := range in.held {
 			holders[p]++
 		}
-		lag += in.lag
+		lag.merge(in.lag)
 	}
 	held := fmt.Sprintf("%d/%d held", len(holders), s.partitions)
 	var moving []int32
@@ -94,7 +107,7 @@ func (s status) String() string {
 		}
 		held += "; " + strings.Join(names, " ") + " changing hands"
 	}
-	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%s) | lag %d | window write p99 %v | dead letters %d | kinds %d, simulated %s",
+	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%s) | lag %s | window write p99 %v | dead letters %d | kinds %d, simulated %s",
 		s.elapsed, s.sentRate, s.readRate, strings.Join(parts, " "), held,
-		lag, s.p99.Round(time.Millisecond), s.deadLetters, s.kinds, s.sim.UTC().Format("15:04"))
+		lag.over(s.partitions), s.p99.Round(time.Millisecond), s.deadLetters, s.kinds, s.sim.UTC().Format("15:04"))
 }

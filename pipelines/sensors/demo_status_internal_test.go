@@ -38,3 +38,42 @@ func TestStatusCountsAPartitionChangingHandsOnce(t *testing.T) {
 		t.Errorf("want partition 5 named as changing hands:\n%s", line)
 	}
 }
+
+// A lag nobody knows is not 0: while no instance reads a partition (none
+// holds it yet, or its reader has not started), the records waiting in
+// it are not counted, and the status says the lag is unknown rather than
+// print the sum of the others.
+func TestStatusLagUnknownIsNotZero(t *testing.T) {
+	line := testStatus(instanceStatus{id: "w1"}, instanceStatus{id: "w2"}).String()
+	if strings.Contains(line, "lag 0 ") || !strings.Contains(line, "lag unknown") {
+		t.Errorf("no partition is read, want the lag unknown:\n%s", line)
+	}
+}
+
+// Partitions whose lag is not known (not read by anyone, or their reader
+// not started) are named, and the total is a lower bound; a partition
+// read by two instances while it changes hands counts once.
+func TestStatusLagNamesWhatIsUnknown(t *testing.T) {
+	known := func(ps []int32, n int64) Lag {
+		l := Lag{Records: map[int32]int64{}}
+		for _, p := range ps {
+			l.Records[p] = n
+		}
+		return l
+	}
+	w1 := known(span(0, 8), 10)
+	w1.Unknown = []int32{8}
+	line := testStatus(
+		instanceStatus{id: "w1", held: span(0, 9), lag: w1},
+		instanceStatus{id: "w3", held: append(span(7, 8), span(9, 14)...), lag: known(append(span(7, 8), span(9, 14)...), 1)},
+	).String()
+	// 0-7 at 10 (7 counted once, the larger), 9-13 at 1; 8 not started,
+	// 14 and 15 held by nobody.
+	if want := "lag >=85 (unknown for partitions 8, 14, 15)"; !strings.Contains(line, want) {
+		t.Errorf("want %q:\n%s", want, line)
+	}
+	all := testStatus(instanceStatus{id: "w1", held: span(0, 16), lag: known(span(0, 16), 0)}).String()
+	if !strings.Contains(all, "| lag 0 |") {
+		t.Errorf("every partition's lag known to be 0, want lag 0:\n%s", all)
+	}
+}

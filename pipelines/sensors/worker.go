@@ -471,9 +471,8 @@ type Stats struct {
 	WriteP99 time.Duration
 	// StoreDown is set while window writes fail past a second of backoff.
 	StoreDown bool
-	// Partitions held, and the records not yet read from them.
+	// Partitions held (their lag: Worker.Lag).
 	Partitions []int32
-	Lag        int64
 }
 
 // Stats returns the worker's counters.
@@ -481,7 +480,7 @@ func (w *Worker) Stats() Stats {
 	st := Stats{Parsed: w.parsed.Load(), Malformed: w.malformed.Load(), Heartbeats: w.heartbeats.Load(),
 		OutOfRange: w.outOfRange.Load(), Late: w.late.Load(), Windows: w.windows.Load(), Written: w.written.Load(),
 		Kept: w.kept.Load(), Commands: w.commands.Load(), Retries: w.retries.Load(), Readings: w.readingsWritten.Load(),
-		StoreDown: w.storeDown.Load(), Partitions: w.Owned(), Lag: w.src.Lag()}
+		StoreDown: w.storeDown.Load(), Partitions: w.Owned()}
 	w.latMu.Lock()
 	n := min(w.latN, len(w.lat))
 	lat := slices.Clone(w.lat[:n])

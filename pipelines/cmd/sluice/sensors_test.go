@@ -204,6 +204,17 @@ func TestSensorsWorkerAndLoadgen(t *testing.T) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.400s", path, code, want, body)
 		}
 	}
+	// The load is read: the lag of every partition is known, and comes
+	// down to 0.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, metrics := get(t, "http://"+addr+"/metrics")
+		if strings.Contains(metrics, "\nsluice_sensors_lag 0\n") && strings.Contains(metrics, "\nsluice_sensors_lag_unknown_partitions 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("want a lag of 0, known for every partition, within 10 s:\n%s", grep(metrics, "sluice_sensors_lag"))
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
