@@ -226,8 +226,12 @@ func (s DemoSummary) String() string {
 		reasons = append(reasons, fmt.Sprintf("%s %d", r, n))
 	}
 	slices.Sort(reasons)
-	fmt.Fprintf(&b, "  dead letters: %d malformed, %d late, %d other (%d records; %s): ",
-		s.DeadLetters.Malformed, s.DeadLetters.Late, s.DeadLetters.Other, s.DeadLetters.Records, strings.Join(reasons, ", "))
+	written := fmt.Sprintf("%d written", s.DeadLetters.Records)
+	if again := s.DeadLetters.Records - s.DeadLetters.Distinct(); again > 0 {
+		written += fmt.Sprintf(", %d of them again by a partition's next owner replaying from its checkpoint", again)
+	}
+	fmt.Fprintf(&b, "  dead letters: %d malformed, %d late, %d other (%s; %s): ",
+		s.DeadLetters.Malformed, s.DeadLetters.Late, s.DeadLetters.Other, written, strings.Join(reasons, ", "))
 	if s.DeadLetterErr != nil {
 		fmt.Fprintf(&b, "FAILED: %v\n", s.DeadLetterErr)
 	} else {
@@ -274,6 +278,7 @@ type demo struct {
 
 	instances []*demoInstance
 	ended     chan instanceEnd
+	dead      *deadLetterCount
 	changes   sync.Mutex
 	starts    int
 	stops     int
@@ -323,6 +328,10 @@ func RunDemo(ctx context.Context, cfg DemoConfig, out io.Writer) (DemoSummary, e
 	}
 	d := &demo{cfg: cfg, out: out, brokers: cluster.ListenAddrs(), rdb: rdb, gen: gen, simStart: gcfg.Start,
 		ended: make(chan instanceEnd, 16)}
+	if d.dead, err = followDeadLetters(d.brokers, DefaultDeadLetterTopic); err != nil {
+		return DemoSummary{}, err
+	}
+	defer d.dead.close()
 	fmt.Fprintf(out, "embedded broker (kfake) on %s: %s with %d partitions; embedded Redis (miniredis) on %s\n",
 		strings.Join(d.brokers, ","), DefaultTopic, cfg.Partitions, mr.Addr())
 	partitions := make([]int32, cfg.Partitions)

@@ -16,9 +16,12 @@ type status struct {
 	partitions         int32   // of the readings topic
 	instances          []instanceStatus
 	p99                time.Duration // the highest window write p99 of the running instances
-	deadLetters        int64
-	kinds              int
-	sim                time.Time // the simulated time reached
+	// deadLetters counts the source records on the dead-letter topic,
+	// each once; rewritten the dead letters written again by a
+	// partition's next owner replaying records already dead-lettered.
+	deadLetters, rewritten int64
+	kinds                  int
+	sim                    time.Time // the simulated time reached
 }
 
 // instanceStatus is one instance's part of a status line.
@@ -38,7 +41,6 @@ func (d *demo) snapshot() status {
 	for _, in := range d.instances {
 		ws := in.stats()
 		read += ws.Parsed
-		st.deadLetters += ws.Malformed + ws.Late
 		is := instanceStatus{id: in.id, stopped: in.final != nil, stopping: in.stopping}
 		if !is.stopped {
 			is.held, is.lag = ws.Partitions, d.lag(in.w)
@@ -47,6 +49,8 @@ func (d *demo) snapshot() status {
 		st.instances = append(st.instances, is)
 	}
 	d.maxP99 = max(d.maxP99, st.p99)
+	distinct, written := d.dead.counts()
+	st.deadLetters, st.rewritten = distinct, written-distinct
 	sent := d.gen.Sent()
 	st.sentRate, st.readRate = float64(sent-d.lastSent)/dt, float64(read-d.lastRead)/dt
 	d.lastAt, d.lastSent, d.lastRead = now, sent, read
@@ -68,7 +72,9 @@ const lagWait = 500 * time.Millisecond
 // the window write p99 and the dead letters.
 func (d *demo) line() string { return d.snapshot().String() }
 
-// String prints the status. The lag is that of every partition: unknown
+// String prints the status. Dead letters are the records of the topic
+// dead-lettered, each once, with those written again (by a replay) in
+// parentheses. The lag is that of every partition: unknown
 // for those nobody reads. A partition is counted held once, whoever
 // holds it: a member that takes a partition from another starts it at
 // once, and the other stops it only when its next renewal is refused, so
@@ -107,7 +113,11 @@ func (s status) String() string {
 		}
 		held += "; " + strings.Join(names, " ") + " changing hands"
 	}
-	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%s) | lag %s | window write p99 %v | dead letters %d | kinds %d, simulated %s",
+	dead := fmt.Sprint(s.deadLetters)
+	if s.rewritten > 0 {
+		dead += fmt.Sprintf(" (+%d written again by replays)", s.rewritten)
+	}
+	return fmt.Sprintf("%5.1fs sent %6.0f/s read %6.0f/s | partitions %s (%s) | lag %s | window write p99 %v | dead letters %s | kinds %d, simulated %s",
 		s.elapsed, s.sentRate, s.readRate, strings.Join(parts, " "), held,
-		lag.over(s.partitions), s.p99.Round(time.Millisecond), s.deadLetters, s.kinds, s.sim.UTC().Format("15:04"))
+		lag.over(s.partitions), s.p99.Round(time.Millisecond), dead, s.kinds, s.sim.UTC().Format("15:04"))
 }

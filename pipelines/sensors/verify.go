@@ -116,46 +116,57 @@ func (e *Expected) Verify(ctx context.Context, s *Store) (Report, error) {
 }
 
 // DeadLetters counts the records of a dead-letter topic by cause, each
-// source record once (a replay may write one twice).
+// source record once: a partition's next owner replays it from the last
+// checkpoint, which the open minutes hold back, and writes again the dead
+// letters of the records it replays.
 type DeadLetters struct {
 	Malformed, Late, Other int64
-	Records                int64 // as read, duplicates included
+	Records                int64 // as written, those written again included
 	Reasons                map[string]int64
+	seen                   map[string]bool // source positions counted
+}
+
+// Distinct returns the source records dead-lettered, each once.
+func (d *DeadLetters) Distinct() int64 { return d.Malformed + d.Late + d.Other }
+
+// add counts one record of the dead-letter topic.
+func (d *DeadLetters) add(r *kgo.Record) {
+	if d.Reasons == nil {
+		d.Reasons, d.seen = map[string]int64{}, map[string]bool{}
+	}
+	d.Records++
+	var reason, pos string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case kafkasink.HeaderReason:
+			reason = string(h.Value)
+		case kafkasink.HeaderPartition, kafkasink.HeaderOffset:
+			pos += "/" + string(h.Value)
+		}
+	}
+	if d.seen[pos] {
+		return
+	}
+	d.seen[pos] = true
+	switch {
+	case strings.Contains(reason, "malformed reading"):
+		d.Malformed++
+	case strings.Contains(reason, "late:") || strings.Contains(reason, "allowed ahead"):
+		d.Late++
+	default:
+		d.Other++
+	}
+	class := reason
+	if i := strings.IndexAny(class, ":0123456789\""); i > 0 {
+		class = strings.TrimSpace(class[:i])
+	}
+	d.Reasons[class]++
 }
 
 // ReadDeadLetters reads a dead-letter topic from its start to its end.
 func ReadDeadLetters(ctx context.Context, cl *kgo.Client, topic string) (DeadLetters, error) {
-	d := DeadLetters{Reasons: map[string]int64{}}
-	seen := map[string]bool{}
-	err := readTopic(ctx, cl, topic, func(r *kgo.Record) {
-		d.Records++
-		var reason, pos string
-		for _, h := range r.Headers {
-			switch h.Key {
-			case kafkasink.HeaderReason:
-				reason = string(h.Value)
-			case kafkasink.HeaderPartition, kafkasink.HeaderOffset:
-				pos += "/" + string(h.Value)
-			}
-		}
-		if seen[pos] {
-			return
-		}
-		seen[pos] = true
-		switch {
-		case strings.Contains(reason, "malformed reading"):
-			d.Malformed++
-		case strings.Contains(reason, "late:") || strings.Contains(reason, "allowed ahead"):
-			d.Late++
-		default:
-			d.Other++
-		}
-		class := reason
-		if i := strings.IndexAny(class, ":0123456789\""); i > 0 {
-			class = strings.TrimSpace(class[:i])
-		}
-		d.Reasons[class]++
-	})
+	d := DeadLetters{Reasons: map[string]int64{}, seen: map[string]bool{}}
+	err := readTopic(ctx, cl, topic, d.add)
 	return d, err
 }
 

@@ -175,7 +175,7 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 	stopStatus()
 	<-statusDone
 	st := w.Stats()
-	logger.Info("sensors worker stopped", "readings", st.Parsed, "windows", st.Windows, "dead_letters", st.Malformed+st.Late, "err", runErr)
+	logger.Info("sensors worker stopped", "readings", st.Parsed, "windows", st.Windows, "dead_letters_written", st.Malformed+st.Late, "err", runErr)
 	sdctx, cancelSd := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelSd()
 	_ = srv.Shutdown(sdctx)
@@ -211,7 +211,9 @@ func pingRedis(ctx context.Context, rc *redis.Client, opts *redis.Options) error
 
 // logSensorsStatus logs the worker's status every so often until ctx
 // ends: partitions held, readings per second, lag, window write p99 and
-// dead letters.
+// the dead letters this worker wrote (a record replayed after its
+// partition moved is dead-lettered again by its new owner: the dead
+// letters of several workers add up to more than the bad readings).
 func logSensorsStatus(ctx context.Context, w *sensors.Worker, logger *slog.Logger, every time.Duration) {
 	if every <= 0 {
 		<-ctx.Done()
@@ -232,7 +234,7 @@ func logSensorsStatus(ctx context.Context, w *sensors.Worker, logger *slog.Logge
 			dt := now.Sub(lastAt).Seconds()
 			logger.Info("sensors status", "partitions", fmt.Sprint(st.Partitions), "held", len(st.Partitions),
 				"readings_per_s", math.Round(float64(st.Parsed-last.Parsed)/dt), "windows_per_s", math.Round(float64(st.Windows-last.Windows)/dt),
-				"lag", lag.String(), "window_write_p99", st.WriteP99.Round(time.Millisecond), "dead_letters", st.Malformed+st.Late,
+				"lag", lag.String(), "window_write_p99", st.WriteP99.Round(time.Millisecond), "dead_letters_written", st.Malformed+st.Late,
 				"write_retries", st.Retries, "store_down", st.StoreDown)
 			last, lastAt = st, now
 		}
