@@ -1,8 +1,10 @@
 package sensors
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,6 +53,23 @@ func (m *Minute) Add(r *Reading) {
 	if r.Event > m.Last {
 		m.Last = r.Event
 	}
+}
+
+// merge adds o, the aggregate of other readings of the same minute (its
+// part read from another partition), to m. The alarms listed are the
+// earliest MaxAlarmsKept of both, by event time.
+func (m *Minute) merge(o *Minute) {
+	for k := range NumKinds {
+		m.Events[k] += o.Events[k]
+		m.Readings[k] += o.Readings[k]
+	}
+	m.Alarms += o.Alarms
+	if len(o.AlarmList) > 0 {
+		m.AlarmList = append(m.AlarmList, o.AlarmList...)
+		slices.SortStableFunc(m.AlarmList, func(a, b Alarm) int { return cmp.Compare(a.At, b.At) })
+		m.AlarmList = m.AlarmList[:min(len(m.AlarmList), MaxAlarmsKept)]
+	}
+	m.Last = max(m.Last, o.Last)
 }
 
 // Total is the sum of the readings of all kinds.

@@ -30,19 +30,26 @@
 //
 // # Aggregates in Redis
 //
-// One hash per home, a field per minute (its start, Unix seconds):
+// One hash per home, a field per minute (its start, Unix seconds) and
+// partition the home's readings of it were read from:
 //
-//	sensors:{<namespace>}:home:<home id>   <minute> -> <partition>|<first offset>|<readings>|<aggregate JSON>
+//	sensors:{<namespace>}:home:<home id>   <minute>/<partition> -> <partition>|<first offset>|<readings>|<aggregate JSON>
 //	sensors:{<namespace>}:minute:<minute>  <partition> -> <partition>|<first offset>|<readings>|<totals JSON>
 //
 // A write is conditional (a Lua script): it replaces the stored value only
 // if it holds what the stored one holds, judged by the window's first
 // offset and count (flow.Pane), so replays and reassignments converge to
-// the aggregate of every reading, never to one counted twice or partly.
-// That holds while each home's readings go to one partition (the record
-// key decides it): if partitions are added to the topic, or a producer
-// picks partitions itself, a home's minute read from two partitions is
-// stored as the later partition's part alone.
+// the aggregate of every reading of the partition, never to one counted
+// twice or partly. A home's minute is the sum of its parts: one, unless
+// its readings were in several partitions — partitions added to the
+// topic while it runs move a home to another one (the record key decides
+// it, modulo the partition count), and a producer may pick partitions
+// itself. So partitions can be added to a live topic: the workers take
+// the new ones within an ownership interval, read them from their start,
+// and every minute is stored whole. (A minute's totals count such a home
+// once in each partition.) Fields of a minute alone, without its
+// partition, as earlier versions wrote them, are read as one more
+// version of their partition's part.
 //
 // A minute closed idle (its partition quiet for IdleClose) makes later
 // readings of it late. With producer timestamps (CreateTime), a record

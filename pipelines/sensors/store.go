@@ -46,28 +46,36 @@ func (s *Store) minuteKey(m int64) string   { return s.prefix + ":minute:" + str
 func (s *Store) latestKey() string          { return s.prefix + ":latest" }
 
 // writeScript stores a batch of aggregates of one minute, each in its own
-// hash under the same field. A field's value is replaced only if the new
-// one covers what the stored one does: the same partition and a lower
-// first offset, or the same first offset and more readings (flow.Pane).
-// It trims the field a retention older (and, once the hash holds more
-// minutes than the retention spans, every field as old: a home quiet in
-// the minute that trims one would keep it for as long as it reports, its
-// hash growing for ever), sets each key's expiry, and raises the latest
-// minute if given. One call per batch rather than per home: redis-server
-// spends most of a small script's time entering and leaving it.
+// hash under the same field. A home's field is its minute and the
+// partition the aggregate was read from (<minute>/<partition>): when
+// partitions are added to the topic, a home's readings move to another
+// partition, in the middle of a minute, and each partition's part of the
+// minute is kept, the reader summing them. A field's value is replaced
+// only if the new one covers what the stored one does: a lower first
+// offset, or the same first offset and more readings (flow.Pane), so
+// each part converges to the complete one whatever the order of the
+// writes. It trims the fields a retention older (that partition's, and
+// the one of the minute alone that earlier versions wrote; and, once the
+// hash holds more fields than the retention spans minutes, every field
+// as old: a home quiet in the minute that trims one, or moved to another
+// partition, would keep it for as long as it reports, its hash growing
+// for ever), sets each key's expiry, and raises the latest minute if
+// given. One call per batch rather than per home: redis-server spends
+// most of a small script's time entering and leaving it.
 //
 // KEYS: n hashes, then optionally the latest-minute key.
-// ARGV: field, partition, ttl ms, field to delete ("" for none), n,
-// minute, then value, first offset, count for each hash.
+// ARGV: field, minute, ttl ms, minute to trim ("" for none), n, latest
+// minute ("" for none), then value, first offset, count for each hash.
 // Returns the number of values written.
 var writeScript = redis.NewScript(`
-local field, part, ttl, trim = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local field, minute, ttl, trim = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local n = tonumber(ARGV[5])
 local written = 0
-local tn, span
+local tn, span, old
 if trim ~= '' then
   tn = tonumber(trim)
-  span = (tonumber(field) - tn) / 60 -- the minutes in (trim, field]
+  span = (tonumber(minute) - tn) / 60 -- the minutes in (trim, minute]
+  old = trim .. (string.match(field, '/%-?%d+$') or '')
 end
 for i = 1, n do
   local key, j = KEYS[i], 7 + (i - 1) * 3
@@ -76,16 +84,17 @@ for i = 1, n do
   if not write then
     local nf, nc = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
     local cur = redis.call('HGET', key, field)
-    local p, f, c = string.match(cur, '^(%-?%d+)|(%-?%d+)|(%d+)|')
-    write = p ~= part or tonumber(f) > nf or (tonumber(f) == nf and tonumber(c) < nc)
+    local f, c = string.match(cur, '^%-?%d+|(%-?%d+)|(%d+)|')
+    write = tonumber(f) > nf or (tonumber(f) == nf and tonumber(c) < nc)
     if write then redis.call('HSET', key, field, ARGV[j]) end
   end
   if write then
     -- The minute a retention older goes; if it was not there (the home
-    -- was quiet then), older ones may be left: trim every one.
-    if trim ~= '' and redis.call('HDEL', key, trim) == 0 and redis.call('HLEN', key) > span then
+    -- was quiet then, or read from another partition), older ones may
+    -- be left: trim every one.
+    if trim ~= '' and redis.call('HDEL', key, old, trim) == 0 and redis.call('HLEN', key) > span then
       for _, f in ipairs(redis.call('HKEYS', key)) do
-        local m = tonumber(f)
+        local m = tonumber(string.match(f, '^%-?%d+'))
         if m and m <= tn then redis.call('HDEL', key, f) end
       end
     end
@@ -125,6 +134,7 @@ func (s *Store) write(ctx context.Context, ws *flow.Windows[string, Minute], rel
 	trim := strconv.FormatInt(minute-int64(s.retention/time.Second), 10)
 	ttl := strconv.FormatInt((s.retention + 10*time.Minute).Milliseconds(), 10)
 	part := strconv.Itoa(int(ws.Partition))
+	homeField := field + "/" + part
 	var tot Totals
 	pipe := s.c.Pipeline()
 	var cmds []*redis.Cmd
@@ -132,7 +142,7 @@ func (s *Store) write(ctx context.Context, ws *flow.Windows[string, Minute], rel
 		batch := ws.Panes[lo:min(lo+HomesPerCall, len(ws.Panes))]
 		keys := make([]string, len(batch))
 		args := make([]any, 6, 6+3*len(batch))
-		args[0], args[1], args[2], args[3], args[4], args[5] = field, part, ttl, trim, len(batch), ""
+		args[0], args[1], args[2], args[3], args[4], args[5] = homeField, field, ttl, trim, len(batch), ""
 		for i := range batch {
 			p := &batch[i]
 			v, err := encode(ws.Partition, p.FirstOffset, p.Count, &p.Value)
@@ -155,7 +165,7 @@ func (s *Store) write(ctx context.Context, ws *flow.Windows[string, Minute], rel
 		return WriteResult{}, err
 	}
 	totals := writeScript.EvalSha(ctx, pipe, []string{s.minuteKey(minute), s.latestKey()},
-		part, part, ttl, "", 1, field, v, ws.FirstOffset, ws.Count)
+		part, field, ttl, "", 1, field, v, ws.FirstOffset, ws.Count)
 	_, err = pipe.Exec(ctx)
 	if err != nil && isNoScript(err) && !reloaded {
 		// redis-server forgot the script (a restart, SCRIPT FLUSH): load
@@ -203,7 +213,14 @@ func sortMinutes(ms []StoredMinute) {
 // StoredMinute is one minute of a home as stored.
 type StoredMinute struct {
 	Start time.Time
+	// Stored is the minute's aggregate: the sum of its parts (Count the
+	// sum of their readings; Partition and First those of the first).
 	Stored[Minute]
+	// Parts are the aggregates of the minute's readings in each
+	// partition they were read from, by partition: one, unless partitions
+	// were added to the topic during the minute and the home's readings
+	// moved to another.
+	Parts []Stored[Minute]
 }
 
 // Latest returns the start of the latest minute written, zero if none.
@@ -219,6 +236,9 @@ func (s *Store) Latest(ctx context.Context) (time.Time, error) {
 }
 
 // MinuteTotals is the totals of one minute over every partition written.
+// Homes counts a home once in each partition its readings of the minute
+// were read from: twice for a minute it moved in, partitions having been
+// added to the topic.
 type MinuteTotals struct {
 	Start      time.Time
 	Partitions int

@@ -3,6 +3,8 @@ package sensors
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -180,10 +182,14 @@ func (e *Expected) CheckDeadLetters(d DeadLetters) error {
 	return nil
 }
 
+// parseHome reads a home's hash: each minute's parts, one per partition
+// (the complete one by flow.Pane's rule where a field of the minute alone,
+// as earlier versions wrote, holds another of the same partition), summed.
 func parseHome(home string, all map[string]string) ([]StoredMinute, error) {
-	out := make([]StoredMinute, 0, len(all))
+	parts := map[int64]map[int32]Stored[Minute]{}
 	for f, v := range all {
-		m, err := strconv.ParseInt(f, 10, 64)
+		ms, _, _ := strings.Cut(f, "/")
+		m, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil {
 			continue
 		}
@@ -191,7 +197,28 @@ func parseHome(home string, all map[string]string) ([]StoredMinute, error) {
 		if err != nil {
 			return nil, fmt.Errorf("home %s minute %s: %w", home, f, err)
 		}
-		out = append(out, StoredMinute{Start: unixMinute(m), Stored: st})
+		if parts[m] == nil {
+			parts[m] = map[int32]Stored[Minute]{}
+		}
+		if cur, ok := parts[m][st.Partition]; !ok || st.First < cur.First || (st.First == cur.First && st.Count > cur.Count) {
+			parts[m][st.Partition] = st
+		}
+	}
+	out := make([]StoredMinute, 0, len(parts))
+	for m, byPart := range parts {
+		sm := StoredMinute{Start: unixMinute(m)}
+		for _, p := range slices.Sorted(maps.Keys(byPart)) {
+			st := byPart[p]
+			if len(sm.Parts) == 0 {
+				sm.Stored = st
+				sm.Value.AlarmList = slices.Clone(st.Value.AlarmList)
+			} else {
+				sm.Count += st.Count
+				sm.Value.merge(&st.Value)
+			}
+			sm.Parts = append(sm.Parts, st)
+		}
+		out = append(out, sm)
 	}
 	sortMinutes(out)
 	return out, nil
