@@ -189,3 +189,25 @@ func EndOffsets(t testing.TB, brokers []string, topic string) map[int32]int64 {
 	ls.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	return ends
 }
+
+// SetMaxMessageBytes sets topic's max.message.bytes, the largest record
+// batch its partitions accept, on the cluster at brokers; it fails the test
+// if the cluster does not apply it within 10 s.
+func SetMaxMessageBytes(t testing.TB, brokers []string, topic string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v := strconv.Itoa(n)
+	rs, err := kadm.NewClient(cl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, topic)
+	if err == nil {
+		_, err = rs.On(topic, func(r *kadm.AlterConfigsResponse) error { return r.Err })
+	}
+	if err != nil {
+		t.Fatalf("setting max.message.bytes of %s to %d: %v", topic, n, err)
+	}
+}

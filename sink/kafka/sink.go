@@ -10,6 +10,15 @@
 // dead letters (NewDeadLetter, NewParking) do, since a failure there would
 // stop the pipeline.
 //
+// The broker measures a record batch, not a record, against a topic's
+// max.message.bytes: a topic whose limit is below the client's batch size
+// (kgo.ProducerBatchMaxBytes, 1,000,012 bytes by default) refuses a batch of
+// many small records whole, with the error a record too large gets. So a
+// record refused as too large is first produced again alone, in a batch of
+// its own; only if it is refused alone too is it written smaller or failed.
+// Set the client's batch size at or below the topics' limit
+// (kgo.ProducerBatchMaxBytesFn) so that batches are not refused at all.
+//
 // A client may be shared between sinks and pipelines. franz-go fails every
 // record buffered for a partition when the context of the one at its head
 // ends; a record of this sink failed so, by another's context, is produced
@@ -77,6 +86,8 @@ type Encoder[T any] func(m *stream.Message[T]) (*kgo.Record, error)
 // the message then fails as it would without a Shrinker. If the record it
 // returns is refused too, it is asked again, step counting the records
 // tried in place of the first (1, 2, ...), at most MaxShrinkSteps times.
+// A record refused as too large is asked about only once it was refused
+// alone, not as part of a batch the broker refused whole.
 //
 // A sink on the pipeline's failure path (a dead letter) cannot fail a
 // message without ending the pipeline, so it should have one: NewDeadLetter
@@ -267,6 +278,9 @@ type failed[T any] struct {
 	rec  *kgo.Record
 	step int // 0: the Encoder's record; n: the Shrinker's nth
 	err  error
+	// alone: rec was produced in a batch of its own, so a refusal as too
+	// large is about rec itself, not about the records batched with it.
+	alone bool
 }
 
 // produceFrom encodes and produces items[i:]. A panic in the Encoder is
@@ -286,7 +300,7 @@ func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i i
 			}
 			continue
 		}
-		r.produce(ctx, items[i], rec, 0)
+		r.produce(ctx, items[i], rec, 0, false)
 	}
 	return i, nil
 }
@@ -297,13 +311,15 @@ func (r *run[T]) produceFrom(ctx context.Context, items []stream.Message[T], i i
 // It is the message's own failure, like a record too large.
 var ErrUnproducible = errors.New("sluice: record cannot be produced")
 
-func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int) {
+// produce hands rec to the client; alone says that nothing else of the
+// sink is in flight (see produceAlone).
+func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Record, step int, alone bool) {
 	err := r.s.byLevel(&m, rec)
 	if err == nil {
 		err = r.check(rec)
 	}
 	if err != nil {
-		r.fail(failed[T]{m: m, rec: rec, step: step, err: err})
+		r.fail(failed[T]{m: m, rec: rec, step: step, err: err, alone: alone})
 		return
 	}
 	r.pending.Add(1)
@@ -316,7 +332,7 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 			m.Settle(r.s.outcome)
 		} else {
 			r.s.failed.Add(1)
-			r.fail(failed[T]{m: m, rec: rec, step: step, err: err})
+			r.fail(failed[T]{m: m, rec: rec, step: step, err: err, alone: alone})
 		}
 		r.pending.Add(-1)
 		select {
@@ -364,7 +380,7 @@ func (r *run[T]) wait(ctx context.Context) error {
 // Encoder could not make, or fails the message.
 func (r *run[T]) unencodable(ctx context.Context, m stream.Message[T], err error) error {
 	if rec := r.smaller(&m, nil, 1, &err); rec != nil {
-		r.produce(ctx, m, rec, 1)
+		r.produce(ctx, m, rec, 1, false)
 		return nil
 	}
 	return r.in.Fail(ctx, m, err)
@@ -372,20 +388,22 @@ func (r *run[T]) unencodable(ctx context.Context, m stream.Message[T], err error
 
 // handle deals with the records that failed since the last call: a failure
 // of the record's own is produced again smaller, if the Shrinker says how,
-// or fails its message; any other ends the pipeline. It returns how many
-// records it produced again.
+// or fails its message; any other ends the pipeline. A record refused as
+// too large that was not alone in its batch is first produced again alone
+// (produceAlone). It returns how many records it produced again.
 func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 	r.mu.Lock()
 	fs := r.fails
 	r.fails = nil
 	r.mu.Unlock()
+	var lone []failed[T]
 	for _, f := range fs {
 		topic := r.defaultTopic
 		if f.rec != nil && f.rec.Topic != "" {
 			topic = f.rec.Topic
 		}
 		if cancelledByAnother(ctx, f.rec, f.err) {
-			r.produce(ctx, f.m, f.rec, f.step)
+			r.produce(ctx, f.m, f.rec, f.step, false)
 			again++
 			continue
 		}
@@ -395,8 +413,12 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 			// stop, leaving it unsettled for replay.
 			return again, stream.Fatal(err)
 		}
+		if tooLarge(f.err) && !f.alone {
+			lone = append(lone, f)
+			continue
+		}
 		if rec := r.smaller(&f.m, f.rec, f.step+1, &err); rec != nil {
-			r.produce(ctx, f.m, rec, f.step+1)
+			r.produce(ctx, f.m, rec, f.step+1, false)
 			again++
 			continue
 		}
@@ -404,7 +426,38 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 			return again, err
 		}
 	}
+	if len(lone) > 0 {
+		if err := r.produceAlone(ctx, lone); err != nil {
+			return again, err
+		}
+		again += len(lone)
+	}
 	return again, nil
+}
+
+// produceAlone produces each record of fs again in a record batch of its
+// own: the broker refused a batch that held it as too large, and the batch
+// may have been too large only with the records beside it (a topic whose
+// max.message.bytes is below the client's batch size). With nothing else
+// of the sink in flight, the client makes a batch of the one record (a
+// client shared with another producer to the same partition could still
+// add to it). Each record's outcome is known before the next is produced;
+// new input waits meanwhile. A record refused alone too is then handled as
+// too large on its own.
+func (r *run[T]) produceAlone(ctx context.Context, fs []failed[T]) error {
+	for _, f := range fs {
+		if err := r.wait(ctx); err != nil {
+			return err
+		}
+		r.produce(ctx, f.m, f.rec, f.step, true)
+	}
+	return r.wait(ctx)
+}
+
+// tooLarge reports whether a produce error is the client's or the broker's
+// refusal of a record batch as too large.
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // smaller asks the Shrinker, if any, for the record to try at step. A panic
