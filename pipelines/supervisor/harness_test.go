@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -62,6 +63,7 @@ type settings struct {
 	drain          time.Duration // default the supervisor's
 	metrics        *observe.Metrics
 	notifier       supervisor.Notifier
+	producerOpts   []kgo.Opt // of the parking's and dead letters' client
 }
 
 // runSupervisor runs the supervisor against brokers and backends until the
@@ -86,7 +88,7 @@ func startSupervisor(t *testing.T, brokers []string, b delivery.Backends, s sett
 	if err != nil {
 		t.Fatal(err)
 	}
-	producer := kafkaClient(t, brokers)
+	producer := kafkaClient(t, brokers, s.producerOpts...)
 	if s.notifier == nil {
 		s.notifier = supervisor.NewNotifications()
 	}
