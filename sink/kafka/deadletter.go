@@ -87,21 +87,32 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 // broker refuses even that, or the broker or the topic fails, does the
 // pipeline stop.
 func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
-	s := NewFailureSink(cl, failureRecord(topic, nil), WithShrinker(shrinkFailure(topic, nil)))
+	s := NewFailureSink(cl, failureRecord(topic, nil), WithShrinker(shrinkFailure(topic)))
 	s.name = "kafka-dead-letter"
 	return s
 }
 
 // NewParking returns a sink for messages whose transient failure outlasted
 // their retries (stream.Failure.Transient): it writes each to topic like
-// NewDeadLetter does (written smaller the same way when it must be), adds
-// the first failure time and a replay time (replayAfter from now) as
-// headers, and settles it as stream.Parked. A pipeline reading topic with
-// flow.Delay(ReplayAt) replays them then. Route failures with stream.Split
-// on Failure.Transient: transient ones to parking, the rest to the failure
-// queue.
-func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[stream.Failure] {
-	return NewParkingFunc(cl, topic, func(*stream.Message[stream.Failure]) time.Duration { return replayAfter })
+// NewDeadLetter does, adds the first failure time and a replay time
+// (replayAfter from now) as headers, and settles it as stream.Parked. A
+// pipeline reading topic with flow.Delay(ReplayAt) replays them then.
+// Route failures with stream.Split on Failure.Transient: transient ones to
+// parking, the rest to the failure queue.
+//
+// A parked record is replayed as the message it holds, so a parking never
+// cuts a value short nor writes a message as headers only, as a dead
+// letter does: its replay would be another message (half a JSON document,
+// or nothing), failed as malformed. Its reason is capped at MaxReasonBytes
+// (a service's answer can be as long as it likes). A record the broker
+// refuses as too large on its own is written in the message's compact form
+// (WithCompact) if the parking has one; otherwise, or if that is refused
+// too, the pipeline stops with the message unsettled and an error naming
+// the topic, to be replayed from its source once the topic's
+// max.message.bytes is raised. A worker checks the topic at start for what
+// it will park (see the Compact type).
+func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration, opts ...ParkingOption) *Sink[stream.Failure] {
+	return NewParkingFunc(cl, topic, func(*stream.Message[stream.Failure]) time.Duration { return replayAfter }, opts...)
 }
 
 // NewParkingFunc is NewParking with the replay delay chosen per message:
@@ -115,8 +126,13 @@ func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration) *Sink[s
 // A topic read with flow.Delay(ReplayAt) replays in record order: a
 // record due later holds back the records behind it in its partition, so
 // with delays that differ the later ones set the pace.
-func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration) *Sink[stream.Failure] {
-	s := NewSink(cl, failureRecord(topic, replayAfter), WithShrinker(shrinkFailure(topic, replayAfter)))
+func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration,
+	opts ...ParkingOption) *Sink[stream.Failure] {
+	var p parking
+	for _, o := range opts {
+		o(&p)
+	}
+	s := NewSink(cl, failureRecord(topic, replayAfter), WithShrinker(shrinkParking(topic, replayAfter, p.compact)))
 	s.outcome = stream.Parked
 	s.name = "kafka-parking"
 	if replayAfter == nil {
@@ -124,6 +140,31 @@ func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Mes
 	}
 	return s
 }
+
+// ParkingOption configures a parking (NewParking, NewParkingFunc).
+type ParkingOption func(*parking)
+
+type parking struct {
+	compact Compact
+}
+
+// Compact gives a parking the compact form of a message whose parked record
+// the broker refuses as too large on its own: a record whose Key, Value and
+// Headers its replay reads as the same work (a request re-encoded from the
+// fields the pipeline reads, say, without the sender's extra fields and
+// headers), and small enough for the topic whatever the message: a worker
+// can then check at start that its park topic holds the largest compact
+// form. The parking sets the topic and adds its own headers (the failure,
+// the replay time, the count of parkings, the original position and first
+// failure time kept from an earlier parking), replacing any of those the
+// record has. nil: the message has no compact form. It is also asked when
+// the message's value could not be encoded (a MarshalJSON that fails).
+type Compact func(m *stream.Message[stream.Failure]) *kgo.Record
+
+// WithCompact gives a parking the compact form of the messages it parks,
+// for those whose record is too large for the topic (see Compact). Default:
+// none; such a message stops the pipeline, unsettled.
+func WithCompact(fn Compact) ParkingOption { return func(p *parking) { p.compact = fn } }
 
 // delayFunc is when a failure is due for replay, from now: nil for a dead
 // letter, which is not replayed.
@@ -218,7 +259,11 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 			}
 			r.Value = b
 		}
-		r.Headers = failureHeaders(keptHeaders(m, replayAfter != nil), m, reason(m.Value.Err), topic, replayAfter)
+		why := reason(m.Value.Err)
+		if replayAfter != nil {
+			why = capReason(why) // a parking is not shrunk: see NewParking
+		}
+		r.Headers = failureHeaders(keptHeaders(m, replayAfter != nil), m, why, topic, replayAfter)
 		return r, nil
 	}
 }

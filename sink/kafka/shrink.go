@@ -23,22 +23,22 @@ const (
 	HeaderHeadersDropped = "sluice-headers-dropped"
 )
 
-// MaxReasonBytes is the most bytes of the reason a dead letter written as
-// headers only keeps (4 KiB).
+// MaxReasonBytes is the most bytes of the reason a parking, or a dead
+// letter written as headers only, keeps (4 KiB).
 const MaxReasonBytes = 4 << 10
 
 // maxHeadersOnlyKey is the longest key a dead letter written as headers only
 // keeps.
 const maxHeadersOnlyKey = 1 << 10
 
-// shrinkFailure is the Shrinker of NewDeadLetter and NewParking: the
-// record with its value cut to half, then the record as headers only, then
-// nothing. A value that could not be encoded goes to headers only at once.
-func shrinkFailure(topic string, replayAfter delayFunc) Shrinker[stream.Failure] {
+// shrinkFailure is the Shrinker of NewDeadLetter: the record with its
+// value cut to half, then the record as headers only, then nothing. A
+// value that could not be encoded goes to headers only at once.
+func shrinkFailure(topic string) Shrinker[stream.Failure] {
 	return func(m *stream.Message[stream.Failure], rec *kgo.Record, step int, _ error) *kgo.Record {
 		switch {
 		case rec == nil: // the value could not be encoded
-			return headersOnly(topic, m, valueSize(m.Value.Value), replayAfter)
+			return headersOnly(topic, m, valueSize(m.Value.Value))
 		case header(rec, HeaderHeadersDropped) != nil: // the smallest there is was refused
 			return nil
 		case step == 1 && len(rec.Value) > 1:
@@ -48,9 +48,57 @@ func shrinkFailure(topic string, replayAfter delayFunc) Shrinker[stream.Failure]
 			if v := header(rec, HeaderOriginalSize); v != nil {
 				size, _ = strconv.Atoi(string(v))
 			}
-			return headersOnly(topic, m, size, replayAfter)
+			return headersOnly(topic, m, size)
 		}
 	}
+}
+
+// shrinkParking is the Shrinker of NewParking: the message's compact form,
+// if the parking has one, then nothing. Never a record with a value cut
+// short or dropped: it would be replayed as another message.
+func shrinkParking(topic string, replayAfter delayFunc, compact Compact) Shrinker[stream.Failure] {
+	return func(m *stream.Message[stream.Failure], _ *kgo.Record, step int, _ error) *kgo.Record {
+		if compact == nil || step > 1 { // none, or the compact form was refused too
+			return nil
+		}
+		c := compact(m)
+		if c == nil {
+			return nil
+		}
+		return compactRecord(topic, m, c, replayAfter)
+	}
+}
+
+// compactRecord is the parked record of m in the compact form c: c's key,
+// value and headers, with the parking's headers in place of any c has, and
+// the original position and first failure time m keeps from an earlier
+// parking.
+func compactRecord(topic string, m *stream.Message[stream.Failure], c *kgo.Record, replayAfter delayFunc) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Key: c.Key, Value: c.Value}
+	r.Headers = make([]kgo.RecordHeader, 0, len(c.Headers)+12)
+	for _, h := range c.Headers {
+		if !replacedHeader(h.Key) && !historyHeader(h.Key) && h.Key != HeaderParkings {
+			r.Headers = append(r.Headers, h)
+		}
+	}
+	for _, h := range m.Headers {
+		if historyHeader(h.Key) {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+	}
+	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), topic, replayAfter)
+	return r
+}
+
+// historyHeader reports whether a header is one of a failed message's
+// history that its failure records keep: where it was first read, when it
+// first failed.
+func historyHeader(key string) bool {
+	switch key {
+	case HeaderTopic, HeaderPartition, HeaderOffset, HeaderFirstFailure:
+		return true
+	}
+	return false
 }
 
 // truncated is rec with the first half of its value, marked as truncated.
@@ -68,23 +116,18 @@ func truncated(rec *kgo.Record) *kgo.Record {
 // headersOnly is the smallest dead letter of m: the failure's headers with
 // the reason capped, the key if short, and what was left out. size is the
 // original value's length, or -1 if unknown.
-func headersOnly(topic string, m *stream.Message[stream.Failure], size int, replayAfter delayFunc) *kgo.Record {
+func headersOnly(topic string, m *stream.Message[stream.Failure], size int) *kgo.Record {
 	r := &kgo.Record{Topic: topic}
 	if len(m.Key) <= maxHeadersOnlyKey {
 		r.Key = m.Key
 	}
 	r.Headers = make([]kgo.RecordHeader, 0, 16)
-	for _, h := range m.Headers { // an earlier parking's record of the original position and first failure
-		switch h.Key {
-		case HeaderTopic, HeaderPartition, HeaderOffset, HeaderFirstFailure:
+	for _, h := range m.Headers { // an earlier parking's record of the original position, first failure and parkings
+		if historyHeader(h.Key) || h.Key == HeaderParkings {
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-		case HeaderParkings: // a dead letter keeps the count; a parking writes its own
-			if replayAfter == nil {
-				r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
-			}
 		}
 	}
-	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), topic, replayAfter)
+	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), topic, nil)
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
 	if size >= 0 {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})

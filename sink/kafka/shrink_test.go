@@ -155,26 +155,119 @@ func TestDeadLetterStillTooLargeIsWrittenAsHeaders(t *testing.T) {
 	}
 }
 
-// TestParkingTooLargeIsWrittenTruncated: the parking sink shrinks the same
-// way and keeps the replay time.
-func TestParkingTooLargeIsWrittenTruncated(t *testing.T) {
-	brokers := smallBroker(t, "retry")
+// TestParkingTooLargeIsNeverCut: a parked record is replayed as the
+// message it holds, so a parking never cuts its value, nor writes it as
+// headers only: a value close to the broker's limit, which the parking's
+// headers take past it, stops the pipeline with its message unsettled
+// (a parking without a compact form has nothing smaller that replays as
+// the same message), naming the topic. A reason too large (a service's
+// long answer) is capped: the value is written whole.
+func TestParkingTooLargeIsNeverCut(t *testing.T) {
+	brokers := smallBroker(t, "retry", "retry-2")
 	big := noise(maxMessageBytes - 100)
 	tr := stream.NewTracker(0)
 	g := stream.New()
 	stream.To(stream.From(g, inputs(tr, input{value: big})), rejectLarge("service unavailable"))
-	park := kafkasink.NewParking(client(t, brokers), "retry", time.Minute)
+	stream.To(g.Failures(), kafkasink.NewParking(client(t, brokers), "retry", time.Minute))
+	err := g.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `"retry"`) || !strings.Contains(err.Error(), "MESSAGE_TOO_LARGE") {
+		t.Errorf("Run = %v, want the pipeline stopped with an error naming the topic and the refusal", err)
+	}
+	if st := tr.Stats(); st.Total() != 0 {
+		t.Errorf("settled %+v: want the message left unsettled, for a replay", st.Settled)
+	}
+	if ends := testenv.EndOffsets(t, brokers, "retry"); ends[0] != 0 {
+		r := readAll(t, brokers, "retry", 1)[0]
+		t.Errorf("a parked record of %d bytes was written (headers %v): its replay would not be the message", len(r.Value), headerMap(r))
+	}
+
+	// The reason, not the value, is what is too large.
+	tr = stream.NewTracker(0)
+	g = stream.New()
+	value := noise(200)
+	stream.To(stream.From(g, inputs(tr, input{value: value})), rejectLarge(string(noise(2*maxMessageBytes))))
+	stream.To(g.Failures(), kafkasink.NewParking(client(t, brokers), "retry-2", time.Minute))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	r := readAll(t, brokers, "retry-2", 1)[0]
+	h := headerMap(r)
+	if !bytes.Equal(r.Value, value) || len(h[kafkasink.HeaderReason]) > kafkasink.MaxReasonBytes || h[kafkasink.HeaderReplayAt] == "" {
+		t.Fatalf("parked record of %d bytes (want the %d of the value), reason of %d bytes (want at most %d), headers %v",
+			len(r.Value), len(value), len(h[kafkasink.HeaderReason]), kafkasink.MaxReasonBytes, h)
+	}
+}
+
+// TestParkingCompactForm: a parking with a compact form writes it in place
+// of a record too large for the topic: the compact key, value and headers,
+// with the parking's headers (one set: the failure, the replay time, the
+// count of parkings) and the original position and first failure time of
+// a message replayed from the parking.
+func TestParkingCompactForm(t *testing.T) {
+	brokers := smallBroker(t, "retry")
+	big := noise(maxMessageBytes - 100)
+	first := "2030-01-01T00:00:00Z"
+	tr := stream.NewTracker(0)
+	src := stream.SourceFunc[[]byte](func(ctx context.Context, out *stream.Outlet[[]byte]) error {
+		fresh := stream.NewMessage(big, tr.Track())
+		fresh.Key, fresh.Headers = []byte("k-fresh"), []stream.Header{{Key: "trace", Value: []byte("t-1")}}
+		// A message replayed from the parking, parked twice before.
+		again := stream.NewMessage(big, tr.Track())
+		again.Key, again.Topic, again.Partition, again.Offset = []byte("k-again"), "retry", 0, 7
+		again.Headers = []stream.Header{{Key: "trace", Value: []byte("t-2")}, {Key: kafkasink.HeaderTopic, Value: []byte("requests")},
+			{Key: kafkasink.HeaderPartition, Value: []byte("3")}, {Key: kafkasink.HeaderOffset, Value: []byte("42")},
+			{Key: kafkasink.HeaderFirstFailure, Value: []byte(first)}, {Key: kafkasink.HeaderParkings, Value: []byte("2")},
+			{Key: kafkasink.HeaderReplayAt, Value: []byte(first)}}
+		for _, m := range []stream.Message[[]byte]{fresh, again} {
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	g := stream.New()
+	stream.To(stream.From(g, src), rejectLarge("service unavailable"))
+	park := kafkasink.NewParking(client(t, brokers), "retry", time.Minute, kafkasink.WithCompact(
+		func(m *stream.Message[stream.Failure]) *kgo.Record {
+			return &kgo.Record{Key: append([]byte("small-"), m.Key...), Value: []byte("compact"), Headers: []kgo.RecordHeader{
+				{Key: "compacted", Value: []byte("yes")}, {Key: kafkasink.HeaderReason, Value: []byte("stale")},
+				{Key: kafkasink.HeaderParkings, Value: []byte("9")}, {Key: kafkasink.HeaderTopic, Value: []byte("elsewhere")}}}
+		}))
 	stream.To(g.Failures(), park)
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	if st := tr.Stats(); st.Settled[stream.Parked] != 1 {
-		t.Fatalf("settled %+v", st.Settled)
+	if st := tr.Stats(); st.Settled[stream.Parked] != 2 || park.Stats().Shrunk != 2 {
+		t.Fatalf("settled %+v, shrunk %d: want both parked in their compact form", st.Settled, park.Stats().Shrunk)
 	}
-	r := readAll(t, brokers, "retry", 1)[0]
-	h := headerMap(r)
-	if h[kafkasink.HeaderTruncated] != "true" || h[kafkasink.HeaderReplayAt] == "" || len(r.Value) != len(big)/2 {
-		t.Fatalf("value of %d bytes, headers %v", len(r.Value), h)
+	for _, r := range readAll(t, brokers, "retry", 2) {
+		seen := map[string]int{}
+		for _, h := range r.Headers {
+			seen[h.Key]++
+		}
+		for k, n := range seen {
+			if n > 1 {
+				t.Fatalf("record of %s has %d headers %s: %v", r.Key, n, k, headerMap(r))
+			}
+		}
+		h := headerMap(r)
+		if string(r.Value) != "compact" || h["compacted"] != "yes" || h["trace"] != "" || h[kafkasink.HeaderReason] != "service unavailable" ||
+			h[kafkasink.HeaderReplayAt] == "" || h[kafkasink.HeaderReplayAt] == first || h[kafkasink.HeaderTruncated] != "" {
+			t.Fatalf("record of %s: value %q, headers %v: want the compact form with the parking's headers", r.Key, r.Value, h)
+		}
+		switch string(r.Key) {
+		case "small-k-fresh":
+			if h[kafkasink.HeaderParkings] != "1" || h[kafkasink.HeaderTopic] != "" {
+				t.Fatalf("record of a first parking: headers %v", h)
+			}
+		case "small-k-again":
+			if h[kafkasink.HeaderParkings] != "3" || h[kafkasink.HeaderTopic] != "requests" || h[kafkasink.HeaderPartition] != "3" ||
+				h[kafkasink.HeaderOffset] != "42" || h[kafkasink.HeaderFirstFailure] != first {
+				t.Fatalf("record of a third parking: headers %v: want the original position and first failure, 3 parkings", h)
+			}
+		default:
+			t.Fatalf("record with key %q", r.Key)
+		}
 	}
 }
 

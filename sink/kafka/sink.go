@@ -6,9 +6,10 @@
 // default) so that its own retries write no duplicates.
 //
 // A record refused for a reason of its own (too large, invalid) fails only
-// its message. A sink with a Shrinker writes a smaller record instead: the
-// dead letters (NewDeadLetter, NewParking) do, since a failure there would
-// stop the pipeline.
+// its message. A sink with a Shrinker writes a smaller record instead: a
+// dead letter (NewDeadLetter) does, since a failure there would stop the
+// pipeline; a parking (NewParking) only in a compact form that its replay
+// reads as the same message (WithCompact), never cut short.
 //
 // The broker measures a record batch, not a record, against a topic's
 // max.message.bytes: a topic whose limit is below the client's batch size
