@@ -22,10 +22,12 @@ import (
 // {"done":["check_account",...],"third_party":true,"drone_id":"..."}.
 const HeaderProgress = "sluice-progress"
 
-// HeaderReencoded is on a failure event whose request was too large to
-// travel as it came (MaxEventInput): its value is then a JSON Compensation
-// (the request re-encoded from its known fields, which are bounded), and
-// the header holds the size of the record it stands for.
+// HeaderReencoded is on a failure event or a parked request whose record
+// was too large to travel as it came, and holds the size of the record it
+// stands for. A failure event's value is then a JSON Compensation (the
+// request re-encoded from its known fields, which are bounded: see
+// MaxEventInput); a parked request's, the request re-encoded as JSON (see
+// MaxParkedRecord), which its replay reads as any request.
 const HeaderReencoded = "sluice-reencoded"
 
 // MaxEventInput bounds the request record (value, key and headers) that a

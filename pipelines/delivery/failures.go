@@ -232,12 +232,13 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 		return
 	}
 	// A parked request is its record's bytes as they came, replayed from
-	// the start (the steps skip what is done).
+	// the start (the steps skip what is done); one too large for the park
+	// topic is re-encoded (compactRequest), never cut short.
 	raw := func(v judged) (stream.Failure, error) {
 		v.Failure.Value = v.Failure.Value.(*Progress).Raw
 		return v.Failure, nil
 	}
-	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, replayDelay(backoff)), raw)
+	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, replayDelay(backoff), kafkasink.WithCompact(compactRequest)), raw)
 }
 
 // firstFailure is when m's request first failed: its parking's record says
