@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	json "github.com/goccy/go-json"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -99,6 +101,74 @@ func (t *triage) ready(ctx context.Context, m *stream.Message[stream.Failure]) {
 	} else {
 		t.log.LogAttrs(ctx, slog.LevelError, "compensation cannot be done: dead-lettering it for an operator", attrs...)
 	}
+}
+
+// MaxParkedRecord bounds the record the supervisor parks for a
+// compensation too large to park as its event came: the event re-encoded
+// as a JSON Compensation (its request at most ~3.4 KiB for the ids and
+// owners of at most delivery.MaxIDLen bytes that the scheduler lets
+// through, the stage, the drone and the tier kept if of at most 64 bytes,
+// the reason cut to 512 bytes), its key (or the request's id, if the key
+// is longer), the undo's reason (capped at 4 KiB) and the parking's headers,
+// in a record batch of its own. A retry topic whose max.message.bytes is at
+// least this can park any compensation of a valid request.
+const MaxParkedRecord = 16 << 10
+
+// Bounds of the informational fields of a parked compensation's compact
+// form: they tell the owner why, they do not say what to undo.
+const (
+	maxCompactInfo   = 64
+	maxCompactReason = 512
+)
+
+// compactEvent is a parked compensation's compact form
+// (kafkasink.WithCompact), written when its record as the event came does
+// not fit the retry topic: the event re-encoded as a JSON Compensation —
+// the form an earlier scheduler wrote, which every supervisor decodes —
+// with delivery.HeaderReencoded holding the size of the record it stands
+// for. The event's other headers are left out. Undo reads only the
+// request's id, so nothing it needs is lost.
+func compactEvent(m *stream.Message[stream.Failure]) *kgo.Record {
+	raw, ok := m.Value.Value.([]byte)
+	if !ok {
+		return nil
+	}
+	c, err := delivery.DecodeCompensation(raw, m.Header)
+	if err != nil || c.Progress.Request.ID == "" {
+		return nil
+	}
+	c.Stage, c.Reason = clip(c.Stage, maxCompactInfo), clip(c.Reason, maxCompactReason)
+	if len(c.Progress.DroneID) > maxCompactInfo {
+		c.Progress.DroneID = ""
+	}
+	if len(c.Progress.Tier) > maxCompactInfo {
+		c.Progress.Tier = ""
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil
+	}
+	key := m.Key
+	if len(key) > delivery.MaxIDLen {
+		key = []byte(c.Progress.Request.ID)
+	}
+	size := len(raw) + len(m.Key)
+	for _, h := range m.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	return &kgo.Record{Key: key, Value: b, Headers: []kgo.RecordHeader{
+		{Key: delivery.HeaderReencoded, Value: strconv.AppendInt(nil, int64(size), 10)}}}
+}
+
+// clip cuts s to at most n bytes, at a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // stopOnFailure is the failure sink of a supervisor with nowhere to park:
