@@ -198,13 +198,19 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 
 	// Before joining: the cluster and every topic, Redis, the address.
-	producer, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.WithLogger(kafka.NewLogger(logger)))...)
+	// The producer's batches are sized to the topics it writes (limits).
+	var limits topicLimits
+	producer, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.WithLogger(kafka.NewLogger(logger)),
+		kgo.ProducerBatchMaxBytesFn(limits.batchMax))...)
 	if err != nil {
 		return err
 	}
 	defer producer.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = kafka.CheckTopics(cctx, producer, append(append(inputs, rf.retryTopic), outputs...)...)
+	if err == nil {
+		err = limits.check(cctx, producer, which, rf.retryTopic, outputs)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("the %s worker's topics: %w", which, err)
