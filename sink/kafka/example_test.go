@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -181,4 +182,41 @@ func replayAt(r *kgo.Record) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// A parking writes a message too large for its topic in a compact form
+// that its replay reads as the same work: here an order without the
+// attachment its sender added, which the pipeline does not read.
+func ExampleWithCompact() {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "retry-later"),
+		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "2048"}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	cl := producer(c)
+	defer cl.Close()
+
+	type order struct {
+		ID string `json:"id"`
+	}
+	compact := func(m *stream.Message[stream.Failure]) *kgo.Record {
+		var o order
+		if err := json.Unmarshal(m.Value.Value.([]byte), &o); err != nil {
+			return nil // none: the pipeline stops, the message unsettled
+		}
+		b, _ := json.Marshal(o)
+		return &kgo.Record{Key: m.Key, Value: b}
+	}
+	big := fmt.Appendf(nil, `{"id":"o-1","attachment":%q}`, noise(4096))
+	g := stream.New()
+	stream.To(stream.From(g, source.Slice([][]byte{big})), sink.Func(func(context.Context, []byte) error {
+		return stream.Transient(errors.New("service unavailable"))
+	}))
+	stream.To(g.Failures(), kafkasink.NewParking(cl, "retry-later", time.Minute, kafkasink.WithCompact(compact)))
+	if err := g.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	readBack(c, "retry-later", func(r *kgo.Record) { fmt.Printf("parked %s\n", r.Value) })
+	// Output: parked {"id":"o-1"}
 }
