@@ -217,3 +217,51 @@ func TestStatsCountEachStage(t *testing.T) {
 		}
 	}
 }
+
+// A stage waiting for input holds nothing: what it settled before it went
+// idle — a filter's drops, a sink's writes, settles a sink makes from
+// another goroutine once a write is acknowledged — counts at once, not
+// when the next batch comes (a live status page showed a dead-letter
+// sink "in flight" long after its last write).
+func TestIdleStagesHoldNothingInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := stream.NewTracker(0)
+		ch := make(chan int)
+		ctx, cancel := context.WithCancel(context.Background())
+		g := stream.New()
+		s := stream.Via(stream.From(g, source.Channel(ch, source.Track(tr))), flow.Filter(func(x int) bool { return x%3 != 0 }),
+			stream.Name("keep"))
+		outs := stream.Broadcast(s, 2)
+		stream.To(outs[0], sink.Discard[int](), stream.Name("sync"))
+		stream.To(outs[1], stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+			for {
+				b, err := in.Recv(ctx)
+				if err != nil {
+					return nil
+				}
+				for _, m := range b.Items {
+					go in.SettleAsync(&m, stream.Completed) // as a client's callback would
+				}
+				b.Release()
+			}
+		}), stream.Name("async"))
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		for i := range 10 {
+			ch <- i
+		}
+		synctest.Wait()
+		for _, st := range g.Stats() {
+			if st.InFlight() != 0 {
+				t.Errorf("%s, idle: %d in flight (in %d, out %d, settled %d)", st.Name, st.InFlight(), st.In, st.Out, st.Settled)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if st := tr.Stats(); st.Total() != 10 || st.Duplicates != 0 {
+			t.Fatalf("settled %+v, want the 10 messages once each", st)
+		}
+	})
+}

@@ -121,7 +121,7 @@ func (in *Inlet[T]) Recv(ctx context.Context) (*Batch[T], error) {
 		return in.got(b, ok)
 	default:
 	}
-	if err := in.node.flush(ctx); err != nil {
+	if err := in.FlushOutputs(ctx); err != nil {
 		return nil, err
 	}
 	select {
@@ -151,9 +151,14 @@ func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
 func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
 
 // FlushOutputs hands on what every output of the stage (its failure output
-// included) has built. Stages that wait on C must call it before blocking;
-// Recv does it for them.
-func (in *Inlet[T]) FlushOutputs(ctx context.Context) error { return in.node.flush(ctx) }
+// included) has built, and publishes the stage's settles counted since
+// its last batch: a stage that waits idle shows none of them in flight.
+// Stages that wait on C must call it before blocking; Recv does it for
+// them.
+func (in *Inlet[T]) FlushOutputs(ctx context.Context) error {
+	in.publish()
+	return in.node.flush(ctx)
+}
 
 // Received records a batch taken from C.
 func (in *Inlet[T]) Received(b *Batch[T]) {
@@ -216,6 +221,23 @@ func (in *Inlet[T]) Settle(m *Message[T], o Outcome) {
 	if o <= DeadLettered {
 		in.settled[o]++
 	}
+	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
+		obs.Latency(time.Since(m.Timestamp))
+	}
+}
+
+// SettleAsync is Settle for a message settled off the stage's goroutine:
+// in a client's callback once the write it waited for was acknowledged,
+// say. It is safe from any goroutine and counts against the stage at
+// once; Settle, for the stage's own goroutine, is cheaper.
+func (in *Inlet[T]) SettleAsync(m *Message[T], o Outcome) {
+	if o <= DeadLettered {
+		// Counted before the settle, so that whoever sees the message
+		// settled sees it counted too.
+		in.node.stats.settled.Add(1)
+		in.node.stats.byOutcome[o].Add(1)
+	}
+	m.handle.Settle(o)
 	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
 		obs.Latency(time.Since(m.Timestamp))
 	}

@@ -330,7 +330,7 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 			if step > 0 {
 				r.s.shrunk.Add(1)
 			}
-			m.Settle(r.s.outcome)
+			r.in.SettleAsync(&m, r.s.outcome)
 		} else {
 			r.s.failed.Add(1)
 			r.fail(failed[T]{m: m, rec: rec, step: step, err: err, alone: alone})

@@ -3,6 +3,7 @@ package streamtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"testing"
@@ -171,13 +172,16 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 		noLeaks(t)
 		tr := stream.NewTracker(0)
 		g := stream.New()
-		stream.To(stream.From(g, sliceSource(values(n), tr)), c.New(t))
+		stream.To(stream.From(g, sliceSource(values(n), tr)), c.New(t), stream.Name(sinkStage))
 		if err := g.Run(context.Background()); err != nil {
 			t.Fatalf("Run = %v", err)
 		}
 		st := tr.Stats()
 		if st.Settled[outcome] != n || st.Duplicates != 0 || tr.Watermark() != n {
 			t.Fatalf("settled %+v, watermark %d; want %d settled %v once each", st, tr.Watermark(), n, outcome)
+		}
+		if err := counted(g, n, outcome); err != nil {
+			t.Fatalf("after Run: %v", err)
 		}
 		if c.Delivered != nil {
 			if d := c.Delivered(t); d != n {
@@ -191,15 +195,26 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 		ch := make(chan T)
 		ctx, cancel := context.WithCancel(context.Background())
 		g := stream.New()
-		stream.To(stream.From(g, chanSource(ch, tr)), c.New(t))
+		stream.To(stream.From(g, chanSource(ch, tr)), c.New(t), stream.Name(sinkStage))
 		done := make(chan error)
 		go func() { done <- g.Run(ctx) }()
 		for _, v := range values(n / 2) {
 			ch <- v
 		}
+		// Idle, with everything settled, the sink's stage holds nothing:
+		// what a live status page shows while a worker waits for input.
+		idle := waitFor(func() error {
+			if settled := tr.Stats().Total(); settled != n/2 {
+				return fmt.Errorf("%d of %d messages settled", settled, n/2)
+			}
+			return counted(g, n/2, outcome)
+		})
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatalf("Run after cancel = %v, want nil", err)
+		}
+		if idle != nil {
+			t.Fatalf("idle with every message settled: %v", idle)
 		}
 		if st := tr.Stats(); st.Total() != n/2 || st.Duplicates != 0 {
 			t.Fatalf("after drain %+v, want all %d settled once", st, n/2)
@@ -215,6 +230,38 @@ func TestSink[T any](t *testing.T, c SinkCase[T]) {
 	})
 	if c.Features.OrderedPerPartition {
 		t.Run("keeps the order of each partition", func(t *testing.T) { sinkOrder(t, c, values(n)) })
+	}
+}
+
+// sinkStage names the sink's stage in the suite's pipelines.
+const sinkStage = "sink-under-test"
+
+// counted reports whether the sink's stage counts the n messages it
+// received as settled with outcome o, holding none in flight.
+func counted(g *stream.Graph, n int64, o stream.Outcome) error {
+	for _, s := range g.Stats() {
+		if s.Name != sinkStage {
+			continue
+		}
+		if s.In != n || s.Settled != n || s.SettledBy[o] != n || s.InFlight() != 0 {
+			return fmt.Errorf("the sink's stage: in %d, settled %d (%d %v), in flight %d; want %d in, all settled %v",
+				s.In, s.Settled, s.SettledBy[o], o, s.InFlight(), n, o)
+		}
+		return nil
+	}
+	return fmt.Errorf("no stage %q", sinkStage)
+}
+
+// waitFor waits until check, which other goroutines make pass, returns
+// nil, for 20 s at most; then it returns check's last error.
+func waitFor(check func() error) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := check()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
