@@ -9,6 +9,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // Config shapes the load.
@@ -56,6 +58,9 @@ type Config struct {
 	// created, so it is compensated).
 	Malformed, Invalid, Duplicate, Suspended, Undeliverable float64
 	Seed                                                    uint64
+	// ConnectTimeout bounds the check, before anything is sent, that the
+	// brokers answer and hold the topics (default 10 s).
+	ConnectTimeout time.Duration
 }
 
 // Default is the demo's mix, to one topic.
@@ -101,6 +106,22 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("loadgen: untagged share %v is outside [0, 1]", cfg.Untagged)
 	}
 	return nil
+}
+
+// topics returns the topics the load goes to.
+func (cfg Config) topics() []string {
+	if cfg.Topics != nil {
+		return cfg.Topics
+	}
+	return []string{cfg.Topic}
+}
+
+// withDefaults fills the timeouts left zero.
+func (cfg Config) withDefaults() Config {
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	return cfg
 }
 
 // mix is Mix, or DefaultMix if unset.
@@ -197,10 +218,16 @@ func (s *Sent) Kinds() (map[string]Kind, int) {
 // suspended (the simulated accounts service uses it).
 func SuspendedOwner(owner string) bool { return strings.HasPrefix(owner, "suspended-") }
 
-// Run produces requests until cfg.Duration has passed or ctx is done, then
-// waits for every record to be acknowledged.
+// Run checks that the brokers answer and hold the topics (an error naming
+// them, before anything is sent), then produces requests until
+// cfg.Duration has passed or ctx is done, then waits for every record to
+// be acknowledged.
 func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	if err := cfg.validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if err := check(ctx, cl, cfg); err != nil {
 		return err
 	}
 	g := newGen(cfg)
@@ -267,6 +294,25 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 		return fmt.Errorf("loadgen: producing: %w", produceErr)
 	}
 	return nil
+}
+
+// check asks the brokers for the topics' metadata: a cluster that does
+// not answer, or a topic it does not have, is an error naming them.
+func check(ctx context.Context, cl *kgo.Client, cfg Config) error {
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	err := kafka.CheckTopics(cctx, cl, cfg.topics()...)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kafka.ErrUnknownTopic):
+		return fmt.Errorf("loadgen: nothing sent: %w", err)
+	}
+	seeds, _ := cl.OptValue(kgo.SeedBrokers).([]string)
+	if cctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("loadgen: nothing sent: brokers %v did not answer within %v: %w", seeds, cfg.ConnectTimeout, err)
+	}
+	return fmt.Errorf("loadgen: nothing sent: brokers %v: %w", seeds, err)
 }
 
 // deliveryID is "d-" and seq in at least eight digits.

@@ -69,6 +69,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	sent := loadgen.NewSent()
 	began := time.Now()
 	err = loadgen.Run(ctx, cl, cfg, sent)
+	if sent.Total() == 0 && err != nil {
+		return sent, err // nothing was sent: the brokers or the topics are not there
+	}
 	kinds, dups := sent.Kinds()
 	count := map[loadgen.Kind]int{}
 	for _, k := range kinds {

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -64,6 +68,42 @@ func TestLoadgenLevelTopics(t *testing.T) {
 	for _, mix := range []string{"0.5,0.5", "a,b,c", "0.1,-0.3,0.6"} {
 		if _, err := loadgenCmd(context.Background(), []string{"-brokers", brokers[0], "-mix", mix}); err == nil || !strings.Contains(err.Error(), "-mix") {
 			t.Errorf("-mix %s: %v, want an error naming -mix", mix, err)
+		}
+	}
+}
+
+// sluice loadgen against a broker that does not answer, or without its
+// topic, stops before it sends, naming the broker or the topic, and
+// writes no record: a record of requests no broker received would have
+// verify expect them. (Before: "sent 202 requests in 32.005s ...", the
+// record written, then "flushing: context deadline exceeded".)
+func TestLoadgenFailsFastWithoutBrokerOrTopic(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	brokers := testenv.Kfake(t, 2, "delivery-requests")
+	for _, c := range []struct{ args []string }{
+		{[]string{"-brokers", closed}},
+		{[]string{"-brokers", brokers[0], "-topic", "other-requests"}},
+		{[]string{"-brokers", brokers[0], "-level-topics", "delivery-requests,other-normal,delivery-requests"}},
+	} {
+		want := closed
+		if c.args[1] != closed {
+			want = `"other-`
+		}
+		record := filepath.Join(t.TempDir(), "sent.jsonl")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := runLoadgen(ctx, append(c.args, "-rate", "100", "-burst", "0", "-duration", "2s", "-record", record))
+		late := ctx.Err()
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want) || late != nil {
+			t.Errorf("%v: %v, want an error naming %s", c.args, err, want)
+		}
+		if _, err := os.Stat(record); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%v: a record was written (%v)", c.args, err)
 		}
 	}
 }
