@@ -37,6 +37,12 @@ type Summary struct {
 	// parkings): what they left booked counts in LeftoverAfterUndo or Lost.
 	// A compensation that was parked and then done counts as Compensated.
 	CompensationsDeadLettered int
+	// Unconfirmed counts the requests the load generator sent and never
+	// heard back about (the brokers may hold them or not): they are not
+	// expected. UnconfirmedArrived of them reached the workers (they left
+	// a record at a service, or a dead letter) and are judged, and counted
+	// above, like the others.
+	Unconfirmed, UnconfirmedArrived int
 	// P50 and P99 are end-to-end latencies (produce to settle) over every
 	// request of the run.
 	P50, P99 time.Duration
@@ -96,6 +102,10 @@ func (s Summary) String() string {
 	if s.CompensationsDeadLettered > 0 {
 		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
 	}
+	if s.Unconfirmed > 0 {
+		fmt.Fprintf(&b, "; unconfirmed %d (sent, never acknowledged: not expected), of which %d reached the workers and are counted above",
+			s.Unconfirmed, s.UnconfirmedArrived)
+	}
 	if s.P99 > 0 {
 		fmt.Fprintf(&b, "; end-to-end p50 %v p99 %v", s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
 	}
@@ -119,6 +129,20 @@ func (s Summary) String() string {
 // step succeeded lands there too, with its reason).
 func deadLetters(brokers []string) (map[string]string, error) { return reasons(brokers, topicDead) }
 
+// arrived reports whether request id reached the workers: a service
+// holds, or held, a record of it, or it was dead-lettered.
+func arrived(l LedgerView, dead map[string]string, id string) bool {
+	if _, ok := dead[id]; ok {
+		return true
+	}
+	for _, svc := range []string{"packages", "drones", "deliveries"} {
+		if l.Live(svc, id) || l.Undone(svc, id) {
+			return true
+		}
+	}
+	return false
+}
+
 // Accounted reports whether every request sent has an outcome: a
 // delivery, a completed compensation (the package undone, which every
 // compensation does: tombstones for what was never created too), or a
@@ -128,7 +152,8 @@ func deadLetters(brokers []string) (map[string]string, error) { return reasons(b
 // request checked by id (a redone failure can be dead-lettered twice, so
 // counts alone can say "done" too early). A valid request dead-lettered
 // counts as having an outcome here, so that the run ends; Verify reports
-// it as a violation.
+// it as a violation. A request whose acknowledgement never came
+// (Sent.Unconfirmed) is not waited for.
 func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) bool {
 	// Every request needs at least one outcome: while the outcomes are
 	// fewer than the requests, there is no need to look closer.
@@ -167,7 +192,9 @@ func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) boo
 // lost (no outcome), applied twice (a side effect created more than once),
 // left after compensation (a compensated request with a record still
 // live), valid requests dead-lettered, and requests with a dead letter
-// besides their outcome; and what the supervisor dead-lettered.
+// besides their outcome; and what the supervisor dead-lettered. A request
+// sent without an acknowledgement (Sent.Unconfirmed) is judged so only if
+// it reached the workers; otherwise it is only counted.
 func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error) {
 	kinds, dups := sent.Kinds()
 	dead, err := deadLetters(brokers)
@@ -180,6 +207,15 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error)
 	}
 	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot),
 		CompensatedBy: map[string]int{}}
+	// A request sent without an acknowledgement may not be in the
+	// brokers: it is judged only if it reached the workers.
+	for id, k := range sent.Unconfirmed() {
+		s.Unconfirmed++
+		if arrived(l, dead, id) {
+			s.UnconfirmedArrived++
+			kinds[id] = k
+		}
+	}
 	for id, k := range kinds {
 		reason, isDead := dead[id]
 		name := kindNames[k]

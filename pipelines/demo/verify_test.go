@@ -124,3 +124,42 @@ func TestVerifyTheSameOverEveryLedgerView(t *testing.T) {
 		}
 	}
 }
+
+// A request the load generator sent without ever hearing back is not
+// expected: without a trace it is counted apart, not lost, and the run
+// is accounted for without it; one that reached the workers anyway is
+// judged like the others.
+func TestVerifyDoesNotExpectUnconfirmedRequests(t *testing.T) {
+	ctx := context.Background()
+	brokers := testenv.Kfake(t, 1, "delivery-dead-letters", "delivery-compensation-dead-letters")
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, loadgen.SuspendedOwner)
+	for _, id := range []string{"d-00000001", "d-00000003"} {
+		if err := b.Packages.Put(ctx, id, delivery.Request{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Deliveries.Put(ctx, id, delivery.Progress{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := `{"format":"sluice-loadgen-record","version":2,"sent":1,"duplicates":0,"requests":1,"unconfirmed":2}
+{"id":"d-00000001","kind":"deliverable"}
+{"id":"d-00000002","kind":"deliverable","unconfirmed":true}
+{"id":"d-00000003","kind":"deliverable","unconfirmed":true}
+`
+	sent, err := loadgen.ReadRecord(strings.NewReader(record))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !demo.Accounted(sent, l, 0, brokers) {
+		t.Fatal("not accounted for: the request without a trace, never acknowledged, was waited for")
+	}
+	sum, err := demo.Verify(sent, l, brokers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sum.OK() || sum.Lost != 0 || sum.Unconfirmed != 2 || sum.UnconfirmedArrived != 1 || sum.Completed != 2 || sum.Deliverable != 2 ||
+		!strings.Contains(sum.String(), "unconfirmed 2") {
+		t.Fatalf("%s\nwant a PASS: 2 completed of 2 deliverable, 2 unconfirmed, 1 of them arrived", sum)
+	}
+}

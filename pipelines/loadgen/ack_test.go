@@ -4,12 +4,17 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 func producer(t *testing.T, brokers ...string) *kgo.Client {
@@ -32,6 +37,20 @@ func closedPort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// keysIn reads topic to its end: how many records it holds with each key.
+func keysIn(t *testing.T, brokers []string, topic string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := map[string]int{}
+	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{},
+		func(r *kgo.Record) bool { keys[string(r.Key)]++; return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // A broker that does not answer, or a topic it does not have, stops Run
@@ -60,5 +79,99 @@ func TestRunFailsFastWithoutBrokerOrTopic(t *testing.T) {
 				t.Fatalf("%d requests recorded as sent (%d distinct), none reached a broker", sent.Total(), len(kinds))
 			}
 		})
+	}
+}
+
+// Only what the broker acknowledged is recorded: once the broker refuses
+// records, Run stops sending and fails naming the refusal, and the record
+// holds exactly the requests the topic holds.
+func TestRunRecordsOnlyAcknowledgedRequests(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "requests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var produces atomic.Int64
+	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if produces.Add(1) <= 20 {
+			return nil, nil, false
+		}
+		pr := req.(*kmsg.ProduceRequest)
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, tp := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
+			for _, p := range tp.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition, rp.ErrorCode = p.Partition, kerr.TopicAuthorizationFailed.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	brokers := c.ListenAddrs()
+	sent := NewSent()
+	err = Run(context.Background(), producer(t, brokers...), Default("requests", 2000, 2*time.Second), sent)
+	if err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
+		t.Fatalf("Run = %v, want the refusal", err)
+	}
+	keys := keysIn(t, brokers, "requests")
+	kinds, dups := sent.Kinds()
+	held := 0
+	for _, n := range keys {
+		held += n
+	}
+	if len(kinds) == 0 || len(kinds) != len(keys) || held != int(sent.Total()) || held != len(kinds)+dups {
+		t.Fatalf("recorded %d requests (%d records, %d duplicates); the topic holds %d (%d records)",
+			len(kinds), sent.Total(), dups, len(keys), held)
+	}
+	for id := range kinds {
+		if keys[id] == 0 {
+			t.Fatalf("%s recorded as sent, not in the topic", id)
+		}
+	}
+}
+
+// A request the brokers never answer while Run waits is neither counted
+// as sent nor dropped: it is recorded as unconfirmed, since the brokers
+// may hold it — as they do here once they answer, after Run has given up.
+func TestRunRecordsUnansweredRequestsAsUnconfirmed(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "requests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	answer := make(chan struct{})
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-answer })
+		return nil, nil, false // then written as usual
+	})
+	brokers := c.ListenAddrs()
+	cfg := Default("requests", 500, 200*time.Millisecond)
+	cfg.FlushTimeout = 300 * time.Millisecond
+	sent := NewSent()
+	err = Run(context.Background(), producer(t, brokers...), cfg, sent)
+	close(answer)
+	unconfirmed := sent.Unconfirmed()
+	if err == nil || !strings.Contains(err.Error(), "unconfirmed") || len(unconfirmed) == 0 {
+		t.Fatalf("Run = %v with %d unconfirmed, want an error counting them", err, len(unconfirmed))
+	}
+	if kinds, _ := sent.Kinds(); sent.Total() != 0 || len(kinds) != 0 {
+		t.Fatalf("%d requests counted as sent, none was acknowledged", sent.Total())
+	}
+	// Some reached the topic; each of them is in the record. (Others the
+	// client had not sent yet: unconfirmed too, since Run cannot tell
+	// which.)
+	keys := keysIn(t, brokers, "requests")
+	if len(keys) == 0 {
+		t.Fatal("no request reached the topic: the test shows nothing")
+	}
+	for id := range keys {
+		if _, ok := unconfirmed[id]; !ok {
+			t.Fatalf("%s in the topic, not recorded", id)
+		}
 	}
 }

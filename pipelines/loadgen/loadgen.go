@@ -1,6 +1,6 @@
 // Package loadgen produces delivery requests to Kafka at a target rate,
 // with a share of malformed, invalid, duplicate, suspended-owner and
-// undeliverable requests, and records what it sent so that a run can be
+// undeliverable requests, and records what the brokers acknowledged so that a run can be
 // verified afterwards. Requests have a level of priority drawn from a mix
 // (10% high, 30% normal, 60% low by default) and go to one topic per
 // level, or all to one topic; some have no priority of their own and are
@@ -14,8 +14,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -61,6 +59,10 @@ type Config struct {
 	// ConnectTimeout bounds the check, before anything is sent, that the
 	// brokers answer and hold the topics (default 10 s).
 	ConnectTimeout time.Duration
+	// FlushTimeout is how long Run waits, once the load is sent, for the
+	// brokers to acknowledge it (default 30 s): a request still without
+	// an answer then is recorded as unconfirmed (Sent.Unconfirmed).
+	FlushTimeout time.Duration
 }
 
 // Default is the demo's mix, to one topic.
@@ -121,6 +123,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}
+	if cfg.FlushTimeout <= 0 {
+		cfg.FlushTimeout = 30 * time.Second
+	}
 	return cfg
 }
 
@@ -160,68 +165,17 @@ const (
 	Undeliverable             // compensated after schedule_drone fails
 )
 
-// Sent records what was sent.
-type Sent struct {
-	mu         sync.Mutex
-	kinds      map[string]Kind // by delivery id (malformed ones under a synthetic key)
-	duplicates int
-	total      atomic.Int64
-	levels     [delivery.Levels]atomic.Int64
-}
-
-// Levels returns how many requests of each level of priority were
-// produced, duplicates included (to the level's topic, with Topics).
-func (s *Sent) Levels() [delivery.Levels]int64 {
-	var n [delivery.Levels]int64
-	for l := range n {
-		n[l] = s.levels[l].Load()
-	}
-	return n
-}
-
-// NewSent returns an empty record.
-func NewSent() *Sent { return &Sent{kinds: map[string]Kind{}} }
-
-// Total returns how many requests were produced (duplicates included).
-func (s *Sent) Total() int64 { return s.total.Load() }
-
-// reserve makes room for n requests in an empty record, so that recording
-// does not rehash a growing map at full rate.
-func (s *Sent) reserve(n int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.kinds) == 0 && n > 0 {
-		s.kinds = make(map[string]Kind, min(n, 10_000_000))
-	}
-}
-
-// Distinct returns how many different requests were produced.
-func (s *Sent) Distinct() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.kinds)
-}
-
-// Kinds returns the expected outcome per request id, and the number of
-// duplicates sent.
-func (s *Sent) Kinds() (map[string]Kind, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := make(map[string]Kind, len(s.kinds))
-	for k, v := range s.kinds {
-		m[k] = v
-	}
-	return m, s.duplicates
-}
-
 // SuspendedOwner reports whether an owner is one the generator marks as
 // suspended (the simulated accounts service uses it).
 func SuspendedOwner(owner string) bool { return strings.HasPrefix(owner, "suspended-") }
 
 // Run checks that the brokers answer and hold the topics (an error naming
 // them, before anything is sent), then produces requests until
-// cfg.Duration has passed or ctx is done, then waits for every record to
-// be acknowledged.
+// cfg.Duration has passed or ctx is done, and waits up to
+// cfg.FlushTimeout for the brokers to acknowledge them. sent records
+// what they acknowledged; a request left unanswered is recorded apart
+// (Sent.Unconfirmed), and one they refused is not recorded. The first
+// refusal stops the load: Run returns it.
 func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -232,19 +186,19 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	}
 	g := newGen(cfg)
 	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/50)))
-	var errOnce sync.Once
-	var produceErr error
 	start := time.Now()
 	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			errOnce.Do(func() { produceErr = err })
-		}
-	}
+	// Every produce, and the wait for the acknowledgements, ends
+	// FlushTimeout after the load at the latest: a broker lost in the
+	// middle of the load must not hold Run (a produce waits for room in
+	// the client's buffer) for good.
+	pctx, cancel := context.WithDeadline(ctx, start.Add(cfg.Duration+cfg.FlushTimeout))
+	defer cancel()
+	acks := newAcks(pctx, cl, sent)
 	var chunk []made
 	for seq := 0; ; {
 		now := time.Now()
-		if now.Sub(start) >= cfg.Duration || ctx.Err() != nil {
+		if now.Sub(start) >= cfg.Duration || ctx.Err() != nil || acks.failed() {
 			break
 		}
 		want := rate.Limit(cfg.Rate)
@@ -266,34 +220,20 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 			chunk = append(chunk, g.next(seq))
 			seq++
 		}
-		sent.mu.Lock()
-		for _, m := range chunk {
-			if m.dup {
-				sent.duplicates++
-			} else {
-				sent.kinds[m.key] = m.kind
-			}
-		}
-		sent.mu.Unlock()
-		sent.total.Add(int64(n))
-		for _, m := range chunk {
-			sent.levels[m.level].Add(1)
+		first := seq - n
+		acks.add(chunk, first)
+		for i, m := range chunk {
 			topic := cfg.Topic
 			if cfg.Topics != nil {
 				topic = cfg.Topics[m.level]
 			}
-			cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value}, promise)
+			id := first + i
+			cl.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value},
+				func(r *kgo.Record, err error) { acks.done(id, r, err) })
 		}
 	}
-	fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := cl.Flush(fctx); err != nil {
-		return fmt.Errorf("loadgen: flushing: %w", err)
-	}
-	if produceErr != nil {
-		return fmt.Errorf("loadgen: producing: %w", produceErr)
-	}
-	return nil
+	flushErr := cl.Flush(pctx)
+	return acks.seal(ctx, cfg, flushErr)
 }
 
 // check asks the brokers for the topics' metadata: a cluster that does

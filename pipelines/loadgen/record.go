@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	json "github.com/goccy/go-json"
 )
@@ -45,19 +46,25 @@ func (k *Kind) UnmarshalText(b []byte) error {
 // RecordFormat names the form of a record file in its header.
 const RecordFormat = "sluice-loadgen-record"
 
+// recordVersion is the version WriteRecord writes; ReadRecord reads it
+// and version 1 (written before unconfirmed requests were recorded).
+const recordVersion = 2
+
 // recordHeader is a record file's first line.
 type recordHeader struct {
-	Format   string `json:"format"`
-	Version  int    `json:"version"`
-	Sent     int64  `json:"sent"`
-	Dups     int    `json:"duplicates"`
-	Requests int    `json:"requests"`
+	Format      string `json:"format"`
+	Version     int    `json:"version"`
+	Sent        int64  `json:"sent"`
+	Dups        int    `json:"duplicates"`
+	Requests    int    `json:"requests"`
+	Unconfirmed int    `json:"unconfirmed"`
 }
 
 // recordLine is one request of a record file.
 type recordLine struct {
-	ID   string `json:"id"`
-	Kind Kind   `json:"kind"`
+	ID          string `json:"id"`
+	Kind        Kind   `json:"kind"`
+	Unconfirmed bool   `json:"unconfirmed,omitempty"`
 }
 
 // WriteRecord writes what s holds so that ReadRecord can read it back in
@@ -65,30 +72,29 @@ type recordLine struct {
 // The form is JSON lines: a header, then one line per distinct request,
 // by id:
 //
-//	{"format":"sluice-loadgen-record","version":1,"sent":1012,"duplicates":10,"requests":1002}
+//	{"format":"sluice-loadgen-record","version":2,"sent":1012,"duplicates":10,"requests":1002,"unconfirmed":1}
 //	{"id":"d-00000000","kind":"deliverable"}
+//	{"id":"d-00000001","kind":"deliverable","unconfirmed":true}
 //	{"id":"malformed-17","kind":"malformed"}
 //
-// sent counts every record produced, duplicates included; requests is
-// the number of lines that follow. A malformed request is recorded under
-// the key it was produced with.
+// sent counts every record the brokers acknowledged, duplicates included;
+// requests is the number of lines of acknowledged requests, unconfirmed
+// the number of lines of requests sent and never answered (marked
+// "unconfirmed": the brokers may hold them or not). A malformed request
+// is recorded under the key it was produced with.
 func (s *Sent) WriteRecord(w io.Writer) error {
 	s.mu.Lock()
-	lines := make([]recordLine, 0, len(s.kinds))
+	lines := make([]recordLine, 0, len(s.kinds)+len(s.unconfirmed))
 	for id, k := range s.kinds {
-		lines = append(lines, recordLine{id, k})
+		lines = append(lines, recordLine{ID: id, Kind: k})
 	}
-	h := recordHeader{Format: RecordFormat, Version: 1, Sent: s.total.Load(), Dups: s.duplicates, Requests: len(lines)}
+	for id, k := range s.unconfirmed {
+		lines = append(lines, recordLine{ID: id, Kind: k, Unconfirmed: true})
+	}
+	h := recordHeader{Format: RecordFormat, Version: recordVersion, Sent: s.total.Load(), Dups: s.duplicates,
+		Requests: len(s.kinds), Unconfirmed: len(s.unconfirmed)}
 	s.mu.Unlock()
-	slices.SortFunc(lines, func(a, b recordLine) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(lines, func(a, b recordLine) int { return strings.Compare(a.ID, b.ID) })
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	if err := enc.Encode(h); err != nil {
@@ -110,18 +116,20 @@ func ReadRecord(r io.Reader) (*Sent, error) {
 	if err := dec.Decode(&h); err != nil {
 		return nil, fmt.Errorf("loadgen record: header: %w", err)
 	}
-	if h.Format != RecordFormat || h.Version != 1 {
-		return nil, fmt.Errorf("loadgen record: header says format %q version %d, want %q version 1", h.Format, h.Version, RecordFormat)
+	if h.Format != RecordFormat || h.Version < 1 || h.Version > recordVersion {
+		return nil, fmt.Errorf("loadgen record: header says format %q version %d, want %q version 1 to %d",
+			h.Format, h.Version, RecordFormat, recordVersion)
 	}
-	if h.Sent < 0 || h.Dups < 0 || h.Requests < 0 {
+	if h.Sent < 0 || h.Dups < 0 || h.Requests < 0 || h.Unconfirmed < 0 {
 		return nil, fmt.Errorf("loadgen record: negative counts in the header %+v", h)
 	}
 	s := NewSent()
 	s.kinds = make(map[string]Kind, min(h.Requests, 10_000_000))
 	for n := 1; ; n++ {
 		var l struct {
-			ID   string `json:"id"`
-			Kind *Kind  `json:"kind"`
+			ID          string `json:"id"`
+			Kind        *Kind  `json:"kind"`
+			Unconfirmed bool   `json:"unconfirmed"`
 		}
 		if err := dec.Decode(&l); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -132,13 +140,19 @@ func ReadRecord(r io.Reader) (*Sent, error) {
 		if l.ID == "" || l.Kind == nil {
 			return nil, fmt.Errorf("loadgen record: request %d has no id or no kind", n)
 		}
-		if _, dup := s.kinds[l.ID]; dup {
+		_, dup := s.kinds[l.ID]
+		if _, dupU := s.unconfirmed[l.ID]; dup || dupU {
 			return nil, fmt.Errorf("loadgen record: request %q twice", l.ID)
 		}
-		s.kinds[l.ID] = *l.Kind
+		if l.Unconfirmed {
+			s.unconfirmed[l.ID] = *l.Kind
+		} else {
+			s.kinds[l.ID] = *l.Kind
+		}
 	}
-	if len(s.kinds) != h.Requests {
-		return nil, fmt.Errorf("loadgen record: %d requests, the header says %d (a file cut short?)", len(s.kinds), h.Requests)
+	if len(s.kinds) != h.Requests || len(s.unconfirmed) != h.Unconfirmed {
+		return nil, fmt.Errorf("loadgen record: %d requests and %d unconfirmed, the header says %d and %d (a file cut short?)",
+			len(s.kinds), len(s.unconfirmed), h.Requests, h.Unconfirmed)
 	}
 	s.duplicates = h.Dups
 	s.total.Store(h.Sent)

@@ -40,7 +40,7 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
 	recordTo := fs.String("record", "",
-		"when done, write what was sent (each request's id and kind, the number of duplicates) to this file, for sluice verify")
+		"when done, write what the brokers acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
 		return nil, err
 	}
@@ -69,28 +69,39 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	sent := loadgen.NewSent()
 	began := time.Now()
 	err = loadgen.Run(ctx, cl, cfg, sent)
-	if sent.Total() == 0 && err != nil {
+	unconfirmed := sent.Unconfirmed()
+	if sent.Total() == 0 && len(unconfirmed) == 0 && sent.NotWritten() == 0 {
 		return sent, err // nothing was sent: the brokers or the topics are not there
 	}
+	printSent(sent, time.Since(began))
+	if rec != nil {
+		// Even after a failure or an interruption: what the brokers hold,
+		// and what they may hold, is what a verification must account for.
+		if werr := rec.write(sent); werr != nil {
+			return sent, errors.Join(err, werr)
+		}
+		fmt.Printf("record of the %d requests (and %d unconfirmed) written to %s\n", sent.Distinct(), len(unconfirmed), *recordTo)
+	}
+	return sent, err
+}
+
+// printSent says what the brokers acknowledged, by kind and level, and
+// what they did not.
+func printSent(sent *loadgen.Sent, took time.Duration) {
 	kinds, dups := sent.Kinds()
 	count := map[loadgen.Kind]int{}
 	for _, k := range kinds {
 		count[k]++
 	}
 	lv := sent.Levels()
-	fmt.Printf("sent %d requests in %v (%d duplicates): deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d; "+
-		"by level high %d, normal %d, low %d\n",
-		sent.Total(), time.Since(began).Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
+	fmt.Printf("sent %d requests in %v, acknowledged by the brokers (%d duplicates): deliverable %d, undeliverable %d, malformed %d, "+
+		"invalid %d, suspended owner %d; by level high %d, normal %d, low %d\n",
+		sent.Total(), took.Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
 		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended], lv[0], lv[1], lv[2])
-	if rec != nil {
-		// Even after a failure or an interruption: what was sent is what a
-		// verification must account for.
-		if werr := rec.write(sent); werr != nil {
-			return sent, errors.Join(err, werr)
-		}
-		fmt.Printf("record of the %d requests written to %s\n", sent.Distinct(), *recordTo)
+	if n, u := sent.NotWritten(), len(sent.Unconfirmed()); n > 0 || u > 0 {
+		fmt.Printf("not acknowledged: %d not written (refused, or not sent; not recorded), %d unconfirmed "+
+			"(never answered: the brokers may hold them; recorded as such, and verify does not expect them)\n", n, u)
 	}
-	return sent, err
 }
 
 // parseMix reads -mix: one share per level, highest first.

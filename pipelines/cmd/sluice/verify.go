@@ -55,6 +55,9 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	cl := &http.Client{} // no overall timeout: a large ledger takes seconds to download; ctx bounds it
 	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters on %s",
 		sent.Distinct(), *recordPath, sent.Total(), base, strings.Join(brokers, ","))
+	if n := len(sent.Unconfirmed()); n > 0 {
+		fmt.Printf(" (and %d sent without an acknowledgement: judged only if they reached the workers)", n)
+	}
 	if *wait > 0 {
 		fmt.Printf(", waiting up to %v for the run to settle", *wait)
 	}
