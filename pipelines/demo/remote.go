@@ -15,24 +15,24 @@ import (
 // if so or if final, the verification (Verify); the summary is
 // nil only with an error or when it was not asked for.
 func VerifyRemote(ctx context.Context, cl *http.Client, base string, sent *loadgen.Sent, brokers []string,
-	final bool) (*Summary, bool, error) {
+	final bool, opts ...VerifyOption) (*Summary, bool, error) {
 	view := &remoteLedger{ctx: ctx, cl: cl, base: base}
 	var err error
 	if view.totals, err = delivery.FetchLedgerTotals(ctx, cl, base); err != nil {
 		return nil, false, err
 	}
 	dead := -1 // unknown: Accounted reads the topic
-	if n, err := DeadLettersWritten(ctx, brokers); err == nil {
+	if n, err := DeadLettersWritten(ctx, brokers, opts...); err == nil {
 		dead = n
 	}
-	accounted := Accounted(sent, view, dead, brokers)
+	accounted := Accounted(sent, view, dead, brokers, opts...)
 	if !accounted && !final {
 		return nil, false, nil
 	}
 	if !view.load() { // if Accounted did not download it
 		return nil, accounted, view.err
 	}
-	sum, err := Verify(sent, view.snap, brokers)
+	sum, err := Verify(sent, view.snap, brokers, opts...)
 	if err != nil {
 		return nil, accounted, fmt.Errorf("reading the dead letters: %w", err)
 	}

@@ -44,13 +44,13 @@ func reasons(brokers []string, topic string) (map[string]string, error) {
 // topic holds, counting from its first offset ever (the sum of its
 // partitions' end offsets): at least as many as one run wrote, which is
 // what Accounted's dead needs, at the cost of two small requests.
-func DeadLettersWritten(ctx context.Context, brokers []string) (int, error) {
+func DeadLettersWritten(ctx context.Context, brokers []string, opts ...VerifyOption) (int, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return 0, err
 	}
 	defer cl.Close()
-	bounds, err := offsetBounds(ctx, cl, topicDead)
+	bounds, err := offsetBounds(ctx, cl, verifyOptions(opts).deadLetters)
 	if err != nil {
 		return 0, err
 	}

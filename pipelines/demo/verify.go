@@ -127,7 +127,9 @@ func (s Summary) String() string {
 // reason. A request dead-lettered is accounted for, whatever its kind (a
 // deliverable one whose transient faults outlasted its retries before any
 // step succeeded lands there too, with its reason).
-func deadLetters(brokers []string) (map[string]string, error) { return reasons(brokers, topicDead) }
+func deadLetters(brokers []string, c verifyConfig) (map[string]string, error) {
+	return reasons(brokers, c.deadLetters)
+}
 
 // arrived reports whether request id reached the workers: a service
 // holds, or held, a record of it, or it was dead-lettered.
@@ -154,7 +156,7 @@ func arrived(l LedgerView, dead map[string]string, id string) bool {
 // counts as having an outcome here, so that the run ends; Verify reports
 // it as a violation. A request whose acknowledgement never came
 // (Sent.Unconfirmed) is not waited for.
-func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) bool {
+func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string, opts ...VerifyOption) bool {
 	// Every request needs at least one outcome: while the outcomes are
 	// fewer than the requests, there is no need to look closer.
 	if dead >= 0 && l.LiveCount("deliveries")+l.UndoneCount("packages")+dead < sent.Distinct() {
@@ -171,7 +173,7 @@ func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) boo
 	if dead >= 0 && dead < len(pending) {
 		return false
 	}
-	dl, err := deadLetters(brokers)
+	dl, err := deadLetters(brokers, verifyOptions(opts))
 	if err != nil {
 		return false
 	}
@@ -195,13 +197,14 @@ func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string) boo
 // besides their outcome; and what the supervisor dead-lettered. A request
 // sent without an acknowledgement (Sent.Unconfirmed) is judged so only if
 // it reached the workers; otherwise it is only counted.
-func Verify(sent *loadgen.Sent, l LedgerView, brokers []string) (Summary, error) {
+func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOption) (Summary, error) {
+	c := verifyOptions(opts)
 	kinds, dups := sent.Kinds()
-	dead, err := deadLetters(brokers)
+	dead, err := deadLetters(brokers, c)
 	if err != nil {
 		return Summary{}, err
 	}
-	undoneNot, err := reasons(brokers, topicSupervisorDead)
+	undoneNot, err := reasons(brokers, c.compensationDeadLetters)
 	if err != nil {
 		return Summary{}, err
 	}

@@ -24,9 +24,10 @@ var connFlagNames = map[string]bool{"brokers": true, "tls": true, "sasl-mechanis
 var envNames = map[string]map[string]string{
 	// SLUICE_RETRY_ starts the retry policies' field variables.
 	"run": {"retry-topic": "SLUICE_PARK_TOPIC"},
-	// The topic the workers read, the record verify reads.
+	// The topics the workers read and write, the record verify reads.
 	"loadgen": {"topic": "SLUICE_REQUESTS_TOPIC"},
-	"verify":  {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES"},
+	"verify": {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES",
+		"dead-letter-topic": "SLUICE_DEAD_LETTER_TOPIC", "supervisor-dead-letter-topic": "SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC"},
 }
 
 // flagEnv is the variable of command cmd's flag name. `deadletters

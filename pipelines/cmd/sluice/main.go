@@ -92,6 +92,7 @@ func usage() error {
   sluice loadgen sensors [-brokers host:port,...] [-homes 100000] [-kinds 3] [-add-kind-after D] [-compression 60]
               [-minutes N | -duration D] [-malformed 0.001] [-late 0.001] [-out-of-range 0.0005]
   sluice verify -record FILE [-services http://127.0.0.1:8080] [-brokers host:port,...] [-wait 1m]
+              [-dead-letter-topic delivery-dead-letters] [-supervisor-dead-letter-topic delivery-compensation-dead-letters]
   sluice deadletters [-topic delivery-dead-letters] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-limit 20] [-json]
   sluice deadletters replay [-topic T] [-reason TEXT] [-stage S] [-key ID] [-since 2h] [-to TOPIC] [-rate 100] [-dry-run] [-again]
   sluice checkpoints [list|set] -stream TOPIC -group G [-redis host:port|redis://...] [-namespace sluice] [-partitions 16]

@@ -29,12 +29,20 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	recordPath := fs.String("record", "", "the load generator's record of the run (sluice loadgen -record)")
 	services := fs.String("services", "http://127.0.0.1:8080", "base URL of sluice services, whose ledger is checked")
 	brokersFlag := fs.String("brokers", "127.0.0.1:9092",
-		"Kafka brokers holding delivery-dead-letters and delivery-compensation-dead-letters, comma separated; plaintext only")
+		"Kafka brokers holding the dead-letter topics, comma separated; plaintext only")
+	deadTopic := fs.String("dead-letter-topic", "delivery-dead-letters",
+		"topic of the scheduler's dead letters, as sluice run delivery -dead-letter-topic names it")
+	compDeadTopic := fs.String("supervisor-dead-letter-topic", "delivery-compensation-dead-letters",
+		"topic of the compensations the supervisor could not do, as sluice run supervisor -supervisor-dead-letter-topic names it")
 	wait := fs.Duration("wait", time.Minute,
 		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
 	if err := parseFlags("verify", fs, args); err != nil {
 		return demo.Summary{}, err
 	}
+	if *deadTopic == "" || *compDeadTopic == "" {
+		return demo.Summary{}, errors.New("-dead-letter-topic, -supervisor-dead-letter-topic: a topic name is needed")
+	}
+	topics := demo.DeadLetterTopics(*deadTopic, *compDeadTopic)
 	if *recordPath == "" {
 		return demo.Summary{}, errors.New("-record: the load generator's record of the run is needed (sluice loadgen -record FILE)")
 	}
@@ -53,8 +61,8 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 		return demo.Summary{}, fmt.Errorf("-record %s: %w", *recordPath, err)
 	}
 	cl := &http.Client{} // no overall timeout: a large ledger takes seconds to download; ctx bounds it
-	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters on %s",
-		sent.Distinct(), *recordPath, sent.Total(), base, strings.Join(brokers, ","))
+	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters of %s and %s on %s",
+		sent.Distinct(), *recordPath, sent.Total(), base, *deadTopic, *compDeadTopic, strings.Join(brokers, ","))
 	if n := len(sent.Unconfirmed()); n > 0 {
 		fmt.Printf(" (and %d sent without an acknowledgement: judged only if they reached the workers)", n)
 	}
@@ -69,7 +77,7 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	start := time.Now()
 	for {
 		final := time.Since(start) >= *wait
-		sum, accounted, err := demo.VerifyRemote(ctx, cl, base, sent, brokers, final)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, base, sent, brokers, final, topics)
 		if !final && (err != nil || !accounted || !sum.OK()) {
 			select {
 			case <-ctx.Done():

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // TestSeparateCommandsVerifyARun runs the whole system from its commands,
@@ -157,4 +159,40 @@ func TestVerifyFlags(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming %s", c.args, err, c.want)
 		}
 	}
+}
+
+// verify reads the dead-letter topics a deployment names: flags, or the
+// workers' own variables, so that one environment configures both.
+func TestVerifyReadsTheDeploymentsTopics(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "acme-dead-letters", "acme-compensation-dead-letters")
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	rec := &kgo.Record{Topic: "acme-dead-letters", Key: []byte("malformed-1"),
+		Headers: []kgo.RecordHeader{{Key: kafkasink.HeaderReason, Value: []byte("malformed delivery request")}}}
+	if err := producer.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(delivery.LedgerHandler(delivery.NewLedger()))
+	defer srv.Close()
+	record := filepath.Join(t.TempDir(), "sent.jsonl")
+	if err := os.WriteFile(record, []byte(`{"format":"sluice-loadgen-record","version":2,"sent":1,"duplicates":0,"requests":1,"unconfirmed":0}
+{"id":"malformed-1","kind":"malformed"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-record", record, "-services", srv.URL, "-brokers", brokers[0], "-wait", "0"}
+	check := func(how string, args []string) {
+		t.Helper()
+		sum, err := verifyCmd(context.Background(), args)
+		if err != nil || !sum.OK() || sum.DeadLettered["malformed"] != 1 {
+			t.Fatalf("%s: %v, %s; want the dead letter found on acme-dead-letters", how, err, sum)
+		}
+	}
+	check("flags", append(args, "-dead-letter-topic", "acme-dead-letters", "-supervisor-dead-letter-topic", "acme-compensation-dead-letters"))
+	t.Setenv("SLUICE_DEAD_LETTER_TOPIC", "acme-dead-letters")
+	t.Setenv("SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC", "acme-compensation-dead-letters")
+	check("the workers' variables", args)
 }
