@@ -22,12 +22,20 @@ var connFlagNames = map[string]bool{"brokers": true, "tls": true, "sasl-mechanis
 
 // envNames are the exceptions to the rule, by command and flag.
 var envNames = map[string]map[string]string{
-	// SLUICE_RETRY_ starts the retry policies' field variables.
-	"run": {"retry-topic": "SLUICE_PARK_TOPIC"},
 	// The topics the workers read and write, the record verify reads.
 	"loadgen": {"topic": "SLUICE_REQUESTS_TOPIC"},
 	"verify": {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES",
 		"dead-letter-topic": "SLUICE_DEAD_LETTER_TOPIC", "supervisor-dead-letter-topic": "SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC"},
+}
+
+// oldEnvNames are the variables some flags were read from before, by
+// command and flag: still read when the flag's own is unset, so that a
+// deployment keeps working, with a warning (oldEnvWarnings).
+var oldEnvNames = map[string]map[string]string{
+	// -retry-topic's variable was SLUICE_PARK_TOPIC, apart from the retry
+	// policies' SLUICE_RETRY_<POLICY>_<FIELD>; runWorker keeps its flags'
+	// variables from the policies' loader (flagEnvNames).
+	"run": {"retry-topic": "SLUICE_PARK_TOPIC"},
 }
 
 // flagEnv is the variable of command cmd's flag name. `deadletters
@@ -61,7 +69,12 @@ func parseFlags(cmd string, fs *flag.FlagSet, args []string) error {
 	fs.VisitAll(func(f *flag.Flag) {
 		name := flagEnv(cmd, f.Name)
 		f.Usage += " ($" + name + ")"
-		if v, ok := os.LookupEnv(name); ok && v != "" {
+		v, ok := os.LookupEnv(name)
+		if old := oldEnvNames[cmd][f.Name]; old != "" && v == "" {
+			name = old
+			v, ok = os.LookupEnv(old)
+		}
+		if ok && v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
 				errs = append(errs, fmt.Sprintf("$%s=%q (-%s): want %s", name, v, f.Name, kindOf(f)))
 			}
@@ -95,10 +108,37 @@ func kindOf(f *flag.Flag) string {
 	return "a valid value"
 }
 
-// flagEnvNames are the variables of fs's flags, which the retry policies'
-// loader must not read as its own (SLUICE_RETRY_POLICY is -retry-policy's).
+// flagEnvNames are the variables of fs's flags, old names included, which
+// the retry policies' loader must not read as its own
+// (SLUICE_RETRY_POLICY is -retry-policy's, SLUICE_RETRY_TOPIC
+// -retry-topic's).
 func flagEnvNames(cmd string, fs *flag.FlagSet) map[string]bool {
 	names := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { names[flagEnv(cmd, f.Name)] = true })
+	fs.VisitAll(func(f *flag.Flag) {
+		names[flagEnv(cmd, f.Name)] = true
+		if old := oldEnvNames[cmd][f.Name]; old != "" {
+			names[old] = true
+		}
+	})
 	return names
+}
+
+// oldEnvWarnings says, for each of fs's flags whose old variable is set,
+// what became of it: read in place of the flag's own, or ignored for it.
+// A command logs them once its logger is set up.
+func oldEnvWarnings(cmd string, fs *flag.FlagSet) []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) {
+		old := oldEnvNames[cmd][f.Name]
+		if v, ok := os.LookupEnv(old); old == "" || !ok || v == "" {
+			return
+		}
+		name := flagEnv(cmd, f.Name)
+		if v, ok := os.LookupEnv(name); ok && v != "" {
+			out = append(out, fmt.Sprintf("$%s is ignored: $%s sets -%s; unset the old one", old, name, f.Name))
+			return
+		}
+		out = append(out, fmt.Sprintf("$%s sets -%s, but that name is deprecated and will stop working: name it $%s", old, f.Name, name))
+	})
+	return out
 }

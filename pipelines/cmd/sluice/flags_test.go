@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
 // commands are every command that takes flags, as run() is called.
@@ -152,5 +154,40 @@ func TestVersion(t *testing.T) {
 	}
 	if err := printVersion(&out, nil, false); err == nil {
 		t.Fatal("no build information: want an error saying so")
+	}
+}
+
+// -retry-topic's variable is SLUICE_RETRY_TOPIC, like every other flag of
+// `sluice run`, though it starts like the retry policies' field variables:
+// the worker takes it as the topic, not as a field of a policy named
+// "topic". (Its variable was SLUICE_PARK_TOPIC; that one still works, with
+// a warning, and loses to the new one.)
+func TestRetryTopicVariable(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "delivery-requests", "delivery-failures", "delivery-dead-letters")
+	start := func(want string) string {
+		t.Helper()
+		var log bytes.Buffer
+		logOutput = &log
+		defer func() { logOutput = os.Stderr }()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := runWorker(ctx, []string{"delivery", "-brokers", brokers[0], "-listen", "127.0.0.1:0"})
+		if err == nil || !strings.Contains(err.Error(), `unknown topic "`+want+`"`) {
+			t.Fatalf("%v; want the worker to look for its retry topic %s", err, want)
+		}
+		return log.String()
+	}
+	t.Setenv("SLUICE_RETRY_TOPIC", "acme-retry")
+	if log := start("acme-retry"); strings.Contains(log, "SLUICE_") {
+		t.Errorf("a warning about the variables:\n%s", log)
+	}
+	t.Setenv("SLUICE_PARK_TOPIC", "acme-parked")
+	if log := start("acme-retry"); !strings.Contains(log, "SLUICE_PARK_TOPIC") || !strings.Contains(log, "ignored") {
+		t.Errorf("both variables set: want a warning that $SLUICE_PARK_TOPIC is ignored, got:\n%s", log)
+	}
+	t.Setenv("SLUICE_RETRY_TOPIC", "")
+	if log := start("acme-parked"); !strings.Contains(log, "SLUICE_PARK_TOPIC") || !strings.Contains(log, "SLUICE_RETRY_TOPIC") ||
+		!strings.Contains(log, "level=WARN") {
+		t.Errorf("$SLUICE_PARK_TOPIC alone: want a warning naming $SLUICE_RETRY_TOPIC in its place, got:\n%s", log)
 	}
 }

@@ -4,11 +4,15 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/logx"
 )
+
+// logOutput is where the long-running commands log (tests swap it).
+var logOutput io.Writer = os.Stderr
 
 // logFlags choose a long-running command's log format and level. Every
 // line of the process goes through the one handler: the application's,

@@ -89,7 +89,7 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 	case *topic == "" || *dead == "" || *topic == *dead:
 		return fmt.Errorf("-topic %q, -dead-letter-topic %q: both required, and different", *topic, *dead)
 	}
-	logger, err := lf.logger(os.Stderr)
+	logger, err := lf.logger(logOutput)
 	if err != nil {
 		return err
 	}

@@ -120,9 +120,12 @@ func runWorker(ctx context.Context, args []string) error {
 	if err := rf.validate(which); err != nil {
 		return err
 	}
-	logger, err := lf.logger(os.Stderr)
+	logger, err := lf.logger(logOutput)
 	if err != nil {
 		return err
+	}
+	for _, w := range oldEnvWarnings("run", fs) {
+		logger.Warn(w)
 	}
 	if parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", parallelism)
