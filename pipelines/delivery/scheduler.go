@@ -455,38 +455,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	return sch, nil
 }
 
-// DefaultRetry is the steps' retry policy unless SchedulerConfig.Retry
-// says otherwise: flow.Interactive with 5 attempts of 200 ms at least,
-// within 400 ms, which fits the 500 ms latency budget; each attempt's
-// timeout follows the service's latency (TimeoutFactor 3: three times its
-// recent p99, up to the 400 ms), so that a service that slows down slows
-// the scheduler instead of failing its calls. HTTP 408, 429, 500, 502,
-// 503 and 504 are transient: every step is idempotent (PUT by delivery
-// id) or recorded (StepStore).
-func DefaultRetry() flow.RetryPolicy {
-	p := flow.Interactive()
-	p.MaxAttempts = 5
-	p.AttemptTimeout = 200 * time.Millisecond
-	p.MaxElapsed = 400 * time.Millisecond
-	p.TimeoutFactor = 3
-	return p
-}
-
-// CheckRetry reports why p cannot be the steps' policy: it is invalid
-// (flow.RetryPolicy.Validate), or it has no attempt_timeout — a hung
-// service would then hold its calls' slots, and their requests, until the
-// HTTP client's own timeout, and no retry could be weighed against the
-// budget.
-func CheckRetry(p flow.RetryPolicy) error {
-	if err := p.Validate(); err != nil {
-		return err
-	}
-	if p.AttemptTimeout <= 0 {
-		return fmt.Errorf("attempt_timeout: must be positive for the scheduler's calls, got %v", p.AttemptTimeout)
-	}
-	return nil
-}
-
 // DefaultHorizon is SchedulerConfig.DefaultHorizon's default: how long
 // after its first failure a request without a deadline may still be
 // replayed.

@@ -268,3 +268,43 @@ func TestWorkerRefusesARetryBudgetThatCannotWork(t *testing.T) {
 		})
 	}
 }
+
+// -stale-after must let a drone call run for its whole attempt timeout: a
+// call is cut at half of -stale-after after its mark and starts only
+// while a quarter is left, so the worker refuses a value under 4 × the
+// attempt timeout of the retry policy it runs with, naming the flag, the
+// value, the bound and the policy, before it connects.
+func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
+	ctx := context.Background()
+	policies := []string{"-retry-policies", "../../../docs/retry-policies.json"}
+	for _, c := range []struct {
+		args []string
+		want []string // nil: accepted, as far as the unreachable broker
+	}{
+		{[]string{"-retry-policy", "interactive", "-stale-after", "1s"}, []string{"-stale-after 1s", "2s", "500ms", `"interactive"`}},
+		{append(policies, "-retry-policy", "drone-scheduler", "-stale-after", "7s"), []string{"-stale-after 7s", "8s", "2s", `"drone-scheduler"`}},
+		{append(policies, "-retry-policy", "drone-scheduler"), nil},
+		{[]string{"-retry-policy", "interactive", "-stale-after", "2s"}, nil},
+		// The scheduler's own policy: attempts of 200 ms that follow the
+		// services' latency up to 400 ms.
+		{[]string{"-stale-after", "1s"}, []string{"-stale-after 1s", "1.6s", "400ms"}},
+		{[]string{"-stale-after", "2s"}, nil},
+		// No attempt timeout: refused for the scheduler's calls whatever
+		// -stale-after.
+		{[]string{"-retry-policy", "background", "-stale-after", "1s"}, []string{"attempt_timeout: must be positive"}},
+	} {
+		err := runWorker(ctx, append([]string{"delivery", "-brokers", "127.0.0.1:1"}, c.args...))
+		if c.want == nil {
+			if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+				t.Errorf("%v: %v, want it accepted (an error from the unreachable broker)", c.args, err)
+			}
+			continue
+		}
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) || strings.Contains(err.Error(), "127.0.0.1:1") {
+				t.Errorf("%v: %v, want an error naming %q before connecting", c.args, err, w)
+				break
+			}
+		}
+	}
+}

@@ -130,11 +130,6 @@ func runWorker(ctx context.Context, args []string) error {
 	if parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", parallelism)
 	}
-	if staleAfter < time.Second {
-		// A drone call must end within half of it, its attempts and the
-		// step store's round trips included.
-		return fmt.Errorf("-stale-after %v: must be at least 1s", staleAfter)
-	}
 	if parked := rf.parkedFor(); which == "delivery" && redisURL != "" && rf.maxParkings > 0 && staleAfter >= parked {
 		// A request whose drone booking has an unknown outcome waits,
 		// parked, until the booking is stale enough to ask the service.
@@ -170,13 +165,16 @@ func runWorker(ctx context.Context, args []string) error {
 	if !transient.Empty() {
 		p.TransientStatus = transient
 	}
+	retry := &p
 	if which == "delivery" {
 		if err := delivery.CheckRetry(p); err != nil {
 			return fmt.Errorf("-retry-policy %s (with its SLUICE_RETRY_%s_ variables): %w", *policyName,
 				strings.ToUpper(strings.ReplaceAll(*policyName, "-", "_")), err)
 		}
+		if err := checkStaleAfter(staleAfter, retry, *policyName); err != nil {
+			return err
+		}
 	}
-	retry := &p
 	var backends delivery.Backends
 	if *backendsURL == "sim" {
 		backends = delivery.Simulated(delivery.SimConfig{MinLatency: 2 * time.Millisecond, MaxLatency: 10 * time.Millisecond,
