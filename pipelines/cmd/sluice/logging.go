@@ -2,9 +2,11 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,7 +27,10 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.level, "log-level", "info", "debug, info, warn or error")
 }
 
-// logger builds the handler, makes it the process's default and go-redis's.
+// logger builds the handler, makes it the process's default and go-redis's
+// and, in JSON, the one main prints the command's error through (jsonLog).
+// A command calls it as soon as its flags are parsed, so that the errors
+// of its other flags come out in the chosen format too.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	lg, err := logx.New(w, l.format, l.level)
 	if err != nil {
@@ -33,5 +38,25 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	slog.SetDefault(lg)
 	redis.SetLogger(logx.NewPrintf(lg, "go-redis"))
+	if l.format == "json" {
+		jsonLog.Store(lg)
+	} else {
+		jsonLog.Store(nil)
+	}
 	return lg, nil
+}
+
+// jsonLog is the logger of a command that logs JSON: main's last line, the
+// error that ends the command, goes through it, so that a log shipper
+// parses every line. Nil: the error is printed as text.
+var jsonLog atomic.Pointer[slog.Logger]
+
+// printError prints msg, the error main ends with: through jsonLog if
+// set, as a line of text on w otherwise.
+func printError(w io.Writer, msg string) {
+	if lg := jsonLog.Load(); lg != nil {
+		lg.Error("sluice stopped", "err", msg)
+		return
+	}
+	fmt.Fprintln(w, msg)
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -53,5 +56,51 @@ func TestOneLogStream(t *testing.T) {
 	}
 	if _, err := (&logFlags{format: "logfmt", level: "info"}).logger(&out); err == nil || !strings.Contains(err.Error(), `"logfmt"`) {
 		t.Fatalf("-log-format logfmt: %v, want an error naming it", err)
+	}
+}
+
+// With -log-format json every line a worker writes is JSON, its last —
+// the error that stops it, which main prints — included; with text, that
+// last line stays a line of text. (Before: "sluice: the delivery worker's
+// topics: ..." in plain text after the JSON lines.)
+func TestJSONLogEndsWithAJSONLine(t *testing.T) {
+	prev := slog.Default()
+	defer func() {
+		slog.SetDefault(prev)
+		redis.SetLogger(logx.NewPrintf(prev, "go-redis"))
+		logOutput = os.Stderr
+	}()
+	for _, c := range []struct {
+		why  string
+		args []string
+	}{
+		{"the broker does not answer", []string{"-brokers", "127.0.0.1:1"}},
+		{"a flag out of range", []string{"-replay-after", "-1s"}},
+	} {
+		var out bytes.Buffer
+		logOutput = &out
+		err := runWorker(context.Background(), append([]string{"delivery", "-log-format", "json"}, c.args...))
+		if code := exit(err, &out); code != 1 {
+			t.Fatalf("%s: exit code %d (%v)", c.why, code, err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		for _, l := range lines {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("%s: a line that is not JSON: %q", c.why, l)
+			}
+		}
+		var last map[string]any
+		_ = json.Unmarshal([]byte(lines[len(lines)-1]), &last)
+		if last["level"] != "ERROR" || !strings.Contains(fmt.Sprint(last["err"]), err.Error()) {
+			t.Fatalf("%s: the last line %v, want the error at level ERROR", c.why, last)
+		}
+	}
+	var out bytes.Buffer
+	logOutput = &out
+	err := runWorker(context.Background(), []string{"delivery", "-log-format", "text", "-replay-after", "-1s"})
+	exit(err, &out)
+	if got := strings.TrimSpace(out.String()); got != "sluice: "+err.Error() {
+		t.Fatalf("text: the last line %q, want the error as text", got)
 	}
 }

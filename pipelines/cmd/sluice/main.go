@@ -39,6 +39,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -53,16 +54,23 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); errors.Is(err, flag.ErrHelp) {
-		return // -h: the flags were printed
-	} else if err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "sluice:") { // the engine's errors say it already
-			msg = "sluice: " + msg
-		}
-		fmt.Fprintln(os.Stderr, msg)
-		os.Exit(1)
+	os.Exit(exit(run(os.Args[1:]), os.Stderr))
+}
+
+// exit prints err, the command's, as the process's last line on w (as a
+// JSON line through the command's log if it logs JSON) and returns the
+// exit code: 0 without an error or after -h (the flags were printed), 1
+// otherwise.
+func exit(err error, w io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "sluice:") { // the engine's errors say it already
+		msg = "sluice: " + msg
+	}
+	printError(w, msg)
+	return 1
 }
 
 func usage() error {

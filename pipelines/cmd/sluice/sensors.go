@@ -62,6 +62,10 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 	if err := parseFlags("run", fs, args); err != nil {
 		return err
 	}
+	logger, err := lf.logger(logOutput)
+	if err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run sensors: unexpected argument %q", fs.Arg(0))
 	}
@@ -88,10 +92,6 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 		return fmt.Errorf("-status-every %v: must not be negative", *every)
 	case *topic == "" || *dead == "" || *topic == *dead:
 		return fmt.Errorf("-topic %q, -dead-letter-topic %q: both required, and different", *topic, *dead)
-	}
-	logger, err := lf.logger(logOutput)
-	if err != nil {
-		return err
 	}
 	ropts, err := redisOptions(*redisURL, *redisCA)
 	if err != nil {

@@ -117,11 +117,11 @@ func runWorker(ctx context.Context, args []string) error {
 	if err := parseFlags("run", fs, args[1:]); err != nil {
 		return err
 	}
-	if err := rf.validate(which); err != nil {
-		return err
-	}
 	logger, err := lf.logger(logOutput)
 	if err != nil {
+		return err
+	}
+	if err := rf.validate(which); err != nil {
 		return err
 	}
 	for _, w := range oldEnvWarnings("run", fs) {
