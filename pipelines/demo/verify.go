@@ -15,8 +15,9 @@ type Summary struct {
 	Sent, Duplicates int
 	// Deliverable counts the distinct requests that could complete;
 	// Completed those that did, Compensated every valid request undone
-	// (CompensatedBy by kind: deliverable ones only from injected
-	// permanent faults or parkings run out).
+	// (CompensatedBy by kind: deliverable ones only for a call a service
+	// refused for good on purpose, or a deadline that passed while a
+	// service was failing; see Needless).
 	Deliverable, Completed, Compensated int
 	CompensatedBy                       map[string]int
 	// DeadLettered counts the dead letters by kind (malformed, invalid:
@@ -32,6 +33,12 @@ type Summary struct {
 	Lost, Twice, LeftoverAfterUndo int
 	ValidDeadLettered, TwoOutcomes int
 	ValidDeadReasons               []string
+	// Needless counts the deliverable requests compensated beyond the
+	// calls the services refused for good on purpose (Refusals): requests
+	// that could have completed and were cancelled — a worker starved of
+	// CPU, a service slow or failing for a while must make them wait, not
+	// cancel them. A violation.
+	Needless int
 	// CompensationsDeadLettered counts the requests whose compensation the
 	// supervisor dead-lettered (an undo refused for good, or out of
 	// parkings): what they left booked counts in LeftoverAfterUndo or Lost.
@@ -69,9 +76,11 @@ type LevelSummary struct {
 
 // OK reports whether the run kept every promise: every request has one
 // outcome (none lost, no valid one dead-lettered, none with two), nothing
-// applied twice, every compensation complete.
+// applied twice, every compensation complete, and no deliverable request
+// compensated unless a service refused it for good.
 func (s Summary) OK() bool {
-	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0
+	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0 &&
+		s.Needless == 0
 }
 
 // CompletedShare is the share of deliverable requests that completed.
@@ -99,6 +108,7 @@ func (s Summary) String() string {
 	if len(s.ValidDeadReasons) > 0 {
 		fmt.Fprintf(&b, " (e.g. %q)", s.ValidDeadReasons)
 	}
+	fmt.Fprintf(&b, ", deliverable requests compensated though no service refused them %d", s.Needless)
 	if s.CompensationsDeadLettered > 0 {
 		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
 	}
@@ -257,6 +267,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 			s.TwoOutcomes++
 		}
 	}
+	s.Needless = max(0, s.CompensatedBy[kindNames[loadgen.Deliverable]]-c.refusals)
 	// The first three by id, so that a run verifies alike every time.
 	slices.Sort(s.ValidDeadReasons)
 	s.ValidDeadReasons = s.ValidDeadReasons[:min(len(s.ValidDeadReasons), 3)]

@@ -6,7 +6,14 @@ type VerifyOption func(*verifyConfig)
 
 type verifyConfig struct {
 	deadLetters, compensationDeadLetters string
+	refusals                             int
 }
+
+// Refusals says how many calls the services refused for good on purpose
+// (delivery.Ledger.Refusals, LedgerTotals.Refusals): up to that many
+// deliverable requests may be compensated; any more could have
+// completed, and fail the verification (Summary.Needless).
+func Refusals(n int) VerifyOption { return func(c *verifyConfig) { c.refusals = n } }
 
 // DeadLetterTopics names the dead-letter topics a verification reads:
 // the scheduler's (`sluice run delivery -dead-letter-topic`, default

@@ -163,3 +163,48 @@ func TestVerifyDoesNotExpectUnconfirmedRequests(t *testing.T) {
 		t.Fatalf("%s\nwant a PASS: 2 completed of 2 deliverable, 2 unconfirmed, 1 of them arrived", sum)
 	}
 }
+
+// A deliverable request compensated fails the verification unless a
+// service refused a call for good on purpose (up to that many): it could
+// have completed. Before, a run on a starved machine that cancelled 449
+// deliverable requests said "verification PASS".
+func TestVerifyFailsOnDeliverableRequestsCompensatedForNothing(t *testing.T) {
+	ctx := context.Background()
+	brokers := testenv.Kfake(t, 1, "delivery-dead-letters", "delivery-compensation-dead-letters")
+	l := delivery.NewLedger()
+	b := delivery.Simulated(delivery.SimConfig{}, l, nil)
+	r := delivery.Request{Pickup: delivery.Location{Lat: 47.6, Lon: -122.3}}
+	for _, id := range []string{"d-00000001", "d-00000002"} {
+		if err := b.Packages.Put(ctx, id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Deliveries.Put(ctx, "d-00000001", delivery.Progress{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Packages.Delete(ctx, "d-00000002"); err != nil { // compensated
+		t.Fatal(err)
+	}
+	sent, err := loadgen.ReadRecord(strings.NewReader(`{"format":"sluice-loadgen-record","version":1,"sent":2,"duplicates":0,"requests":2}
+{"id":"d-00000001","kind":"deliverable"}
+{"id":"d-00000002","kind":"deliverable"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := demo.Verify(sent, l, brokers, demo.Refusals(l.Refusals()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.OK() || sum.Needless != 1 || !strings.Contains(sum.String(), "verification FAIL") {
+		t.Fatalf("a deliverable request compensated with no refusal: %s; want a FAIL counting it", sum)
+	}
+	// The services refused a call for good: that compensation may be its.
+	l.NoteRefusal()
+	srv := httptest.NewServer(delivery.LedgerHandler(l))
+	defer srv.Close()
+	remote, accounted, err := demo.VerifyRemote(ctx, srv.Client(), srv.URL, sent, brokers, true)
+	if err != nil || !accounted || !remote.OK() || remote.Needless != 0 {
+		t.Fatalf("with a refusal, verified remotely: %v (accounted %v, err %v); want a PASS", remote, accounted, err)
+	}
+}
