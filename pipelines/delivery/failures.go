@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -95,6 +96,21 @@ func replayDelay(backoff func(*stream.Message[stream.Failure]) time.Duration) fu
 	}
 }
 
+// replayAfter is how long a parked failure waits for its replay: what the
+// service asked (a 429's or 503's Retry-After; the wait for an unknown
+// outcome's mark to turn stale), 0 to 20% more so that requests told the
+// same time do not come back together; else the parkings' delay, which
+// doubles with each (a breaker open, a service that keeps failing). A
+// wait whose end is known does not grow with the parkings: a request
+// parked many times during an outage is not held a minute for a 1 s
+// throttle after it.
+func replayAfter(v *judged) time.Duration {
+	if c := stream.Classify(v.Err); c.Reason == stream.ReasonThrottled && c.RetryAfter > 0 {
+		return c.RetryAfter + time.Duration(rand.Float64()*0.2*float64(c.RetryAfter))
+	}
+	return v.backoff
+}
+
 // deadline is when p's request must be done by: its own deadline, or
 // DefaultHorizon after its first failure if it has none (zero, or a
 // placeholder at or before the Unix epoch).
@@ -129,7 +145,7 @@ func (j *judge) decide(ctx context.Context, v *judged) {
 			v.Err = fmt.Errorf("%w (%s, steps ahead %v): %w", ErrDeadline, deadline.UTC().Format(time.RFC3339), j.ahead().Round(time.Millisecond), v.Err)
 			return false
 		}
-		v.Err = &replayIn{error: v.Err, delay: min(v.backoff, slack)}
+		v.Err = &replayIn{error: v.Err, delay: min(replayAfter(v), slack)}
 		return true
 	}
 	if v.Transient {
