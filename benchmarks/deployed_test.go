@@ -62,7 +62,10 @@ import (
 // processes per request sent). services_down also reports
 // last_undo_after_up_s: seconds from the services' return to the last undo
 // (a delete) they applied, 0 if none came after (how long compensations
-// went on after the outage).
+// went on after the outage, those of requests drained from the lag after
+// it included), and waiting_undone_after_up_s: seconds from the services'
+// return until every compensation whose event was written before it was
+// done (how long a compensation waiting out the outage waited after it).
 //
 // One scenario alone: -bench 'BenchmarkDeliveryDeployed/server_errors$'.
 //
@@ -251,9 +254,17 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		if faultErr != nil {
 			b.Fatalf("starting the fault: %v", faultErr)
 		}
-		var lastUndoAfterUp float64
+		var lastUndoAfterUp, waitingUndoneAfterUp float64
 		if sc.lastUndo {
 			lastUndoAfterUp = lastUndoAfter(b, s, fault)
+			uctx, ucancel := context.WithTimeout(context.Background(), 30*time.Second)
+			waited, n, err := s.UndoneAfter(uctx, *fault.Ends)
+			ucancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			waitingUndoneAfterUp = waited.Seconds()
+			b.Logf("%d compensations written before the services were back; the last undone %v after", n, waited.Round(time.Millisecond))
 		}
 		w := s.Worker("delivery")
 		if !w.Alive() {
@@ -279,6 +290,7 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		b.ReportMetric(float64(r.cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
 		if sc.lastUndo {
 			b.ReportMetric(lastUndoAfterUp, "last_undo_after_up_s")
+			b.ReportMetric(waitingUndoneAfterUp, "waiting_undone_after_up_s")
 		}
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // Config shapes a system.
@@ -51,10 +52,12 @@ type Config struct {
 	Worker, Delivery []string
 }
 
-// The scheduler's consumer group and input topic (the worker's defaults).
+// The scheduler's consumer group, its input topic and its failures
+// topic (the worker's defaults).
 const (
 	Group         = "sluice-delivery"
 	RequestsTopic = "delivery-requests"
+	FailuresTopic = "delivery-failures"
 )
 
 // System is a running system. Its methods may be called from one
@@ -375,6 +378,46 @@ func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Dura
 // address: also while they are down).
 func (s *System) LedgerTotals(ctx context.Context) (delivery.LedgerTotals, error) {
 	return delivery.FetchLedgerTotals(ctx, http.DefaultClient, s.Admin)
+}
+
+// UndoneAfter returns, for the requests whose compensation event the
+// scheduler wrote before t, the time from t to the last of their undos
+// (their package's, as verification counts a compensation), 0 if all were
+// done before t: how long compensations waiting at t, an outage's end,
+// went on waiting.
+func (s *System) UndoneAfter(ctx context.Context, t time.Time) (time.Duration, int, error) {
+	var ids []string
+	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(s.Brokers)}, FailuresTopic, time.Time{}, func(r *kgo.Record) bool {
+		if r.Timestamp.Before(t) {
+			id := string(r.Key)
+			if c, err := delivery.DecodeCompensation(r.Value, func(k string) []byte {
+				for _, h := range r.Headers {
+					if h.Key == k {
+						return h.Value
+					}
+				}
+				return nil
+			}); err == nil && c.Progress.Request.ID != "" {
+				id = c.Progress.Request.ID
+			}
+			ids = append(ids, id)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	snap, err := delivery.FetchLedger(ctx, http.DefaultClient, s.Admin)
+	if err != nil {
+		return 0, 0, err
+	}
+	var last time.Duration
+	for _, id := range ids {
+		if at := snap.Record(id).Packages.UndoneAt; at != nil && at.Sub(t) > last {
+			last = at.Sub(t)
+		}
+	}
+	return last, len(ids), nil
 }
 
 // Fault makes the services show f, its After counted from now, and

@@ -48,6 +48,7 @@ var ledgerServices = [...]string{"packages", "drones", "deliveries"}
 type ledgerEntry struct {
 	created, deleted int32
 	live             bool
+	undoneAt         int64 // when it was first undone (Unix nanoseconds; 0: never)
 }
 
 // The services that create something, as indexes of ledgerServices.
@@ -160,12 +161,15 @@ func (l *Ledger) add(i int, id string) error {
 // del records a delete (undo). Deleting what is not there is not an
 // error (undo is idempotent); either way the id is cancelled for good.
 func (l *Ledger) del(i int, id string) {
+	now := time.Now().UnixNano()
 	_ = l.update(i, id, func(e *ledgerEntry) error {
 		e.live = false
 		e.deleted++
+		if e.undoneAt == 0 {
+			e.undoneAt = now
+		}
 		return nil
 	})
-	now := time.Now().UnixNano()
 	for last := l.lastUndo.Load(); now > last && !l.lastUndo.CompareAndSwap(last, now); last = l.lastUndo.Load() {
 	}
 }

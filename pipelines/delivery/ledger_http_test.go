@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -73,7 +74,7 @@ func TestLedgerEndpointShape(t *testing.T) {
 	svc := func(created, live, undone, twice float64) map[string]any {
 		return map[string]any{"created": created, "live": live, "undone": undone, "created_twice": twice}
 	}
-	want := map[string]any{"ids": 3.0, "services": map[string]any{
+	want := map[string]any{"ids": 3.0, "refusals": 0.0, "services": map[string]any{
 		"packages":   svc(2, 1, 1, 0),
 		"drones":     svc(4, 2, 1, 1),
 		"deliveries": svc(1, 1, 1, 0),
@@ -98,7 +99,21 @@ func TestLedgerEndpointShape(t *testing.T) {
 		"d-3": {"id": "d-3", "packages": entry(0, false, false), "drones": entry(2, true, false), "deliveries": entry(0, false, false)},
 		"d-9": {"id": "d-9", "packages": entry(0, false, false), "drones": entry(0, false, false), "deliveries": entry(0, false, false)},
 	} {
-		if got := getJSON(t, srv.URL+"/ledger/"+id); !reflect.DeepEqual(got, want) {
+		got := getJSON(t, srv.URL+"/ledger/"+id)
+		// An undone record says when it was undone: d-2's, while the
+		// ledger was built.
+		for svc, e := range got {
+			m, ok := e.(map[string]any)
+			if !ok || m["undone_at"] == nil {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(m["undone_at"]))
+			if err != nil || m["undone"] != true || time.Since(at) > time.Minute || time.Since(at) < 0 {
+				t.Errorf("GET /ledger/%s: %s undone_at %v (%v), want the time of its undo", id, svc, m["undone_at"], err)
+			}
+			delete(m, "undone_at")
+		}
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("GET /ledger/%s = %v, want %v", id, got, want)
 		}
 	}
@@ -124,7 +139,8 @@ func TestLedgerDownloadMatchesTheLedger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The records carry no times: only the ledger knows its last undo.
+	// The records carry their own undo times; only the ledger knows its
+	// last undo.
 	lt := l.Totals()
 	if lt.LastUndo == nil || snap.Totals().LastUndo != nil {
 		t.Errorf("last undo: the ledger's %v, the snapshot's %v; want the time, and nil", lt.LastUndo, snap.Totals().LastUndo)

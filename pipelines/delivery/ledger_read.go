@@ -14,8 +14,10 @@ type LedgerEntry struct {
 	// Live reports whether the service holds the record now.
 	Live bool `json:"live"`
 	// Undone reports whether a compensation deleted the record; an undone
-	// record is never created again.
-	Undone bool `json:"undone"`
+	// record is never created again. UndoneAt is when it was first
+	// deleted (nil if never, or not known: a ledger of an earlier version).
+	Undone   bool       `json:"undone"`
+	UndoneAt *time.Time `json:"undone_at,omitempty"`
 }
 
 // LedgerRecord is what every service that creates something did for one
@@ -44,6 +46,10 @@ func recordOf(id string, rs *ledgerRecords) LedgerRecord {
 	r := LedgerRecord{ID: id}
 	for i, e := range rs {
 		*r.entry(i) = LedgerEntry{Created: int(e.created), Live: e.live, Undone: e.deleted > 0}
+		if e.undoneAt != 0 {
+			at := time.Unix(0, e.undoneAt).UTC()
+			r.entry(i).UndoneAt = &at
+		}
 	}
 	return r
 }
@@ -57,6 +63,9 @@ func recordsOf(r *LedgerRecord) ledgerRecords {
 		rs[i] = ledgerEntry{created: int32(e.Created), live: e.Live}
 		if e.Undone {
 			rs[i].deleted = 1
+		}
+		if e.UndoneAt != nil {
+			rs[i].undoneAt = e.UndoneAt.UnixNano()
 		}
 	}
 	return rs
