@@ -240,15 +240,25 @@ func (r *recordedStep) learned(p *Progress, value string) {
 }
 
 // outcomeUnknown reports whether a failed call may still have acted: it
-// timed out, was cancelled or lost its connection after it was sent. A
-// refused connection or an answer from the service (an error status, a
-// throttle, a refusal) means it did not.
+// timed out, was cancelled or lost its connection after it was sent, or
+// the service (or a gateway before it) answered 500, 502 or 504 — it may
+// have crashed after acting, or the answer of a call that acted was lost.
+// A refused connection or any other answer from the service (a 4xx, a
+// throttle, a 503) means it did not.
 func outcomeUnknown(err error) bool {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return false
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errUnreadableAnswer) {
 		return true
+	}
+	var hs stream.HTTPStatuser
+	if errors.As(err, &hs) {
+		switch hs.HTTPStatus() {
+		case 500, 502, 504:
+			return true
+		}
+		return false
 	}
 	c := stream.Classify(err)
 	return c.Transient && (c.Reason == stream.ReasonTimeout || c.Reason == stream.ReasonConnection)

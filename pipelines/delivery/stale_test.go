@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -239,5 +240,52 @@ func TestUnstaleMarkAsksToWaitUntilStale(t *testing.T) {
 	c := stream.Classify(err)
 	if !errors.Is(err, ErrOutcomeUnknown) || !c.Transient || c.RetryAfter < 8*time.Second || c.RetryAfter > staleAfter {
 		t.Fatalf("a mark 1 s old, stale after 10 s: %v, retry after %v; want an unknown outcome asking to wait about 9 s", err, c.RetryAfter)
+	}
+}
+
+// A drone service that books and then answers 500 (it crashed after the
+// booking, or a gateway lost its answer: 502, 504) may have acted: the
+// call's outcome is unknown, its mark stays, and once the mark is stale
+// the service is asked, so the drone is booked once. Before, a 500 was
+// taken as "did not act": the mark was cleared, the retry called again,
+// and the drone was booked twice.
+func TestServerErrorLeavesTheOutcomeUnknown(t *testing.T) {
+	for _, code := range []int{500, 502, 504} {
+		ledger := NewLedger()
+		sim := SimulatedNonIdempotent(SimConfig{}, ledger, nil)
+		h := HTTPHandler(sim)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				h.ServeHTTP(httptest.NewRecorder(), r) // books...
+				http.Error(w, "lost the answer", code) // ...and fails
+				return
+			}
+			h.ServeHTTP(w, r)
+		}))
+		cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+		store := NewRedisSteps(cl, time.Minute)
+		b := HTTPBackends(srv.URL, NewHTTPClient(2))
+		r := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, staleAfter: time.Second,
+			call: func(ctx context.Context, p *Progress) error {
+				_, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
+				return err
+			},
+			lookup: func(ctx context.Context, p *Progress) (string, bool, error) { return b.Drones.Booking(ctx, p.Request.ID) }}
+		id := "s" + strconv.Itoa(code)
+		p := &Progress{Request: Request{ID: id, Pickup: Location{Lat: 1, Lon: 1}}}
+		err := r.run(context.Background(), p)
+		if !errors.Is(err, ErrOutcomeUnknown) {
+			t.Errorf("HTTP %d after booking: %v, want ErrOutcomeUnknown", code, err)
+		}
+		time.Sleep(1100 * time.Millisecond) // the mark turns stale
+		if err := r.run(context.Background(), p); err != nil {
+			t.Errorf("HTTP %d: the retry once the mark is stale: %v", code, err)
+		}
+		if n := ledger.Created("drones", id); n != 1 {
+			t.Errorf("HTTP %d after booking: drone booked %d times, want once", code, n)
+		}
+		srv.Close()
+		store.Close()
+		cl.Close()
 	}
 }
