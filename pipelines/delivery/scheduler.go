@@ -176,10 +176,11 @@ const DefaultParallelism = 1024
 // and low has a tenth at least, so it is slowed, never starved. Strict
 // order with aging (backpressure.StrictPriority(3).Aging(...)) serves
 // high first as well but leaves low nothing until its requests have aged
-// past their MaxWait; past that, under a lag longer than the MaxWaits,
-// aged low requests are served as high, oldest first, and high waits
-// behind them: aging trades priority for bounded waits, which suits
-// short bursts, not a sustained overload.
+// past their MaxWait (counted from when they were read, or from the
+// broker's append time on a LogAppendTime topic, where the lag counts
+// too); past that, aged low requests are served as high, oldest first,
+// and high waits behind them: aging trades priority for bounded waits,
+// which suits short bursts, not a sustained overload.
 func DefaultPolicy() backpressure.Priority { return backpressure.WeightedPriority(6, 3, 1) }
 
 // DefaultReserve is the calls in flight each step keeps for each level
