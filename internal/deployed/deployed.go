@@ -380,27 +380,27 @@ func (s *System) LedgerTotals(ctx context.Context) (delivery.LedgerTotals, error
 	return delivery.FetchLedgerTotals(ctx, http.DefaultClient, s.Admin)
 }
 
-// UndoneAfter returns, for the requests whose compensation event the
-// scheduler wrote before t, the time from t to the last of their undos
-// (their package's, as verification counts a compensation), 0 if all were
-// done before t: how long compensations waiting at t, an outage's end,
-// went on waiting.
-func (s *System) UndoneAfter(ctx context.Context, t time.Time) (time.Duration, int, error) {
-	var ids []string
+// UndoWait returns the longest any compensation waited after t (an
+// outage's end) for its undo: from its event's writing, or from t if the
+// scheduler wrote it before, to its undo (its package's, as verification
+// counts a compensation); 0 if every one was done before t. It also says
+// how many events were written before t.
+func (s *System) UndoWait(ctx context.Context, t time.Time) (time.Duration, int, error) {
+	written := map[string]time.Time{} // request id -> its (first) compensation event
 	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(s.Brokers)}, FailuresTopic, time.Time{}, func(r *kgo.Record) bool {
-		if r.Timestamp.Before(t) {
-			id := string(r.Key)
-			if c, err := delivery.DecodeCompensation(r.Value, func(k string) []byte {
-				for _, h := range r.Headers {
-					if h.Key == k {
-						return h.Value
-					}
+		id := string(r.Key)
+		if c, err := delivery.DecodeCompensation(r.Value, func(k string) []byte {
+			for _, h := range r.Headers {
+				if h.Key == k {
+					return h.Value
 				}
-				return nil
-			}); err == nil && c.Progress.Request.ID != "" {
-				id = c.Progress.Request.ID
 			}
-			ids = append(ids, id)
+			return nil
+		}); err == nil && c.Progress.Request.ID != "" {
+			id = c.Progress.Request.ID
+		}
+		if at, ok := written[id]; !ok || r.Timestamp.Before(at) {
+			written[id] = r.Timestamp
 		}
 		return true
 	})
@@ -411,13 +411,19 @@ func (s *System) UndoneAfter(ctx context.Context, t time.Time) (time.Duration, i
 	if err != nil {
 		return 0, 0, err
 	}
-	var last time.Duration
-	for _, id := range ids {
-		if at := snap.Record(id).Packages.UndoneAt; at != nil && at.Sub(t) > last {
-			last = at.Sub(t)
+	var longest time.Duration
+	before := 0
+	for id, at := range written {
+		from := at
+		if at.Before(t) {
+			before++
+			from = t
+		}
+		if done := snap.Record(id).Packages.UndoneAt; done != nil && done.Sub(from) > longest {
+			longest = done.Sub(from)
 		}
 	}
-	return last, len(ids), nil
+	return longest, before, nil
 }
 
 // Fault makes the services show f, its After counted from now, and
