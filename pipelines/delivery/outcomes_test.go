@@ -53,10 +53,19 @@ type parkingScheduler struct {
 	stop func()
 }
 
-// kfakeParking is a cluster with the topics of a parkingScheduler.
-func kfakeParking(t *testing.T) []string {
-	return testenv.KfakeWith(t, kfake.SeedTopics(4, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"),
+// parkingRig is a cluster with the topics of a parkingScheduler, a
+// producer on it, and simulated services with their ledger.
+func parkingRig(t *testing.T, sim delivery.SimConfig) ([]string, *kgo.Client, *delivery.Ledger, delivery.Backends) {
+	t.Helper()
+	brokers := testenv.KfakeWith(t, kfake.SeedTopics(4, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"),
 		kfake.SeedTopics(2, "parked"))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(producer.Close)
+	ledger := delivery.NewLedger()
+	return brokers, producer, ledger, delivery.Simulated(sim, ledger, nil)
 }
 
 func startParking(t *testing.T, brokers []string, producer *kgo.Client, backends delivery.Backends, edit func(*delivery.SchedulerConfig)) *parkingScheduler {
@@ -154,14 +163,7 @@ func produceRequests(t *testing.T, producer *kgo.Client, n int, deadline time.Ti
 // compensated at once.
 func TestServerErrorsAreParkedNotCompensated(t *testing.T) {
 	const n = 40
-	brokers := kfakeParking(t)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	ledger := delivery.NewLedger()
-	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
+	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := &faultyDrones{Drones: backends.Drones, fault: func() error {
 		return &flow.HTTPError{Method: "PUT", URL: "/drones/x", Status: 500, Body: "database failover"}
 	}}
@@ -235,14 +237,7 @@ func transientDrones(backends *delivery.Backends) *faultyDrones {
 // sixth failure of a request parked five times counted as permanent.
 func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
 	const n = 20
-	brokers := kfakeParking(t)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	ledger := delivery.NewLedger()
-	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
+	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
 	produceRequests(t, producer, n, time.Time{})
 	p := startParking(t, brokers, producer, backends, nil)
@@ -265,14 +260,7 @@ func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
 // none — with a reason that says so; requests with time left stay parked
 // meanwhile and complete when the service is back.
 func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
-	brokers := kfakeParking(t)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	ledger := delivery.NewLedger()
-	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
+	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
 	// The steps take at most 5 x 200 ms: a replay needs 1 s left.
 	soon, later := time.Now().Add(2500*time.Millisecond), time.Now().Add(time.Hour)
@@ -326,22 +314,16 @@ func headerOf(r *kgo.Record) func(string) []byte {
 	}
 }
 
-// Services 300 ms slow, past the steps' 200 ms attempt timeout: the
-// scheduler slows down (its source lags) rather than failing the calls.
+// Services 250 ms slow, past the steps' 200 ms attempt timeout (and
+// within their 400 ms budget): the scheduler slows down (its source lags)
+// rather than failing the calls.
 // Only the calls made before a step learned the services' latency time
 // out, and their requests are parked and complete on replay. With the
 // fixed 200 ms timeout every call timed out: every request was parked
 // over and over, and compensated after five parkings.
 func TestSlowServicesSlowTheSchedulerDown(t *testing.T) {
 	const n = 200
-	brokers := kfakeParking(t)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	ledger := delivery.NewLedger()
-	backends := delivery.Simulated(delivery.SimConfig{MinLatency: 300 * time.Millisecond, MaxLatency: 305 * time.Millisecond}, ledger, nil)
+	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{MinLatency: 250 * time.Millisecond, MaxLatency: 255 * time.Millisecond})
 	produceRequests(t, producer, n, time.Time{})
 	p := startParking(t, brokers, producer, backends, nil)
 	p.await(t, "every request has an outcome", 90*time.Second, func() bool {
@@ -362,14 +344,7 @@ func TestSlowServicesSlowTheSchedulerDown(t *testing.T) {
 // they waited out the delay.
 func TestParkedRequestsReplayWhenTheServiceIsBack(t *testing.T) {
 	const n = 40
-	brokers := kfakeParking(t)
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	ledger := delivery.NewLedger()
-	backends := delivery.Simulated(delivery.SimConfig{}, ledger, nil)
+	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
 	produceRequests(t, producer, n, time.Time{})
 	p := startParking(t, brokers, producer, backends, func(c *delivery.SchedulerConfig) {

@@ -270,7 +270,9 @@ func TestServerErrorLeavesTheOutcomeUnknown(t *testing.T) {
 				_, err := b.Drones.Schedule(ctx, p.Request.ID, p.Request.Pickup)
 				return err
 			},
-			lookup: func(ctx context.Context, p *Progress) (string, bool, error) { return b.Drones.Booking(ctx, p.Request.ID) }}
+			lookup: func(ctx context.Context, p *Progress) (string, bool, error) {
+				return b.Drones.Booking(ctx, p.Request.ID)
+			}}
 		id := "s" + strconv.Itoa(code)
 		p := &Progress{Request: Request{ID: id, Pickup: Location{Lat: 1, Lon: 1}}}
 		err := r.run(context.Background(), p)
