@@ -44,8 +44,10 @@ type Config struct {
 	Sim delivery.SimConfig
 	// Partitions of the requests topic (default 16).
 	Partitions int32
-	// Drain is how long to wait, after the load ends, for every request to
-	// be accounted for (default 30s).
+	// Drain is how long the drain after the load may go without a new
+	// outcome before the run is verified as it stands (default 30s): the
+	// demo waits for every request to be accounted for while the workers
+	// make progress, however slowly (a machine short of CPU).
 	Drain time.Duration
 	// Every is the status line interval (default 1s; negative: none).
 	Every time.Duration

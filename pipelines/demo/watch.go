@@ -11,8 +11,10 @@ import (
 )
 
 // watch follows a run: it prints the status line, tracks the largest lag,
-// and ends once the load is sent and every request is accounted for (or
-// the drain time is up).
+// and ends once the load is sent and every request is accounted for, or
+// once the drain has gone Config.Drain without a new outcome: a worker
+// starved of CPU drains its lag slowly, and is given the time while it
+// makes progress.
 type watch struct {
 	cfg     Config
 	w       io.Writer
@@ -36,7 +38,8 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		defer t.Stop()
 		tick = t.C
 	}
-	var drainBy time.Time
+	var loadEnd, progressAt time.Time
+	outcomes := -1
 	loading := true
 	for {
 		select {
@@ -44,7 +47,7 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 			return err
 		case wt.loadErr = <-loadDone:
 			loading = false
-			drainBy = time.Now().Add(wt.cfg.Drain)
+			loadEnd, progressAt = time.Now(), time.Now()
 			if wt.loadErr != nil {
 				return nil
 			}
@@ -59,8 +62,15 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		for l := range lag {
 			wt.maxLevelLag[l] = max(wt.maxLevelLag[l], lag[l])
 		}
-		if !loading && (Accounted(wt.sent, wt.ledger, wt.workers.deadLettered(), wt.brokers) || time.Now().After(drainBy)) {
-			wt.drained = time.Since(drainBy.Add(-wt.cfg.Drain))
+		if loading {
+			continue
+		}
+		dead := wt.workers.deadLettered()
+		if n := wt.ledger.LiveCount("deliveries") + wt.ledger.UndoneCount("packages") + dead; n != outcomes {
+			outcomes, progressAt = n, time.Now()
+		}
+		if Accounted(wt.sent, wt.ledger, dead, wt.brokers) || time.Since(progressAt) > wt.cfg.Drain {
+			wt.drained = time.Since(loadEnd)
 			return nil
 		}
 	}
