@@ -441,10 +441,17 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	h := r.hint(m)
 	p := r.part(m)
 	if s := m.Handle().Settler(); s != p.settler {
-		p.settler = s
 		if a := m.Handle().Assignment(); a != nil && a != p.assignment {
+			if p.assignment != nil && over(a) {
+				// A message of an assignment that ended, arriving after the
+				// next one's (an unordered stage before the window let it
+				// lag): the next reader replays it; the windows held are
+				// the live assignment's, and stay.
+				return nil
+			}
 			r.assign(p, a)
 		}
+		p.settler = s
 	}
 	if r.gone(p) {
 		return nil // on its way when its assignment ended: the next reader replays it
