@@ -9,8 +9,8 @@ import (
 func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	s.assignedN.Add(1)
 	s.learnTopics(assigned)
+	var ended []*partition
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for t, ps := range assigned {
 		for _, p := range ps {
 			k := tpKey{t, p}
@@ -18,9 +18,17 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 				old.mu.Lock()
 				old.revoke()
 				old.mu.Unlock()
+				ended = append(ended, old)
 			}
 			s.parts[k] = newPartition(s, t, p, -1) // franz-go looks the start up
 		}
+	}
+	s.mu.Unlock()
+	// As forget does: an ended assignment that had paused its partition
+	// resumes it (franz-go keeps a partition paused across assignments,
+	// and the new one, which holds nothing, would never resume it).
+	for _, p := range ended {
+		p.flow()
 	}
 	s.log.Info("partitions assigned", "partitions", assigned)
 }
