@@ -17,8 +17,13 @@
 // many small records whole, with the error a record too large gets. So a
 // record refused as too large is first produced again alone, in a batch of
 // its own; only if it is refused alone too is it written smaller or failed.
-// Set the client's batch size at or below the topics' limit
-// (kgo.ProducerBatchMaxBytesFn) so that batches are not refused at all.
+// Nothing is lost or written twice, but the order of a partition is: the
+// client fails the refused batch, and the sink has produced more records
+// by the time it learns of it, which go out first; the sink logs a
+// warning naming the topic. Set the client's batch size at or below the
+// topics' limit (kgo.ProducerBatchMaxBytesFn, with the limits
+// MaxMessageBytes reads) so that batches are not refused at all: with it
+// the sink keeps each partition's order.
 //
 // A client may be shared between sinks and pipelines. franz-go fails every
 // record buffered for a partition when the context of the one at its head
@@ -63,6 +68,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -271,7 +277,8 @@ type run[T any] struct {
 	idle    chan struct{}
 	failed  chan struct{} // a failure was added to fails
 
-	defaultTopic string // the client's, for records without a topic
+	defaultTopic string          // the client's, for records without a topic
+	warnedBatch  map[string]bool // topics whose refused batches were warned of
 }
 
 type failed[T any] struct {
@@ -415,6 +422,7 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 			return again, stream.Fatal(err)
 		}
 		if tooLarge(f.err) && !f.alone {
+			r.warnBatch(ctx, topic, f.err)
 			lone = append(lone, f)
 			continue
 		}
@@ -434,6 +442,23 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 		again += len(lone)
 	}
 	return again, nil
+}
+
+// warnBatch tells, once per topic, that a batch to topic was refused as
+// too large: its records are written again one by one, after those the
+// sink produced meanwhile, out of their partition's order.
+func (r *run[T]) warnBatch(ctx context.Context, topic string, err error) {
+	if r.warnedBatch[topic] {
+		return
+	}
+	if r.warnedBatch == nil {
+		r.warnedBatch = map[string]bool{}
+	}
+	r.warnedBatch[topic] = true
+	r.in.Logger().WarnContext(ctx, "a record batch was refused as too large: the topic's max.message.bytes is below the client's batch size; "+
+		"its records are written again one by one, after the ones produced meanwhile, so out of order within their partition: "+
+		"size the client's batches to the topic (kgo.ProducerBatchMaxBytesFn)",
+		slog.String("topic", topic), slog.String("err", err.Error()))
 }
 
 // produceAlone produces each record of fs again in a record batch of its
