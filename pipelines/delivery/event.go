@@ -37,6 +37,13 @@ const HeaderReencoded = "sluice-reencoded"
 // headers, be cut short there and lose its compensation.
 const MaxEventInput = 64 << 10
 
+// MaxEventRecord bounds the record of a failure event: the request as it
+// came (MaxEventInput at most) and its failure's headers, the reason (4
+// KiB of text at most, in two headers, JSON-escaped in one of them) among
+// them. The failures topic must hold it: the event's sink has nothing
+// smaller to write, and an event refused would stop the scheduler.
+const MaxEventRecord = MaxEventInput + 32<<10
+
 // headerOverhead bounds what a header adds to a record beyond its key and
 // value (two varint lengths).
 const headerOverhead = 10

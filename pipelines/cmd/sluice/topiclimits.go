@@ -46,7 +46,7 @@ func (l *topicLimits) batchMax(topic string) int32 {
 // retry topic that cannot hold the largest record the worker parks: a
 // worker started with it would stop at the first such record, and again
 // at every restart.
-func (l *topicLimits) check(ctx context.Context, cl *kgo.Client, which, retryTopic string, outputs []string) error {
+func (l *topicLimits) check(ctx context.Context, cl *kgo.Client, which, retryTopic, failuresTopic string, outputs []string) error {
 	limits, err := kafkasink.MaxMessageBytes(ctx, cl, append([]string{retryTopic}, outputs...)...)
 	if err != nil {
 		return err
@@ -55,6 +55,11 @@ func (l *topicLimits) check(ctx context.Context, cl *kgo.Client, which, retryTop
 		return fmt.Errorf("retry topic %q (-retry-topic) has max.message.bytes %d: the %s worker needs at least %d there, "+
 			"to park whatever it parks (what is too large to park as it came is re-encoded, up to that size); "+
 			"raise the topic's max.message.bytes", retryTopic, limits[retryTopic], which, need)
+	}
+	if limit, ok := limits[failuresTopic]; which == "delivery" && ok && int(limit) < delivery.MaxEventRecord {
+		return fmt.Errorf("failures topic %q (-failures-topic) has max.message.bytes %d: the delivery worker needs at least %d there, "+
+			"to write the compensation event of any request it accepts (what is larger is re-encoded, up to that size); "+
+			"raise the topic's max.message.bytes", failuresTopic, limit, delivery.MaxEventRecord)
 	}
 	l.limits.Store(&limits)
 	return nil

@@ -46,6 +46,18 @@ func TestWorkerRefusesARetryTopicTooSmallToPark(t *testing.T) {
 			t.Errorf("%s joined its group (now %s) before it checked its retry topic", which, gi.State)
 		}
 	}
+	// The scheduler's failures topic must hold any compensation event:
+	// one refused there would stop the scheduler, again at every restart.
+	testenv.SetMaxMessageBytes(t, brokers, "delivery-requests-retry", 1<<20)
+	testenv.SetMaxMessageBytes(t, brokers, "delivery-failures", 32<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = runWorker(ctx, []string{"delivery", "-brokers", brokers[0], "-listen", "127.0.0.1:0", "-backends", "sim", "-log-level", "error"})
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `"delivery-failures"`) ||
+		!strings.Contains(err.Error(), strconv.Itoa(delivery.MaxEventRecord)) {
+		t.Errorf("delivery worker with a failures topic of 32 KiB: %v; want it refused at start, naming the topic and the %d it needs",
+			err, delivery.MaxEventRecord)
+	}
 }
 
 // The worker's producer makes record batches no larger than each topic's
@@ -67,7 +79,7 @@ func TestWorkerBatchesFitItsTopics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := l.check(ctx, cl, "delivery", "retry", []string{"dead", "failures"}); err != nil {
+	if err := l.check(ctx, cl, "delivery", "retry", "failures", []string{"dead", "failures"}); err != nil {
 		t.Fatal(err)
 	}
 	for topic, want := range map[string]int32{"retry": 20 << 10, "dead": 512, "failures": 1048588, "other": defaultBatchMax} {

@@ -210,7 +210,7 @@ func runWorker(ctx context.Context, args []string) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = kafka.CheckTopics(cctx, producer, append(append(inputs, rf.retryTopic), outputs...)...)
 	if err == nil {
-		err = limits.check(cctx, producer, which, rf.retryTopic, outputs)
+		err = limits.check(cctx, producer, which, rf.retryTopic, *failures, outputs)
 	}
 	cancel()
 	if err != nil {
