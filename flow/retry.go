@@ -177,6 +177,8 @@ func (p RetryPolicy) Validate() error {
 	switch {
 	case p.TimeoutFactor < 0 || math.IsNaN(p.TimeoutFactor) || math.IsInf(p.TimeoutFactor, 0):
 		bad("timeout_factor", "must be a positive number, or 0 for a fixed attempt_timeout; got %v", p.TimeoutFactor)
+	case p.TimeoutFactor > 1000:
+		bad("timeout_factor", "%v is more than 1000 times the service's p99: use a number like 3", p.TimeoutFactor)
 	case p.TimeoutFactor > 0 && p.TimeoutFactor < 1:
 		bad("timeout_factor", "%v would time out calls faster than the service's own p99: use 1 or more (3 is typical)", p.TimeoutFactor)
 	case p.TimeoutFactor > 0 && (p.AttemptTimeout <= 0 || p.MaxElapsed <= 0):

@@ -115,6 +115,11 @@ func (s *Statuses) UnmarshalText(b []byte) error {
 		case a > z:
 			errs = append(errs, fmt.Errorf("%q: the range runs backwards", part))
 			continue
+		case a < 100 || z > 599:
+			// Checked before the range is expanded: a mistyped bound
+			// must not cost memory in proportion to it.
+			errs = append(errs, fmt.Errorf("%q is not an HTTP status or a range of them (100 to 599)", part))
+			continue
 		}
 		for c := a; c <= z; c++ {
 			codes = append(codes, c)

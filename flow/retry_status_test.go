@@ -123,6 +123,7 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 		"no room for a retry": {func(p *flow.RetryPolicy) { p.MaxElapsed = 520 * time.Millisecond },
 			"max_elapsed: 520ms leaves no room for a retry"},
 		"factor below 1":       {func(p *flow.RetryPolicy) { p.TimeoutFactor = 0.5 }, "timeout_factor: 0.5"},
+		"factor past 1000":     {func(p *flow.RetryPolicy) { p.TimeoutFactor = 1e10 }, "timeout_factor: 1e+10 is more than 1000"},
 		"factor without bound": {func(p *flow.RetryPolicy) { p.TimeoutFactor = 3; p.AttemptTimeout = 0 }, "timeout_factor: needs attempt_timeout"},
 	} {
 		p := flow.Interactive()
