@@ -72,6 +72,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	// callFrom and fails the message (callPanicked).
 	if j.err != nil {
 		j.class = r.classify(j.err)
+		if c := j.class; c.Reason == stream.ReasonThrottled && c.RetryAfter > 0 {
+			if nb := time.Now().Add(c.RetryAfter); nb.After(j.notBefore) {
+				j.notBefore = nb
+			}
+		}
 	}
 	if done != nil {
 		j.breakerDone = nil

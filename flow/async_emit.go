@@ -125,7 +125,7 @@ func (r *asyncRun[In, Out]) hand(j *asyncJob[In, Out]) error {
 		return nil
 	}
 	return r.in.FailWith(r.ctx, j.msg, stream.Failure{Err: j.err, Attempts: j.attempts, FirstFailure: j.first,
-		Transient: j.class.Transient})
+		Transient: j.class.Transient, NotBefore: j.notBefore})
 }
 
 // cut reports whether j's call failed because the stage is stopping: it

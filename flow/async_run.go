@@ -22,6 +22,7 @@ type asyncJob[In, Out any] struct {
 	attempts  int           // calls made
 	first     time.Time     // when the first call started
 	lastDelay time.Duration // the previous retry wait (decorrelated jitter)
+	notBefore time.Time     // the latest end of a Retry-After a throttling answer gave
 	due       time.Time     // when a delayed job may run again
 	class     stream.Classification
 
@@ -167,7 +168,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		j, r.free = r.free[n-1], r.free[:n-1]
 		var zero Out
 		j.out, j.err, j.done, j.key = zero, nil, false, ""
-		j.attempts, j.first, j.lastDelay = 0, time.Time{}, 0
+		j.attempts, j.first, j.lastDelay, j.notBefore = 0, time.Time{}, 0, time.Time{}
 	} else {
 		j = new(asyncJob[In, Out])
 	}

@@ -100,6 +100,12 @@ type Failure struct {
 	// the message is worth parking and replaying later rather than
 	// sending to the failure queue.
 	Transient bool
+	// NotBefore is the earliest time a dependency asked for the message to
+	// be tried again: the latest end of a Retry-After a throttling answer
+	// gave, on any attempt (zero if none asked). A parking must not replay
+	// it sooner, even when the last attempt failed for another reason (a
+	// breaker the throttling opened).
+	NotBefore time.Time
 }
 
 // Error returns the reason with the stage's name.

@@ -22,9 +22,12 @@ const (
 	HeaderPartition = "sluice-source-partition"
 	HeaderOffset    = "sluice-source-offset"
 	// HeaderFirstFailure is when the first attempt failed; HeaderReplayAt
-	// when a parked message is due for replay (both RFC 3339).
+	// when a parked message is due for replay; HeaderNotBefore the earliest
+	// a dependency asked for it to be tried again (stream.Failure.NotBefore:
+	// a Retry-After; absent if none asked). All RFC 3339.
 	HeaderFirstFailure = "sluice-first-failure"
 	HeaderReplayAt     = "sluice-replay-at"
+	HeaderNotBefore    = "sluice-not-before"
 	// HeaderParkings counts the times a message was parked: 1 on its first
 	// parked record, one more each time its replay fails again and it is
 	// parked again (a parking sink counts it; see Parkings). A dead letter
@@ -198,9 +201,12 @@ func ReplayAt(e *stream.Envelope) time.Time {
 // since it was parked (its HeaderFailedAt): recovered(stage) says when
 // that dependency last came back (zero: never), as a
 // backpressure.Recovery's At does for the breaker guarding the stage.
-// Use it with flow.Recheck on the Recovery's C, so that messages already
-// held are brought forward too. A message without those headers is due
-// at its ReplayAt.
+// A message a dependency asked to wait (HeaderNotBefore: a Retry-After) is
+// never brought before that: a throttling service whose breaker closes on
+// one call it let through has not asked the others back. Use it with
+// flow.Recheck on the Recovery's C, so that messages already held are
+// brought forward too. A message without those headers is due at its
+// ReplayAt.
 func ReplayDue(recovered func(stage string) time.Time) func(e *stream.Envelope) time.Time {
 	return func(e *stream.Envelope) time.Time {
 		at := ReplayAt(e)
@@ -215,8 +221,31 @@ func ReplayDue(recovered func(stage string) time.Time) func(e *stream.Envelope) 
 		if err != nil || !back.After(failed) {
 			return at
 		}
+		if nb, err := time.Parse(time.RFC3339Nano, string(e.Header(HeaderNotBefore))); err == nil && nb.Before(at) {
+			return nb
+		}
+		if e.Header(HeaderNotBefore) != nil {
+			return at // asked to wait at least until its replay time
+		}
 		return time.Time{}
 	}
+}
+
+// notBefore is the earliest time a failure may be tried again: its
+// NotBefore, or the end of the Retry-After of its last error if that is a
+// throttling answer (a failure not from an async stage's retries).
+func notBefore(f stream.Failure) time.Time {
+	nb := f.NotBefore
+	if c := stream.Classify(f.Err); c.Reason == stream.ReasonThrottled && c.RetryAfter > 0 {
+		at := f.At
+		if at.IsZero() {
+			at = time.Now()
+		}
+		if end := at.Add(c.RetryAfter); end.After(nb) {
+			nb = end
+		}
+	}
+	return nb
 }
 
 // FailureRecord is the record a dead letter writes for m, with value as
@@ -277,7 +306,7 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 // which describe the value it still has.
 func replacedHeader(key string) bool {
 	switch key {
-	case HeaderStage, HeaderReason, HeaderAttempt, HeaderFailedAt, HeaderReplayAt:
+	case HeaderStage, HeaderReason, HeaderAttempt, HeaderFailedAt, HeaderReplayAt, HeaderNotBefore:
 		return true
 	}
 	return false
@@ -307,6 +336,9 @@ func failureHeaders(hs []kgo.RecordHeader, m *stream.Message[stream.Failure], re
 	}
 	if !f.FirstFailure.IsZero() && m.Header(HeaderFirstFailure) == nil { // else kept: the first of all
 		hs = append(hs, kgo.RecordHeader{Key: HeaderFirstFailure, Value: f.FirstFailure.UTC().AppendFormat(nil, time.RFC3339Nano)})
+	}
+	if nb := notBefore(f); !nb.IsZero() {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderNotBefore, Value: nb.UTC().AppendFormat(nil, time.RFC3339Nano)})
 	}
 	if replayAfter != nil {
 		if d := safeAfter(replayAfter, m); d > 0 {

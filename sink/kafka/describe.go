@@ -32,7 +32,7 @@ const (
 // such as the scheduler's sluice-progress).
 var failureHeaderKeys = map[string]bool{
 	HeaderStage: true, HeaderReason: true, HeaderAttempt: true, HeaderFailedAt: true, HeaderTopic: true,
-	HeaderPartition: true, HeaderOffset: true, HeaderFirstFailure: true, HeaderReplayAt: true, HeaderParkings: true,
+	HeaderPartition: true, HeaderOffset: true, HeaderFirstFailure: true, HeaderReplayAt: true, HeaderNotBefore: true, HeaderParkings: true,
 	HeaderTruncated: true, HeaderOriginalSize: true, HeaderHeadersDropped: true, HeaderReplayedFrom: true,
 }
 

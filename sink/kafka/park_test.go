@@ -233,4 +233,15 @@ func TestReplayDueAfterRecovery(t *testing.T) {
 	if got := due(&plain.Envelope); !got.IsZero() {
 		t.Errorf("a message without parking headers: due %v, want now", got)
 	}
+	// A message its service asked to wait (a Retry-After: HeaderNotBefore)
+	// is not brought before that, nor after its replay time.
+	for _, c := range []struct {
+		notBefore, want time.Time
+	}{{failed.Add(20 * time.Second), failed.Add(20 * time.Second)}, {failed.Add(time.Hour), replayAt}} {
+		e := env("drones")
+		e.Headers = append(e.Headers, stream.Header{Key: kafkasink.HeaderNotBefore, Value: []byte(c.notBefore.Format(time.RFC3339Nano))})
+		if got := due(e); !got.Equal(c.want) {
+			t.Errorf("asked to wait until %v, its service back since: due %v, want %v", c.notBefore, got, c.want)
+		}
+	}
 }
