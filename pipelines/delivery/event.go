@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -77,7 +78,8 @@ func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 			bare.Headers = nil
 			r := kafkasink.FailureRecord(topic, &bare, b, reason)
 			r.Key = []byte(p.Request.ID)
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReencoded, Value: strconv.AppendInt(nil, int64(size), 10)})
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReencoded, Value: strconv.AppendInt(nil, int64(size), 10)},
+				kgo.RecordHeader{Key: HeaderCause, Value: []byte(causeOf(m.Value))})
 			return r, nil
 		}
 		state, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, DroneID: p.DroneID, Stage: m.Value.Stage, Reason: reason})
@@ -88,9 +90,44 @@ func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 		if len(r.Key) == 0 {
 			r.Key = []byte(p.Request.ID) // the supervisor's partitions, and its logs, go by request
 		}
-		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderProgress, Value: state})
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderProgress, Value: state},
+			kgo.RecordHeader{Key: HeaderCause, Value: []byte(causeOf(m.Value))})
 		return r, nil
 	}
+}
+
+// HeaderCause says, on a compensation event, why the request is
+// compensated, as a word an operator or a verification can count:
+// CauseRefused, CauseDeadline, CauseParkings or CauseTransient.
+const HeaderCause = "sluice-cause"
+
+// The causes of a compensation (HeaderCause).
+const (
+	// CauseRefused: a service refused the request for good (a business
+	// refusal: a suspended account, no drone base, a 4xx).
+	CauseRefused = "refused"
+	// CauseDeadline: its failure was transient, but lasted until it could
+	// no longer complete before its deadline (ErrDeadline).
+	CauseDeadline = "deadline"
+	// CauseParkings: its failure was transient, but outlasted
+	// SchedulerConfig.MaxParkings parkings (ErrOutOfParkings).
+	CauseParkings = "parkings"
+	// CauseTransient: its failure was transient and there was nowhere to
+	// park it (no ParkTopic).
+	CauseTransient = "transient"
+)
+
+// causeOf is the cause of compensating failure f.
+func causeOf(f stream.Failure) string {
+	switch {
+	case errors.Is(f.Err, ErrDeadline):
+		return CauseDeadline
+	case errors.Is(f.Err, ErrOutOfParkings):
+		return CauseParkings
+	case f.Transient:
+		return CauseTransient
+	}
+	return CauseRefused
 }
 
 // inputSize is what the request's record adds to its failure event.

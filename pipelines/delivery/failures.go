@@ -70,6 +70,7 @@ type judge struct {
 	parkTopic   string // "" without parking
 	maxParkings int    // 0: no bound but the deadline
 	horizon     time.Duration
+	maxDelay    time.Duration // SchedulerConfig.MaxReplayDelay
 	// ahead is how long the steps of a replay take at most now: a request
 	// replayed must have that left before its deadline.
 	ahead func() time.Duration
@@ -97,18 +98,28 @@ func replayDelay(backoff func(*stream.Message[stream.Failure]) time.Duration) fu
 }
 
 // replayAfter is how long a parked failure waits for its replay: what the
-// service asked (a 429's or 503's Retry-After; the wait for an unknown
-// outcome's mark to turn stale), 0 to 20% more so that requests told the
-// same time do not come back together; else the parkings' delay, which
-// doubles with each (a breaker open, a service that keeps failing). A
-// wait whose end is known does not grow with the parkings: a request
-// parked many times during an outage is not held a minute for a 1 s
-// throttle after it.
-func replayAfter(v *judged) time.Duration {
-	if c := stream.Classify(v.Err); c.Reason == stream.ReasonThrottled && c.RetryAfter > 0 {
-		return c.RetryAfter + time.Duration(rand.Float64()*0.2*float64(c.RetryAfter))
+// service asked (a 429's or 503's Retry-After, on any attempt; the wait for
+// an unknown outcome's mark to turn stale), 0 to 20% more so that
+// requests told the same time do not come back together, at most most;
+// else the parkings' delay, which doubles with each (a breaker open, a
+// service that keeps failing). A wait whose end is known does not grow
+// with the parkings: a request parked many times during an outage is not
+// held a minute for a 1 s throttle after it.
+func replayAfter(v *judged, now time.Time, most time.Duration) time.Duration {
+	wait := v.NotBefore.Sub(now) // a Retry-After of any attempt (a breaker it opened may have refused the last)
+	if c := stream.Classify(v.Err); c.Reason == stream.ReasonThrottled {
+		wait = max(wait, c.RetryAfter)
 	}
-	return v.backoff
+	if wait <= 0 {
+		return v.backoff
+	}
+	// Capped: a Retry-After of an hour must not hold back, for an hour,
+	// the replays parked behind it in its partition.
+	wait += time.Duration(rand.Float64() * 0.2 * float64(wait))
+	if most > 0 {
+		wait = min(wait, most)
+	}
+	return wait
 }
 
 // deadline is when p's request must be done by: its own deadline, or
@@ -145,7 +156,7 @@ func (j *judge) decide(ctx context.Context, v *judged) {
 			v.Err = fmt.Errorf("%w (%s, steps ahead %v): %w", ErrDeadline, deadline.UTC().Format(time.RFC3339), j.ahead().Round(time.Millisecond), v.Err)
 			return false
 		}
-		v.Err = &replayIn{error: v.Err, delay: min(replayAfter(v), slack)}
+		v.Err = &replayIn{error: v.Err, delay: min(replayAfter(v, j.now(), j.maxDelay), slack)}
 		return true
 	}
 	if v.Transient {
@@ -158,7 +169,9 @@ func (j *judge) decide(ctx context.Context, v *judged) {
 	}
 	st, err := j.state(ctx, p.Request.ID)
 	switch {
-	case err != nil && parkable():
+	case err != nil && stream.Classify(err).Transient && parkable():
+		// The service cannot tell now: ask again on a replay. One that
+		// refuses the question for good is not asked again.
 		v.verdict = park
 	case err != nil:
 		v.verdict = compensate
@@ -199,7 +212,7 @@ func (j *judge) state(ctx context.Context, id string) (st DeliveryState, err err
 //	                                             -> already-delivered, already-cancelled (settled)
 func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Duration) {
 	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings, horizon: cfg.DefaultHorizon,
-		ahead: ahead, now: time.Now}
+		maxDelay: cfg.MaxReplayDelay, ahead: ahead, now: time.Now}
 	if cfg.Replay != nil {
 		j.parkTopic = cfg.ParkTopic
 	}
@@ -211,7 +224,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 		return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 			for _, m := range b.Items {
 				if m.Topic != j.parkTopic || j.parkTopic == "" {
-					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded,
+					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded, HeaderCause,
 						kafkasink.HeaderReplayed, kafkasink.HeaderReplayedTo)
 				}
 				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)]),

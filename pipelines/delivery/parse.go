@@ -2,9 +2,11 @@ package delivery
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/stage"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -17,8 +19,10 @@ import (
 // it came, to be dead-lettered with its reason.
 //
 // With stats, it records how long each request waited to be read: from
-// its record's timestamp to parse, by the level it was read at.
-func parse(keep bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
+// its record's timestamp to parse, by the level it was read at. With late,
+// a replay that came back too late to complete before its deadline is
+// marked to fail at its first step, and be compensated.
+func parse(keep bool, stats *LevelStats, late *lateReplays) stream.Flow[[]byte, *Progress] {
 	return stream.FlowFunc[[]byte, *Progress](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[*Progress]) error {
 		return stage.Loop(ctx, in, func(b *stream.Batch[[]byte]) (bool, error) {
 			if stats != nil {
@@ -34,6 +38,7 @@ func parse(keep bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
 				}
 				// Room for every step: recording one never allocates.
 				p := stream.WithValue(*m, &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: m.Value})
+				p.Value.late = late.check(&m.Envelope, r)
 				switch {
 				case r.Priority != nil:
 					p.Priority = uint8(*r.Priority)
@@ -61,4 +66,41 @@ func fitReserve(reserve []int, parallelism int) []int {
 		out[i] = r * parallelism / sum
 	}
 	return out
+}
+
+// lateReplays tells a replay, read from the park topic, that came back
+// too late to complete before its deadline: the judge parks a request only
+// while its replay can, but a replay partition is released in order, and
+// one due later ahead of it in its partition may hold it back past its
+// time. Such a replay fails (ErrDeadline, for good) at its first step and
+// is compensated, rather than scheduled late. A request read from
+// elsewhere is processed whatever its deadline.
+type lateReplays struct {
+	topic   string
+	horizon time.Duration
+	ahead   func() time.Duration
+	now     func() time.Time
+}
+
+// check returns the failure of a replay too late for its deadline, nil for
+// any other message.
+func (l *lateReplays) check(e *stream.Envelope, r Request) error {
+	if l == nil || e.Topic != l.topic {
+		return nil
+	}
+	deadline := r.Deadline
+	if !deadline.After(time.Unix(0, 0)) {
+		first, err := time.Parse(time.RFC3339Nano, string(e.Header(kafkasink.HeaderFirstFailure)))
+		if err != nil {
+			return nil // no first failure said: the horizon cannot be placed
+		}
+		deadline = first.Add(l.horizon)
+	}
+	ahead := l.ahead()
+	if now := l.now(); now.Add(ahead).After(deadline) {
+		return fmt.Errorf("%w (%s, steps ahead %v): replayed at %s, too late; it was parked for: %s", ErrDeadline,
+			deadline.UTC().Format(time.RFC3339), ahead.Round(time.Millisecond), now.UTC().Format(time.RFC3339),
+			e.Header(kafkasink.HeaderReason))
+	}
+	return nil
 }

@@ -331,7 +331,13 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	// it did in place, only on success, so a retry or a failure still sees
 	// the steps done before it. It keeps the record's bytes, which a
 	// parking writes back as they came.
-	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("parse"))
+	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
+		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
+	var late *lateReplays
+	if cfg.ParkTopic != "" {
+		late = &lateReplays{topic: cfg.ParkTopic, horizon: cfg.DefaultHorizon, ahead: sch.ahead, now: time.Now}
+	}
+	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats, late), stream.Name("parse"))
 	// Every request a level's topic holds unread has every step ahead of
 	// it: the steps' desired workers count it (sluice_lane_desired_workers).
 	var backlog func(level int) int64
@@ -344,8 +350,6 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		}
 	}
 
-	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
-		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
 	b := cfg.Backends
 	steps := []struct {
 		step Step
@@ -418,7 +422,11 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if backlog != nil {
 			aopts = append(aopts, flow.LaneScaling(0, backlog))
 		}
+		first := step == Steps[0]
 		call := func(ctx context.Context, p *Progress) (*Progress, error) {
+			if first && p.late != nil {
+				return p, p.late // a replay past its deadline: compensated, not scheduled late
+			}
 			if err := fn(ctx, p); err != nil {
 				return p, err
 			}
