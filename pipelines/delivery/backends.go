@@ -115,15 +115,14 @@ var ErrRejected = errors.New("rejected by the service")
 
 // sim is the behaviour every simulated service shares.
 type sim struct {
-	name    string
-	cfg     SimConfig
-	mu      sync.Mutex
-	rng     *rand.Rand
-	refused *Ledger // counts the refusals it makes up (PermanentRate)
+	name string
+	cfg  SimConfig
+	mu   sync.Mutex
+	rng  *rand.Rand
 }
 
-func newSim(name string, cfg SimConfig, seed uint64, ledger *Ledger) *sim {
-	return &sim{name: name, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 7)), refused: ledger}
+func newSim(name string, cfg SimConfig, seed uint64) *sim {
+	return &sim{name: name, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
 // call waits the service's latency and returns the fault it decides on.
@@ -157,9 +156,6 @@ func (s *sim) serve(ctx context.Context, mayReject bool) error {
 	case roll < s.cfg.TransientRate+s.cfg.ThrottleRate:
 		return stream.Throttled(fmt.Errorf("%s: too many requests", s.name), s.cfg.RetryAfter)
 	case mayReject && roll < s.cfg.TransientRate+s.cfg.ThrottleRate+s.cfg.PermanentRate:
-		if s.refused != nil {
-			s.refused.NoteRefusal()
-		}
 		return fmt.Errorf("%s: %w", s.name, ErrRejected)
 	}
 	return nil
@@ -170,7 +166,7 @@ func (s *sim) serve(ctx context.Context, mayReject bool) error {
 // request needs a StepStore to avoid booking twice (mode b of seed 002).
 func SimulatedNonIdempotent(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
 	b := Simulated(cfg, ledger, suspended)
-	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, 4, ledger), l: ledger}}
+	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, 4), l: ledger}}
 	return b
 }
 
@@ -193,11 +189,11 @@ func (d *simDronesNonIdem) Schedule(ctx context.Context, id string, pickup Locat
 // effects in ledger, and treat the owners in suspended as suspended.
 func Simulated(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
 	return Backends{
-		Accounts:   &simAccounts{sim: newSim("accounts", cfg, 1, ledger), suspended: suspended},
-		Packages:   &simPackages{sim: newSim("packages", cfg, 2, ledger), l: ledger},
-		ThirdParty: &simThirdParty{sim: newSim("third-party", cfg, 3, ledger)},
-		Drones:     &simDrones{sim: newSim("drones", cfg, 4, ledger), l: ledger},
-		Deliveries: &simDeliveries{sim: newSim("deliveries", cfg, 5, ledger), l: ledger},
+		Accounts:   &simAccounts{sim: newSim("accounts", cfg, 1), suspended: suspended},
+		Packages:   &simPackages{sim: newSim("packages", cfg, 2), l: ledger},
+		ThirdParty: &simThirdParty{sim: newSim("third-party", cfg, 3)},
+		Drones:     &simDrones{sim: newSim("drones", cfg, 4), l: ledger},
+		Deliveries: &simDeliveries{sim: newSim("deliveries", cfg, 5), l: ledger},
 	}
 }
 

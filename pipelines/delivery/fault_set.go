@@ -23,8 +23,6 @@ type FaultSet struct {
 	faults  atomic.Pointer[[]scheduledFault]
 	down    bool          // as setDown was last told
 	changed chan struct{} // wakes Run when the schedule changes
-
-	refusals atomic.Pointer[Ledger] // CountRefusals
 }
 
 // scheduledFault is a fault with its times; a zero end: until cleared.
@@ -211,11 +209,6 @@ func (s *FaultSet) Run(ctx context.Context) {
 	}
 }
 
-// CountRefusals makes Inject count in l (Ledger.NoteRefusal) every call
-// a fault of status 4xx refuses: a deliverable request may be compensated
-// for one of them.
-func (s *FaultSet) CountRefusals(l *Ledger) { s.refusals.Store(l) }
-
 // Inject wraps h, served as HTTPHandler serves the backends, so that each
 // call meets the faults active for its service when it arrives: its extra
 // latency first, then its status instead of an answer. A call that
@@ -256,9 +249,6 @@ func (s *FaultSet) Inject(h http.Handler) http.Handler {
 			}
 		}
 		if status != nil {
-			if l := s.refusals.Load(); l != nil && status.f.Status < 500 {
-				l.NoteRefusal()
-			}
 			http.Error(w, fmt.Sprintf("%s: failing on purpose (fault %s)", service, status.f), status.f.Status)
 			return
 		}

@@ -18,17 +18,7 @@ type Ledger struct {
 	// lastUndo is when the last undo was applied (Unix nanoseconds, 0:
 	// none): how long after an outage compensations still ran.
 	lastUndo atomic.Int64
-	// refusals counts the calls the services refused for good on purpose
-	// (SimConfig.PermanentRate, a fault of status 4xx): a deliverable
-	// request may be compensated for one of them, and for no other reason.
-	refusals atomic.Int64
 }
-
-// NoteRefusal counts a call the services refused for good on purpose.
-func (l *Ledger) NoteRefusal() { l.refusals.Add(1) }
-
-// Refusals is how many calls the services refused for good on purpose.
-func (l *Ledger) Refusals() int { return int(l.refusals.Load()) }
 
 const ledgerShards = 64
 

@@ -74,7 +74,7 @@ func TestLedgerEndpointShape(t *testing.T) {
 	svc := func(created, live, undone, twice float64) map[string]any {
 		return map[string]any{"created": created, "live": live, "undone": undone, "created_twice": twice}
 	}
-	want := map[string]any{"ids": 3.0, "refusals": 0.0, "services": map[string]any{
+	want := map[string]any{"ids": 3.0, "services": map[string]any{
 		"packages":   svc(2, 1, 1, 0),
 		"drones":     svc(4, 2, 1, 1),
 		"deliveries": svc(1, 1, 1, 0),

@@ -82,9 +82,6 @@ type LedgerTotals struct {
 	// on, after an outage for example. Only the services' own ledger
 	// knows it; a snapshot's totals leave it nil.
 	LastUndo *time.Time `json:"last_undo,omitempty"`
-	// Refusals is how many calls the services refused for good on
-	// purpose (Ledger.Refusals); a snapshot's totals leave it 0.
-	Refusals int `json:"refusals"`
 }
 
 // ServiceTotals are one service's side effects over every delivery id.
@@ -171,7 +168,6 @@ func (l *Ledger) Totals() LedgerTotals {
 	if last := l.LastUndo(); !last.IsZero() {
 		out.LastUndo = &last
 	}
-	out.Refusals = l.Refusals()
 	return out
 }
 

@@ -32,7 +32,7 @@ func VerifyRemote(ctx context.Context, cl *http.Client, base string, sent *loadg
 	if !view.load() { // if Accounted did not download it
 		return nil, accounted, view.err
 	}
-	sum, err := Verify(sent, view.snap, brokers, append(opts, Refusals(view.totals.Refusals))...)
+	sum, err := Verify(sent, view.snap, brokers, opts...)
 	if err != nil {
 		return nil, accounted, fmt.Errorf("reading the dead letters: %w", err)
 	}

@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	if err := wt.run(ctx, loadDone, sp.errs); err != nil {
 		return Summary{}, err
 	}
-	sum, verr := Verify(sent, ledger, brokers, Refusals(ledger.Refusals()))
+	sum, verr := Verify(sent, ledger, brokers)
 	if verr != nil {
 		return sum, verr
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-streams/sluice/pipelines/delivery"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/source/kafka"
 )
@@ -32,6 +33,39 @@ func reasons(brokers []string, topic string) (map[string]string, error) {
 		if d.ReplayOf == "" {
 			out[string(r.Key)] = d.Reason
 		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// refusedFor reads the scheduler's compensation events (topic): the
+// requests that at least one of them says a service refused for good
+// (delivery.HeaderCause). An event of an earlier scheduler, without the
+// header, says nothing.
+func refusedFor(brokers []string, topic string) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	out := map[string]bool{}
+	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{}, func(r *kgo.Record) bool {
+		header := func(k string) []byte {
+			for _, h := range r.Headers {
+				if h.Key == k {
+					return h.Value
+				}
+			}
+			return nil
+		}
+		if string(header(delivery.HeaderCause)) != delivery.CauseRefused {
+			return true
+		}
+		id := string(r.Key)
+		if c, err := delivery.DecodeCompensation(r.Value, header); err == nil && c.Progress.Request.ID != "" {
+			id = c.Progress.Request.ID
+		}
+		out[id] = true
 		return true
 	})
 	if err != nil {

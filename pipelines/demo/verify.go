@@ -33,11 +33,12 @@ type Summary struct {
 	Lost, Twice, LeftoverAfterUndo int
 	ValidDeadLettered, TwoOutcomes int
 	ValidDeadReasons               []string
-	// Needless counts the deliverable requests compensated beyond the
-	// calls the services refused for good on purpose (Refusals): requests
-	// that could have completed and were cancelled — a worker starved of
-	// CPU, a service slow or failing for a while must make them wait, not
-	// cancel them. A violation.
+	// Needless counts the deliverable requests compensated though no
+	// service refused them for good: their compensation events
+	// (delivery.HeaderCause) say a deadline, parkings run out or a
+	// transient failure — requests that could have completed and were
+	// cancelled (a worker starved of CPU, a service slow or failing for a
+	// while must make them wait, not cancel them). A violation.
 	Needless int
 	// CompensationsDeadLettered counts the requests whose compensation the
 	// supervisor dead-lettered (an undo refused for good, or out of
@@ -218,6 +219,16 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 	if err != nil {
 		return Summary{}, err
 	}
+	// Read only if a deliverable request was compensated: why, its events
+	// say.
+	var refused map[string]bool
+	var refusedErr error
+	isRefused := func(id string) bool {
+		if refused == nil && refusedErr == nil {
+			refused, refusedErr = refusedFor(brokers, c.failures)
+		}
+		return refused[id]
+	}
 	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot),
 		CompensatedBy: map[string]int{}}
 	// A request sent without an acknowledgement may not be in the
@@ -250,6 +261,9 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 		case l.Undone("packages", id):
 			s.Compensated++
 			s.CompensatedBy[name]++
+			if k == loadgen.Deliverable && !isRefused(id) {
+				s.Needless++
+			}
 			for _, svc := range []string{"packages", "drones", "deliveries"} {
 				if l.Live(svc, id) {
 					s.LeftoverAfterUndo++
@@ -267,11 +281,13 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 			s.TwoOutcomes++
 		}
 	}
-	s.Needless = max(0, s.CompensatedBy[kindNames[loadgen.Deliverable]]-c.refusals)
 	// The first three by id, so that a run verifies alike every time.
 	slices.Sort(s.ValidDeadReasons)
 	s.ValidDeadReasons = s.ValidDeadReasons[:min(len(s.ValidDeadReasons), 3)]
 	s.Twice = l.Twice()
+	if refusedErr != nil {
+		return s, fmt.Errorf("reading why requests were compensated: %w", refusedErr)
+	}
 	return s, nil
 }
 

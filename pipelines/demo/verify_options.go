@@ -5,15 +5,19 @@ package demo
 type VerifyOption func(*verifyConfig)
 
 type verifyConfig struct {
-	deadLetters, compensationDeadLetters string
-	refusals                             int
+	deadLetters, compensationDeadLetters, failures string
 }
 
-// Refusals says how many calls the services refused for good on purpose
-// (delivery.Ledger.Refusals, LedgerTotals.Refusals): up to that many
-// deliverable requests may be compensated; any more could have
-// completed, and fail the verification (Summary.Needless).
-func Refusals(n int) VerifyOption { return func(c *verifyConfig) { c.refusals = n } }
+// FailuresTopic names the scheduler's compensation events topic (`sluice
+// run delivery -failures-topic`, default delivery-failures), which a
+// verification reads to tell why each request was compensated.
+func FailuresTopic(topic string) VerifyOption {
+	return func(c *verifyConfig) {
+		if topic != "" {
+			c.failures = topic
+		}
+	}
+}
 
 // DeadLetterTopics names the dead-letter topics a verification reads:
 // the scheduler's (`sluice run delivery -dead-letter-topic`, default
@@ -33,7 +37,7 @@ func DeadLetterTopics(scheduler, supervisor string) VerifyOption {
 }
 
 func verifyOptions(opts []VerifyOption) verifyConfig {
-	c := verifyConfig{deadLetters: topicDead, compensationDeadLetters: topicSupervisorDead}
+	c := verifyConfig{deadLetters: topicDead, compensationDeadLetters: topicSupervisorDead, failures: topicFailures}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -25,7 +25,8 @@ var envNames = map[string]map[string]string{
 	// The topics the workers read and write, the record verify reads.
 	"loadgen": {"topic": "SLUICE_REQUESTS_TOPIC"},
 	"verify": {"record": "SLUICE_LOADGEN_RECORD", "services": "SLUICE_SERVICES",
-		"dead-letter-topic": "SLUICE_DEAD_LETTER_TOPIC", "supervisor-dead-letter-topic": "SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC"},
+		"dead-letter-topic": "SLUICE_DEAD_LETTER_TOPIC", "supervisor-dead-letter-topic": "SLUICE_SUPERVISOR_DEAD_LETTER_TOPIC",
+		"failures-topic": "SLUICE_FAILURES_TOPIC"},
 }
 
 // oldEnvNames are the variables some flags were read from before, by

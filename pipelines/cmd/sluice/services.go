@@ -84,7 +84,6 @@ func serveServices(ctx context.Context, listen, adminListen, about string, backe
 			fmt.Printf("%s services up again on %s\n", time.Now().Format(time.TimeOnly), svc.addr)
 		}
 	})
-	faults.CountRefusals(ledger)
 	lh := delivery.LedgerHandler(ledger)
 	mux := http.NewServeMux()
 	mux.Handle("/ledger", lh)

@@ -34,15 +34,17 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 		"topic of the scheduler's dead letters, as sluice run delivery -dead-letter-topic names it")
 	compDeadTopic := fs.String("supervisor-dead-letter-topic", "delivery-compensation-dead-letters",
 		"topic of the compensations the supervisor could not do, as sluice run supervisor -supervisor-dead-letter-topic names it")
+	failuresTopic := fs.String("failures-topic", "delivery-failures",
+		"topic of the scheduler's compensation events, as sluice run delivery -failures-topic names it: it says why each request was compensated")
 	wait := fs.Duration("wait", time.Minute,
 		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
 	if err := parseFlags("verify", fs, args); err != nil {
 		return demo.Summary{}, err
 	}
-	if *deadTopic == "" || *compDeadTopic == "" {
-		return demo.Summary{}, errors.New("-dead-letter-topic, -supervisor-dead-letter-topic: a topic name is needed")
+	if *deadTopic == "" || *compDeadTopic == "" || *failuresTopic == "" {
+		return demo.Summary{}, errors.New("-dead-letter-topic, -supervisor-dead-letter-topic, -failures-topic: a topic name is needed")
 	}
-	topics := demo.DeadLetterTopics(*deadTopic, *compDeadTopic)
+	topics := []demo.VerifyOption{demo.DeadLetterTopics(*deadTopic, *compDeadTopic), demo.FailuresTopic(*failuresTopic)}
 	if *recordPath == "" {
 		return demo.Summary{}, errors.New("-record: the load generator's record of the run is needed (sluice loadgen -record FILE)")
 	}
@@ -77,7 +79,7 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	start := time.Now()
 	for {
 		final := time.Since(start) >= *wait
-		sum, accounted, err := demo.VerifyRemote(ctx, cl, base, sent, brokers, final, topics)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, base, sent, brokers, final, topics...)
 		if !final && (err != nil || !accounted || !sum.OK()) {
 			select {
 			case <-ctx.Done():
