@@ -93,6 +93,11 @@ func TestServicesServeBackendsAndLedger(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The package's undo says when it was applied.
+		if at := rec.Packages.UndoneAt; at == nil || time.Since(*at) > time.Minute || time.Since(*at) < 0 {
+			t.Errorf("-drones %q: d-1's package undone at %v, want the time of its undo", drones, at)
+		}
+		rec.Packages.UndoneAt = nil
 		wantRec := delivery.LedgerRecord{ID: "d-1", Packages: delivery.LedgerEntry{Created: 1, Undone: true},
 			Drones: delivery.LedgerEntry{Created: 1 + twice, Live: true}}
 		if totals.IDs != 1 || totals.Twice() != twice || totals.UndoneCount("packages") != 1 || rec != wantRec {
