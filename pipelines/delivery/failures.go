@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/internal/stage"
@@ -210,13 +211,13 @@ func (j *judge) state(ctx context.Context, id string) (st DeliveryState, err err
 //	                                             -> park (ParkTopic, replayed)
 //	                                             -> compensation-events (FailuresTopic)
 //	                                             -> already-delivered, already-cancelled (settled)
-func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Duration) {
+func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Duration, recovered *backpressure.Recovery) {
 	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings, horizon: cfg.DefaultHorizon,
 		maxDelay: cfg.MaxReplayDelay, ahead: ahead, now: time.Now}
 	if cfg.Replay != nil {
 		j.parkTopic = cfg.ParkTopic
 	}
-	backoff := kafkasink.Backoff(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay)
+	backoff := kafkasink.BackoffRestarting(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, recovered.Last)
 	// The parkings a failed copy had come from its envelope (a replay from
 	// the park topic counts them), which MapAsync's function does not see.
 	prepared := stream.Via(g.Failures(), stream.FlowFunc[stream.Failure, judged](func(ctx context.Context,

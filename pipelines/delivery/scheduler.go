@@ -455,7 +455,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	}
 	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond))
 	stream.To(s, ck, stream.Name("checkpoint"))
-	routeFailures(g, cfg, sch.ahead)
+	routeFailures(g, cfg, sch.ahead, recovered)
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(g); err != nil {
 			return nil, err

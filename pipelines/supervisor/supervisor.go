@@ -128,7 +128,8 @@ func New(cfg Config) (*stream.Graph, error) {
 		t := &triage{retryTopic: cfg.RetryTopic, maxParkings: cfg.MaxParkings, log: cfg.Logger}
 		failed := stream.Via(g.Failures(), t, stream.Name("triage"))
 		transient, permanent := stream.Split(failed, func(f stream.Failure) bool { return f.Transient })
-		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic, kafkasink.Backoff(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay),
+		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic,
+			kafkasink.BackoffRestarting(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, recovered.Last),
 			kafkasink.WithCompact(compactEvent))
 		stream.To(transient, park, stream.Name("park"))
 		dead := kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)

@@ -245,3 +245,35 @@ func TestReplayDueAfterRecovery(t *testing.T) {
 		}
 	}
 }
+
+// After a recovery, a message's doubling starts again: its parkings were
+// the outage's. One parked since, or on no recovery, keeps its doubled
+// delay; a Retry-After it asked still counts.
+func TestBackoffRestartsAfterARecovery(t *testing.T) {
+	failed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	msg := func(topic string, err error) *stream.Message[stream.Failure] {
+		m := stream.NewMessage(stream.Failure{Err: err, Transient: true}, stream.Handle{})
+		m.Topic = topic
+		m.Headers = []stream.Header{{Key: kafkasink.HeaderParkings, Value: []byte("5")},
+			{Key: kafkasink.HeaderFailedAt, Value: []byte(failed.Format(time.RFC3339Nano))}}
+		return &m
+	}
+	down := errors.New("down")
+	for _, c := range []struct {
+		name string
+		back time.Time
+		m    *stream.Message[stream.Failure]
+		want time.Duration
+	}{
+		{"recovered since its parking", failed.Add(time.Second), msg("parked", down), 2 * time.Second},
+		{"recovered since, a Retry-After", failed.Add(time.Second), msg("parked", stream.Throttled(down, 5*time.Second)), 5 * time.Second},
+		{"recovered before its parking", failed.Add(-time.Second), msg("parked", down), time.Minute},
+		{"never recovered", time.Time{}, msg("parked", down), time.Minute},
+		{"not a replay", failed.Add(time.Second), msg("requests", down), 2 * time.Second},
+	} {
+		backoff := kafkasink.BackoffRestarting("parked", 2*time.Second, time.Minute, func() time.Time { return c.back })
+		if got := backoff(c.m); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
