@@ -33,6 +33,11 @@ type Summary struct {
 	Lost, Twice, LeftoverAfterUndo int
 	ValidDeadLettered, TwoOutcomes int
 	ValidDeadReasons               []string
+	// Incomplete counts the requests counted completed (their delivery
+	// live) without their package or their drone live: a workflow that
+	// skipped a step (step records of another run, say, in a Redis not
+	// emptied between runs, whose ids repeat). A violation.
+	Incomplete int
 	// Needless counts the deliverable requests compensated though no
 	// service refused them for good: their compensation events
 	// (delivery.HeaderCause) say a deadline, parkings run out or a
@@ -81,7 +86,7 @@ type LevelSummary struct {
 // compensated unless a service refused it for good.
 func (s Summary) OK() bool {
 	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0 &&
-		s.Needless == 0
+		s.Needless == 0 && s.Incomplete == 0
 }
 
 // CompletedShare is the share of deliverable requests that completed.
@@ -110,6 +115,9 @@ func (s Summary) String() string {
 		fmt.Fprintf(&b, " (e.g. %q)", s.ValidDeadReasons)
 	}
 	fmt.Fprintf(&b, ", deliverable requests compensated though no service refused them %d", s.Needless)
+	if s.Incomplete > 0 {
+		fmt.Fprintf(&b, ", completed without their package or drone %d", s.Incomplete)
+	}
 	if s.CompensationsDeadLettered > 0 {
 		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
 	}
@@ -258,6 +266,9 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 		switch {
 		case k == loadgen.Deliverable && l.Live("deliveries", id):
 			s.Completed++
+			if !l.Live("packages", id) || !l.Live("drones", id) {
+				s.Incomplete++
+			}
 		case l.Undone("packages", id):
 			s.Compensated++
 			s.CompensatedBy[name]++
