@@ -184,7 +184,7 @@ func TestWorkerParkingFlags(t *testing.T) {
 		t.Fatalf("delivery -stale-after beyond its parkings (2+4+8+16+32 s): %v, want an error naming both", err)
 	}
 	for _, v := range []string{"-5s", "0", "200ms"} {
-		if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-stale-after", v}); err == nil ||
+		if err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1", "-stale-after", v}); err == nil ||
 			!strings.Contains(err.Error(), "-stale-after") || strings.Contains(err.Error(), "127.0.0.1:1") {
 			t.Fatalf("delivery -stale-after %s: %v, want an error naming it before connecting", v, err)
 		}
@@ -282,8 +282,11 @@ func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
 		want []string // nil: accepted, as far as the unreachable broker
 	}{
 		{[]string{"-retry-policy", "interactive", "-stale-after", "1s"}, []string{"-stale-after 1s", "2s", "500ms", `"interactive"`}},
-		{append(policies, "-retry-policy", "drone-scheduler", "-stale-after", "7s"), []string{"-stale-after 7s", "8s", "2s", `"drone-scheduler"`}},
-		{append(policies, "-retry-policy", "drone-scheduler"), nil},
+		// Its attempts follow the service (timeout_factor) up to its
+		// max_elapsed, 10 s.
+		{append(policies, "-retry-policy", "drone-scheduler", "-stale-after", "7s"), []string{"-stale-after 7s", "40s", "10s", `"drone-scheduler"`}},
+		{append(policies, "-retry-policy", "drone-scheduler"), []string{"-stale-after 10s", "40s"}},
+		{append(policies, "-retry-policy", "drone-scheduler", "-stale-after", "40s"), nil},
 		{[]string{"-retry-policy", "interactive", "-stale-after", "2s"}, nil},
 		// The scheduler's own policy: attempts of 200 ms that follow the
 		// services' latency up to 400 ms.
@@ -293,7 +296,7 @@ func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
 		// -stale-after.
 		{[]string{"-retry-policy", "background", "-stale-after", "1s"}, []string{"attempt_timeout: must be positive"}},
 	} {
-		err := runWorker(ctx, append([]string{"delivery", "-brokers", "127.0.0.1:1"}, c.args...))
+		err := runWorker(ctx, append([]string{"delivery", "-brokers", "127.0.0.1:1", "-redis", "127.0.0.1:1"}, c.args...))
 		if c.want == nil {
 			if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 				t.Errorf("%v: %v, want it accepted (an error from the unreachable broker)", c.args, err)
@@ -306,5 +309,25 @@ func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// -stale-after is about the recorded drone step's marks (mode b, with
+// -redis): without -redis no value of it is refused, and the README's
+// example policy (attempts up to 10 s) runs. A negative -default-horizon
+// stops the worker before it connects, naming the flag. Found by a new
+// user: the example policy was refused without -redis ("-stale-after
+// 10s: must be at least 40s"), and -default-horizon -1s got as far as the
+// consumer groups before a message naming Go fields.
+func TestWorkerFlagsThatOnlyMatterSometimes(t *testing.T) {
+	ctx := context.Background()
+	err := runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-retry-policies", "../../../docs/retry-policies.json",
+		"-retry-policy", "drone-scheduler"})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("the drone-scheduler policy without -redis: %v, want it accepted (an error from the unreachable broker)", err)
+	}
+	err = runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-default-horizon", "-1s"})
+	if err == nil || !strings.Contains(err.Error(), "-default-horizon -1s") || strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("-default-horizon -1s: %v, want an error naming it before connecting", err)
 	}
 }

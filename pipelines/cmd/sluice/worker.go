@@ -88,9 +88,9 @@ func runWorker(ctx context.Context, args []string) error {
 		fs.StringVar(&redisCA, "redis-ca", "", "PEM file of the CA that a rediss:// server's certificate chains to (default: the system's)")
 		fs.IntVar(&parallelism, "parallelism", parallelism, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it")
 		fs.DurationVar(&staleAfter, "stale-after", staleAfter,
-			"how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
+			"with -redis: how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
 		fs.DurationVar(&horizon, "default-horizon", horizon,
-			"how long after its first failure a request without a deadline may still be parked and replayed; "+
+			"how long after its first failure a request without a deadline may still be parked and replayed (0: 1h); "+
 				"a request with one is replayed while it can still complete before it")
 	}
 	failures := fs.String("failures-topic", "delivery-failures", "topic of compensation events")
@@ -129,6 +129,9 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	if parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", parallelism)
+	}
+	if horizon < 0 {
+		return fmt.Errorf("-default-horizon %v: must not be negative (0: the default, %v)", horizon, delivery.DefaultHorizon)
 	}
 	if parked := rf.parkedFor(); which == "delivery" && redisURL != "" && rf.maxParkings > 0 && staleAfter >= parked {
 		// A request whose drone booking has an unknown outcome waits,
@@ -171,8 +174,12 @@ func runWorker(ctx context.Context, args []string) error {
 			return fmt.Errorf("-retry-policy %s (with its SLUICE_RETRY_%s_ variables): %w", *policyName,
 				strings.ToUpper(strings.ReplaceAll(*policyName, "-", "_")), err)
 		}
-		if err := checkStaleAfter(staleAfter, retry, *policyName); err != nil {
-			return err
+		// Only the recorded drone step (mode b, with -redis) has marks
+		// that turn stale.
+		if redisURL != "" {
+			if err := checkStaleAfter(staleAfter, retry, *policyName); err != nil {
+				return err
+			}
 		}
 	}
 	var backends delivery.Backends
