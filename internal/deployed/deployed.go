@@ -389,14 +389,7 @@ func (s *System) UndoWait(ctx context.Context, t time.Time) (time.Duration, int,
 	written := map[string]time.Time{} // request id -> its (first) compensation event
 	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(s.Brokers)}, FailuresTopic, time.Time{}, func(r *kgo.Record) bool {
 		id := string(r.Key)
-		if c, err := delivery.DecodeCompensation(r.Value, func(k string) []byte {
-			for _, h := range r.Headers {
-				if h.Key == k {
-					return h.Value
-				}
-			}
-			return nil
-		}); err == nil && c.Progress.Request.ID != "" {
+		if c, err := delivery.DecodeEvent(r); err == nil && c.Progress.Request.ID != "" {
 			id = c.Progress.Request.ID
 		}
 		if at, ok := written[id]; !ok || r.Timestamp.Before(at) {

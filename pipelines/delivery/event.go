@@ -142,6 +142,19 @@ func inputSize(m *stream.Message[stream.Failure], p *Progress) int {
 	return n
 }
 
+// DecodeEvent reads a failure event from its record (DecodeCompensation
+// with the record's headers), as a tool reading the failures topic does.
+func DecodeEvent(r *kgo.Record) (Compensation, error) {
+	return DecodeCompensation(r.Value, func(key string) []byte {
+		for _, h := range r.Headers {
+			if h.Key == key {
+				return h.Value
+			}
+		}
+		return nil
+	})
+}
+
 // DecodeCompensation reads a failure event from its value and headers
 // (header returns a header's value, nil if absent). An event written by an
 // earlier scheduler, a JSON Compensation as its value and no

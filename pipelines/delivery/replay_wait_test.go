@@ -240,7 +240,7 @@ func TestEarlyReplaysDoNotSpendParkings(t *testing.T) {
 	p.stop()
 	var cancelled []string
 	for _, ev := range readTopicNow(t, brokers, "failures") {
-		if c, err := delivery.DecodeCompensation(ev.Value, headerOf(ev)); err == nil && strings.HasPrefix(c.Progress.Request.ID, "d-") {
+		if c, err := delivery.DecodeEvent(ev); err == nil && strings.HasPrefix(c.Progress.Request.ID, "d-") {
 			cancelled = append(cancelled, c.Progress.Request.ID)
 		}
 	}

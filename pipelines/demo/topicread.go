@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -50,19 +51,13 @@ func refusedFor(brokers []string, topic string) (map[string]bool, error) {
 	defer cancel()
 	out := map[string]bool{}
 	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{}, func(r *kgo.Record) bool {
-		header := func(k string) []byte {
-			for _, h := range r.Headers {
-				if h.Key == k {
-					return h.Value
-				}
-			}
-			return nil
-		}
-		if string(header(delivery.HeaderCause)) != delivery.CauseRefused {
+		if !slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool {
+			return h.Key == delivery.HeaderCause && string(h.Value) == delivery.CauseRefused
+		}) {
 			return true
 		}
 		id := string(r.Key)
-		if c, err := delivery.DecodeCompensation(r.Value, header); err == nil && c.Progress.Request.ID != "" {
+		if c, err := delivery.DecodeEvent(r); err == nil && c.Progress.Request.ID != "" {
 			id = c.Progress.Request.ID
 		}
 		out[id] = true
