@@ -75,19 +75,6 @@ func (r *Recovery) At(name string) time.Time {
 	return r.at[name]
 }
 
-// Last is when any of the dependencies last recovered (zero: none did).
-func (r *Recovery) Last() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var last time.Time
-	for _, at := range r.at {
-		if at.After(last) {
-			last = at
-		}
-	}
-	return last
-}
-
 // C receives after a breaker closed again: one signal stands for any
 // number of recoveries since it was last received. It has one reader.
 func (r *Recovery) C() <-chan struct{} { return r.c }

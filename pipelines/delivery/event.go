@@ -98,7 +98,8 @@ func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 
 // HeaderCause says, on a compensation event, why the request is
 // compensated, as a word an operator or a verification can count:
-// CauseRefused, CauseDeadline, CauseParkings or CauseTransient.
+// CauseRefused, CauseDeadline, CauseParkings, CauseTransient or
+// CauseError.
 const HeaderCause = "sluice-cause"
 
 // The causes of a compensation (HeaderCause).
@@ -115,6 +116,10 @@ const (
 	// CauseTransient: its failure was transient and there was nowhere to
 	// park it (no ParkTopic).
 	CauseTransient = "transient"
+	// CauseError: a failure for good that no service's refusal explains:
+	// an answer that could not be read, a backend that panicked, an
+	// unexpected status.
+	CauseError = "error"
 )
 
 // causeOf is the cause of compensating failure f.
@@ -126,8 +131,26 @@ func causeOf(f stream.Failure) string {
 		return CauseParkings
 	case f.Transient:
 		return CauseTransient
+	case refusal(f.Err):
+		return CauseRefused
 	}
-	return CauseRefused
+	return CauseError
+}
+
+// refusal reports whether err is a service's refusal of the request for
+// good: a business error of the services (suspended, no drone base,
+// cancelled, rejected), or, over HTTP, a 4xx answer (408 and 429 are not:
+// they are transient).
+func refusal(err error) bool {
+	if errors.Is(err, ErrSuspended) || errors.Is(err, ErrNoDrone) || errors.Is(err, ErrCancelled) || errors.Is(err, ErrRejected) {
+		return true
+	}
+	var hs stream.HTTPStatuser
+	if errors.As(err, &hs) {
+		code := hs.HTTPStatus()
+		return code >= 400 && code < 500 && code != 408 && code != 429
+	}
+	return false
 }
 
 // inputSize is what the request's record adds to its failure event.

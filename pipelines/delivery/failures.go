@@ -71,7 +71,6 @@ type judge struct {
 	parkTopic   string // "" without parking
 	maxParkings int    // 0: no bound but the deadline
 	horizon     time.Duration
-	maxDelay    time.Duration // SchedulerConfig.MaxReplayDelay
 	// ahead is how long the steps of a replay take at most now: a request
 	// replayed must have that left before its deadline.
 	ahead func() time.Duration
@@ -101,12 +100,12 @@ func replayDelay(backoff func(*stream.Message[stream.Failure]) time.Duration) fu
 // replayAfter is how long a parked failure waits for its replay: what the
 // service asked (a 429's or 503's Retry-After, on any attempt; the wait for
 // an unknown outcome's mark to turn stale), 0 to 20% more so that
-// requests told the same time do not come back together, at most most;
-// else the parkings' delay, which doubles with each (a breaker open, a
+// requests told the same time do not come back together; else the
+// parkings' delay, which doubles with each (a breaker open, a
 // service that keeps failing). A wait whose end is known does not grow
 // with the parkings: a request parked many times during an outage is not
 // held a minute for a 1 s throttle after it.
-func replayAfter(v *judged, now time.Time, most time.Duration) time.Duration {
+func replayAfter(v *judged, now time.Time) time.Duration {
 	wait := v.NotBefore.Sub(now) // a Retry-After of any attempt (a breaker it opened may have refused the last)
 	if c := stream.Classify(v.Err); c.Reason == stream.ReasonThrottled {
 		wait = max(wait, c.RetryAfter)
@@ -114,13 +113,11 @@ func replayAfter(v *judged, now time.Time, most time.Duration) time.Duration {
 	if wait <= 0 {
 		return v.backoff
 	}
-	// Capped: a Retry-After of an hour must not hold back, for an hour,
-	// the replays parked behind it in its partition.
-	wait += time.Duration(rand.Float64() * 0.2 * float64(wait))
-	if most > 0 {
-		wait = min(wait, most)
-	}
-	return wait
+	// Not capped by MaxReplayDelay: a replay before what the service asked
+	// would meet its refusal again, and spend a parking on it. (Its
+	// partition's later replays wait behind it meanwhile; the deadline
+	// still bounds it.)
+	return wait + time.Duration(rand.Float64()*0.2*float64(wait))
 }
 
 // deadline is when p's request must be done by: its own deadline, or
@@ -146,22 +143,30 @@ func (j *judge) decide(ctx context.Context, v *judged) {
 	// the time its steps take before its deadline.
 	deadline := j.deadline(p, v)
 	slack := deadline.Sub(j.now()) - j.ahead()
-	parkable := func() bool {
+	// parkable reports whether v can be parked, and if so sets its replay
+	// delay; if not, and say, the reason why wraps its error (a transient
+	// failure given up on: ErrOutOfParkings, ErrDeadline).
+	parkable := func(say bool) bool {
 		switch {
 		case j.parkTopic == "":
 			return false
 		case j.maxParkings > 0 && v.parked >= j.maxParkings:
-			v.Err = fmt.Errorf("%w (%d): %w", ErrOutOfParkings, v.parked, v.Err)
+			if say {
+				v.Err = fmt.Errorf("%w (%d): %w", ErrOutOfParkings, v.parked, v.Err)
+			}
 			return false
 		case slack <= 0:
-			v.Err = fmt.Errorf("%w (%s, steps ahead %v): %w", ErrDeadline, deadline.UTC().Format(time.RFC3339), j.ahead().Round(time.Millisecond), v.Err)
+			if say {
+				v.Err = fmt.Errorf("%w (%s, steps ahead %v): %w", ErrDeadline, deadline.UTC().Format(time.RFC3339),
+					j.ahead().Round(time.Millisecond), v.Err)
+			}
 			return false
 		}
-		v.Err = &replayIn{error: v.Err, delay: min(replayAfter(v, j.now(), j.maxDelay), slack)}
+		v.Err = &replayIn{error: v.Err, delay: min(replayAfter(v, j.now()), slack)}
 		return true
 	}
 	if v.Transient {
-		if parkable() {
+		if parkable(true) {
 			v.verdict = park
 			return
 		}
@@ -170,9 +175,10 @@ func (j *judge) decide(ctx context.Context, v *judged) {
 	}
 	st, err := j.state(ctx, p.Request.ID)
 	switch {
-	case err != nil && stream.Classify(err).Transient && parkable():
+	case err != nil && stream.Classify(err).Transient && parkable(false):
 		// The service cannot tell now: ask again on a replay. One that
-		// refuses the question for good is not asked again.
+		// refuses the question for good is not asked again. Compensated
+		// otherwise, the request keeps the refusal for its reason.
 		v.verdict = park
 	case err != nil:
 		v.verdict = compensate
@@ -213,11 +219,11 @@ func (j *judge) state(ctx context.Context, id string) (st DeliveryState, err err
 //	                                             -> already-delivered, already-cancelled (settled)
 func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Duration, recovered *backpressure.Recovery) {
 	j := &judge{deliveries: cfg.Backends.Deliveries, maxParkings: cfg.MaxParkings, horizon: cfg.DefaultHorizon,
-		maxDelay: cfg.MaxReplayDelay, ahead: ahead, now: time.Now}
+		ahead: ahead, now: time.Now}
 	if cfg.Replay != nil {
 		j.parkTopic = cfg.ParkTopic
 	}
-	backoff := kafkasink.BackoffRestarting(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, recovered.Last)
+	backoff := kafkasink.BackoffRestarting(cfg.ParkTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, recovered.At)
 	// The parkings a failed copy had come from its envelope (a replay from
 	// the park topic counts them), which MapAsync's function does not see.
 	prepared := stream.Via(g.Failures(), stream.FlowFunc[stream.Failure, judged](func(ctx context.Context,

@@ -143,9 +143,6 @@ type Progress struct {
 	// unanswered, so that its own mark does not make a retry call again.
 	mark    string
 	unknown Step
-	// late fails a replay that came back too late to complete before its
-	// deadline (lateReplays), at its first step.
-	late error
 }
 
 // Compensation is the failure event the supervisor acts on: the request,

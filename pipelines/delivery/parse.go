@@ -19,10 +19,8 @@ import (
 // it came, to be dead-lettered with its reason.
 //
 // With stats, it records how long each request waited to be read: from
-// its record's timestamp to parse, by the level it was read at. With late,
-// a replay that came back too late to complete before its deadline is
-// marked to fail at its first step, and be compensated.
-func parse(keep bool, stats *LevelStats, late *lateReplays) stream.Flow[[]byte, *Progress] {
+// its record's timestamp to parse, by the level it was read at.
+func parse(keep bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
 	return stream.FlowFunc[[]byte, *Progress](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[*Progress]) error {
 		return stage.Loop(ctx, in, func(b *stream.Batch[[]byte]) (bool, error) {
 			if stats != nil {
@@ -38,7 +36,6 @@ func parse(keep bool, stats *LevelStats, late *lateReplays) stream.Flow[[]byte, 
 				}
 				// Room for every step: recording one never allocates.
 				p := stream.WithValue(*m, &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: m.Value})
-				p.Value.late = late.check(&m.Envelope, r)
 				switch {
 				case r.Priority != nil:
 					p.Priority = uint8(*r.Priority)
@@ -68,26 +65,37 @@ func fitReserve(reserve []int, parallelism int) []int {
 	return out
 }
 
-// lateReplays tells a replay, read from the park topic, that came back
-// too late to complete before its deadline: the judge parks a request only
-// while its replay can, but a replay partition is released in order, and
-// one due later ahead of it in its partition may hold it back past its
-// time. Such a replay fails (ErrDeadline, for good) at its first step and
-// is compensated, rather than scheduled late. A request read from
-// elsewhere is processed whatever its deadline.
+// lateReplays fails a replay, read from the park topic, that came back
+// after its deadline: the judge parks a request only while its replay can
+// complete in time, but a replay partition is released in order, and one
+// due later ahead of it in its partition may hold it back past its time.
+// Such a replay fails (ErrDeadline, for good) before its first step — no
+// call is made, and no breaker counts it — and is compensated, rather than
+// scheduled late. One back before its deadline goes on, however little
+// time is left: its steps may be quick, and a failure now is judged by
+// the deadline as any other.
 type lateReplays struct {
-	topic   string
 	horizon time.Duration
-	ahead   func() time.Duration
 	now     func() time.Time
 }
 
-// check returns the failure of a replay too late for its deadline, nil for
-// any other message.
+// stage is the replay path's stage that fails the replays too late.
+func (l *lateReplays) stage() stream.Flow[*Progress, *Progress] {
+	return stream.FlowFunc[*Progress, *Progress](func(ctx context.Context, in *stream.Inlet[*Progress], out *stream.Outlet[*Progress]) error {
+		return stage.Loop(ctx, in, func(b *stream.Batch[*Progress]) (bool, error) {
+			return false, stage.Each(ctx, in, b.Items, func(m *stream.Message[*Progress]) error {
+				if err := l.check(&m.Envelope, m.Value.Request); err != nil {
+					return in.Fail(ctx, *m, err)
+				}
+				return out.Send(ctx, *m)
+			})
+		})
+	})
+}
+
+// check returns the failure of a replay past its deadline: its own, or,
+// without one, DefaultHorizon after its first failure.
 func (l *lateReplays) check(e *stream.Envelope, r Request) error {
-	if l == nil || e.Topic != l.topic {
-		return nil
-	}
 	deadline := r.Deadline
 	if !deadline.After(time.Unix(0, 0)) {
 		first, err := time.Parse(time.RFC3339Nano, string(e.Header(kafkasink.HeaderFirstFailure)))
@@ -96,11 +104,9 @@ func (l *lateReplays) check(e *stream.Envelope, r Request) error {
 		}
 		deadline = first.Add(l.horizon)
 	}
-	ahead := l.ahead()
-	if now := l.now(); now.Add(ahead).After(deadline) {
-		return fmt.Errorf("%w (%s, steps ahead %v): replayed at %s, too late; it was parked for: %s", ErrDeadline,
-			deadline.UTC().Format(time.RFC3339), ahead.Round(time.Millisecond), now.UTC().Format(time.RFC3339),
-			e.Header(kafkasink.HeaderReason))
+	if now := l.now(); now.After(deadline) {
+		return fmt.Errorf("%w (%s): replayed at %s, too late; it was parked for: %s", ErrDeadline,
+			deadline.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), e.Header(kafkasink.HeaderReason))
 	}
 	return nil
 }

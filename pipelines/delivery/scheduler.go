@@ -312,8 +312,14 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		reqs = stream.From(g, cfg.Source, stream.Name("requests"))
 	}
 	committer := cfg.Committer
+	// A request travels the steps as one *Progress: each step records what
+	// it did in place, only on success, so a retry or a failure still sees
+	// the steps done before it. It keeps the record's bytes, which a
+	// parking writes back as they came.
+	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("parse"))
 	// A parked request is replayed at its time, or at once when the
-	// service of the step it failed at is back (its breaker closed again).
+	// service of the step it failed at is back (its breaker closed again);
+	// one that comes back past its deadline is compensated.
 	recovered := backpressure.NewRecovery()
 	if cfg.ParkTopic != "" {
 		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
@@ -324,20 +330,13 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			// priority or its tier says.
 			due = stream.Via(due, flow.Prioritize(Levels, func([]byte) (int, error) { return Normal, nil }), stream.Name("replay-level"))
 		}
-		reqs = stream.Merge(reqs, due)
+		parsed := stream.Via(due, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("replay-parse"))
+		late := &lateReplays{horizon: cfg.DefaultHorizon, now: time.Now}
+		valid = stream.Merge(valid, stream.Via(parsed, late.stage(), stream.Name("replay-deadline")))
 		committer = stream.Committers(cfg.Committer, cfg.ReplayCommitter)
 	}
-	// A request travels the steps as one *Progress: each step records what
-	// it did in place, only on success, so a retry or a failure still sees
-	// the steps done before it. It keeps the record's bytes, which a
-	// parking writes back as they came.
 	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
 		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
-	var late *lateReplays
-	if cfg.ParkTopic != "" {
-		late = &lateReplays{topic: cfg.ParkTopic, horizon: cfg.DefaultHorizon, ahead: sch.ahead, now: time.Now}
-	}
-	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats, late), stream.Name("parse"))
 	// Every request a level's topic holds unread has every step ahead of
 	// it: the steps' desired workers count it (sluice_lane_desired_workers).
 	var backlog func(level int) int64
@@ -422,11 +421,7 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 		if backlog != nil {
 			aopts = append(aopts, flow.LaneScaling(0, backlog))
 		}
-		first := step == Steps[0]
 		call := func(ctx context.Context, p *Progress) (*Progress, error) {
-			if first && p.late != nil {
-				return p, p.late // a replay past its deadline: compensated, not scheduled late
-			}
 			if err := fn(ctx, p); err != nil {
 				return p, err
 			}

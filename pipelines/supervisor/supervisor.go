@@ -129,7 +129,7 @@ func New(cfg Config) (*stream.Graph, error) {
 		failed := stream.Via(g.Failures(), t, stream.Name("triage"))
 		transient, permanent := stream.Split(failed, func(f stream.Failure) bool { return f.Transient })
 		park := kafkasink.NewParkingFunc(cfg.Producer, cfg.RetryTopic,
-			kafkasink.BackoffRestarting(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, recovered.Last),
+			kafkasink.BackoffRestarting(cfg.RetryTopic, cfg.ReplayAfter, cfg.MaxReplayDelay, undoBack),
 			kafkasink.WithCompact(compactEvent))
 		stream.To(transient, park, stream.Name("park"))
 		dead := kafkasink.NewDeadLetter(cfg.Producer, cfg.DeadLetterTopic)

@@ -67,18 +67,20 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 	}
 }
 
-// BackoffRestarting is Backoff whose doubling starts again for a message
-// last parked before restart() (zero: never): a recovery of the
-// dependencies since, say a backpressure.Recovery's Last. The parkings a
-// message had during an outage were the outage's: once it is over, a
-// failure of its own waits first again, not the longest delay the outage
-// left it (with one doubling to a minute, the last requests of an outage
-// otherwise settled a minute after it).
-func BackoffRestarting(parkTopic string, first, most time.Duration, restart func() time.Time) func(m *stream.Message[stream.Failure]) time.Duration {
+// BackoffRestarting is Backoff that waits first again for a message
+// whose last parking (its HeaderStage, HeaderFailedAt) came before the
+// dependency of that stage recovered: recovered(stage) says when it last
+// came back (zero: never), as ReplayDue's does. The parkings a message
+// had during an outage were the outage's: once it is over, a failure of
+// its own waits the first delay, not the longest the outage left it (with
+// one doubling to a minute, the last requests of an outage otherwise
+// settled a minute after it). Its next parking doubles from its count
+// again.
+func BackoffRestarting(parkTopic string, first, most time.Duration, recovered func(stage string) time.Time) func(m *stream.Message[stream.Failure]) time.Duration {
 	backoff := Backoff(parkTopic, first, most)
 	return func(m *stream.Message[stream.Failure]) time.Duration {
 		if m.Topic == parkTopic {
-			if back := restart(); !back.IsZero() {
+			if back := recovered(string(m.Header(HeaderStage))); !back.IsZero() {
 				if at, err := time.Parse(time.RFC3339Nano, string(m.Header(HeaderFailedAt))); err == nil && back.After(at) {
 					d := first
 					if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {

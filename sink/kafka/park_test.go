@@ -246,8 +246,9 @@ func TestReplayDueAfterRecovery(t *testing.T) {
 	}
 }
 
-// After a recovery, a message's doubling starts again: its parkings were
-// the outage's. One parked since, or on no recovery, keeps its doubled
+// After the dependency of the stage a message was parked at recovered, its
+// next parking waits the first delay: its parkings were the outage's. One
+// parked since, on no recovery, or on another stage's, keeps its doubled
 // delay; a Retry-After it asked still counts.
 func TestBackoffRestartsAfterARecovery(t *testing.T) {
 	failed := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -255,23 +256,31 @@ func TestBackoffRestartsAfterARecovery(t *testing.T) {
 		m := stream.NewMessage(stream.Failure{Err: err, Transient: true}, stream.Handle{})
 		m.Topic = topic
 		m.Headers = []stream.Header{{Key: kafkasink.HeaderParkings, Value: []byte("5")},
+			{Key: kafkasink.HeaderStage, Value: []byte("drones")},
 			{Key: kafkasink.HeaderFailedAt, Value: []byte(failed.Format(time.RFC3339Nano))}}
 		return &m
 	}
 	down := errors.New("down")
 	for _, c := range []struct {
-		name string
-		back time.Time
-		m    *stream.Message[stream.Failure]
-		want time.Duration
+		name  string
+		stage string
+		back  time.Time
+		m     *stream.Message[stream.Failure]
+		want  time.Duration
 	}{
-		{"recovered since its parking", failed.Add(time.Second), msg("parked", down), 2 * time.Second},
-		{"recovered since, a Retry-After", failed.Add(time.Second), msg("parked", stream.Throttled(down, 5*time.Second)), 5 * time.Second},
-		{"recovered before its parking", failed.Add(-time.Second), msg("parked", down), time.Minute},
-		{"never recovered", time.Time{}, msg("parked", down), time.Minute},
-		{"not a replay", failed.Add(time.Second), msg("requests", down), 2 * time.Second},
+		{"recovered since its parking", "drones", failed.Add(time.Second), msg("parked", down), 2 * time.Second},
+		{"recovered since, a Retry-After", "drones", failed.Add(time.Second), msg("parked", stream.Throttled(down, 5*time.Second)), 5 * time.Second},
+		{"recovered before its parking", "drones", failed.Add(-time.Second), msg("parked", down), time.Minute},
+		{"never recovered", "drones", time.Time{}, msg("parked", down), time.Minute},
+		{"another stage recovered", "accounts", failed.Add(time.Second), msg("parked", down), time.Minute},
+		{"not a replay", "drones", failed.Add(time.Second), msg("requests", down), 2 * time.Second},
 	} {
-		backoff := kafkasink.BackoffRestarting("parked", 2*time.Second, time.Minute, func() time.Time { return c.back })
+		backoff := kafkasink.BackoffRestarting("parked", 2*time.Second, time.Minute, func(stage string) time.Time {
+			if stage == c.stage {
+				return c.back
+			}
+			return time.Time{}
+		})
 		if got := backoff(c.m); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
