@@ -67,27 +67,7 @@ func (d *throttlingDrones) Schedule(ctx context.Context, id string, at delivery.
 func TestParkedThrottledRequestsWaitTheirRetryAfter(t *testing.T) {
 	const n = 20
 	const wait = 20 * time.Second
-	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})
-	drones := &throttlingDrones{Drones: backends.Drones, wait: wait, calls: map[string][]time.Time{}, throttled: map[string]time.Time{}}
-	backends.Drones = drones
-	produceRequests(t, producer, n, time.Time{})
-	p := startParking(t, brokers, producer, backends, func(c *delivery.SchedulerConfig) {
-		c.ReplayAfter, c.MaxReplayDelay = wait, wait
-	})
-	p.await(t, "every request parked", 30*time.Second, func() bool { return p.stage("park").In >= n })
-	drones.mu.Lock()
-	drones.trickle, drones.lastAdmit = true, time.Now()
-	drones.mu.Unlock()
-	// New work keeps arriving, a request every 250 ms, for 12 s: one of its
-	// calls is the breaker's probe.
-	for i := range 48 {
-		r := requestWithDeadline("requests", "fresh", fmt.Sprintf("fresh-%d", i), time.Time{})
-		if err := producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	p.stop()
+	_, drones := throttledRun(t, n, wait, 0)
 	drones.mu.Lock()
 	defer drones.mu.Unlock()
 	early, ids := 0, 0
@@ -219,25 +199,7 @@ func relative(ts []time.Time, ref time.Time) []string {
 func TestEarlyReplaysDoNotSpendParkings(t *testing.T) {
 	const n = 20
 	const wait = 20 * time.Second
-	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})
-	drones := &throttlingDrones{Drones: backends.Drones, wait: wait, calls: map[string][]time.Time{}, throttled: map[string]time.Time{}}
-	backends.Drones = drones
-	produceRequests(t, producer, n, time.Time{})
-	p := startParking(t, brokers, producer, backends, func(c *delivery.SchedulerConfig) {
-		c.ReplayAfter, c.MaxReplayDelay, c.MaxParkings = wait, wait, 3
-	})
-	p.await(t, "every request parked", 30*time.Second, func() bool { return p.stage("park").In >= n })
-	drones.mu.Lock()
-	drones.trickle, drones.lastAdmit = true, time.Now()
-	drones.mu.Unlock()
-	for i := range 48 {
-		r := requestWithDeadline("requests", "fresh", fmt.Sprintf("fresh-%d", i), time.Time{})
-		if err := producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	p.stop()
+	brokers, _ := throttledRun(t, n, wait, 3)
 	var cancelled []string
 	for _, ev := range readTopicNow(t, brokers, "failures") {
 		if c, err := delivery.DecodeEvent(ev); err == nil && strings.HasPrefix(c.Progress.Request.ID, "d-") {
@@ -249,4 +211,33 @@ func TestEarlyReplaysDoNotSpendParkings(t *testing.T) {
 		t.Fatalf("%d of the %d requests told to retry after %v were compensated within 12 s, out of parkings spent by early replays "+
 			"(first reason: %s)", len(cancelled), n, wait, reasonOf(first))
 	}
+}
+
+// throttledRun parks n requests on a drone service that throttles with a
+// Retry-After of wait (ReplayAfter and MaxReplayDelay wait too, so that
+// nothing else brings a replay forward; MaxParkings maxParkings), then
+// lets a trickle through while new work keeps arriving, a request every
+// 250 ms for 12 s (one of its calls is the breaker's probe), and stops.
+func throttledRun(t *testing.T, n int, wait time.Duration, maxParkings int) ([]string, *throttlingDrones) {
+	t.Helper()
+	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})
+	drones := &throttlingDrones{Drones: backends.Drones, wait: wait, calls: map[string][]time.Time{}, throttled: map[string]time.Time{}}
+	backends.Drones = drones
+	produceRequests(t, producer, n, time.Time{})
+	p := startParking(t, brokers, producer, backends, func(c *delivery.SchedulerConfig) {
+		c.ReplayAfter, c.MaxReplayDelay, c.MaxParkings = wait, wait, maxParkings
+	})
+	p.await(t, "every request parked", 30*time.Second, func() bool { return p.stage("park").In >= int64(n) })
+	drones.mu.Lock()
+	drones.trickle, drones.lastAdmit = true, time.Now()
+	drones.mu.Unlock()
+	for i := range 48 {
+		r := requestWithDeadline("requests", "fresh", fmt.Sprintf("fresh-%d", i), time.Time{})
+		if err := producer.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	p.stop()
+	return brokers, drones
 }
