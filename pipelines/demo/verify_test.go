@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"reflect"
 	"strings"
@@ -209,14 +210,7 @@ func TestVerifyFailsOnDeliverableRequestsCompensatedForNothing(t *testing.T) {
 		event("d-00000003", delivery.CauseRefused)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	sent, err := loadgen.ReadRecord(strings.NewReader(`{"format":"sluice-loadgen-record","version":1,"sent":3,"duplicates":0,"requests":3}
-{"id":"d-00000001","kind":"deliverable"}
-{"id":"d-00000002","kind":"deliverable"}
-{"id":"d-00000003","kind":"deliverable"}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sent := deliverables(t, "d-00000001", "d-00000002", "d-00000003")
 	sum, err := demo.Verify(sent, l, brokers)
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +249,7 @@ func TestVerifyFailsOnACompletedRequestWithoutItsDrone(t *testing.T) {
 	if _, err := b.Drones.Schedule(ctx, "d-00000001", r.Pickup); err != nil {
 		t.Fatal(err)
 	}
-	sent, err := loadgen.ReadRecord(strings.NewReader(`{"format":"sluice-loadgen-record","version":1,"sent":2,"duplicates":0,"requests":2}
-{"id":"d-00000001","kind":"deliverable"}
-{"id":"d-00000002","kind":"deliverable"}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sent := deliverables(t, "d-00000001", "d-00000002")
 	sum, err := demo.Verify(sent, l, brokers)
 	if err != nil {
 		t.Fatal(err)
@@ -269,4 +257,20 @@ func TestVerifyFailsOnACompletedRequestWithoutItsDrone(t *testing.T) {
 	if sum.OK() || sum.Incomplete != 1 || !strings.Contains(sum.String(), "completed without their package or drone 1") {
 		t.Fatalf("d-00000002 completed with no drone: %s; want a FAIL counting it", sum)
 	}
+}
+
+// deliverables is the load generator's record of the deliverable requests
+// ids, each sent once and acknowledged.
+func deliverables(t *testing.T, ids ...string) *loadgen.Sent {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, `{"format":"sluice-loadgen-record","version":1,"sent":%d,"duplicates":0,"requests":%d}`+"\n", len(ids), len(ids))
+	for _, id := range ids {
+		fmt.Fprintf(&b, `{"id":%q,"kind":"deliverable"}`+"\n", id)
+	}
+	sent, err := loadgen.ReadRecord(strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sent
 }

@@ -4,13 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -28,21 +24,7 @@ import (
 // The callback is called directly, as franz-go would call it in the case
 // the branch was written for.
 func TestPartitionAssignedAgainWithoutRevokeIsNotLeftPaused(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for i := range 100 {
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := clusterWithHundred(t)
 	const limit = 10
 	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "again", Topics: []string{"in"},
 		MaxUnsettledPerPartition: limit, Logger: slog.New(slog.DiscardHandler)})

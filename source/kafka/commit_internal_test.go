@@ -23,21 +23,7 @@ import (
 // generation, where the partition may belong to another member that has
 // committed further already (the offset goes back).
 func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for i := range 100 {
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c := clusterWithHundred(t)
 	var mu sync.Mutex
 	var commits []int64
 	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "fence", Topics: []string{"in"},
@@ -116,4 +102,26 @@ func TestLosingNothingIsNotLogged(t *testing.T) {
 	if !strings.Contains(buf.String(), "partitions lost") || s.lostN.Load() != 1 {
 		t.Fatalf("losing a partition logged %q and counted %d", buf.String(), s.lostN.Load())
 	}
+}
+
+// clusterWithHundred starts a one-broker kfake cluster with a one-partition
+// topic "in" holding the records "0" to "99", closed when the test ends.
+func clusterWithHundred(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 100 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "in", Value: []byte(strconv.Itoa(i))}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
 }
