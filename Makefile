@@ -82,7 +82,7 @@ SCENARIO ?=
 bench-delivery-deployed:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkDeliveryDeployed$(if $(SCENARIO),/$(SCENARIO)$$)' -benchtime 1x -timeout 30m .
 
-# sluice against its peers (issue 18): parallel-consumer, Watermill and a
+# sluice against its peers: parallel-consumer, Watermill and a
 # hand-written franz-go consumer (go-streams' Kafka connector has no
 # module the proxy serves), each a process of its own, on one real Apache
 # Kafka 4.1 broker (500,000 records, 16 partitions, 256 calls of 2 ms in
