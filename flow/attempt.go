@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"container/heap"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,8 @@ type attemptClock struct {
 
 	mu      sync.Mutex
 	queue   fifo[*attemptCtx]
-	byDue   []*attemptCtx // with adaptive timeouts, the queue: a heap by deadline
-	unsent  *attemptCtx   // fromSend: calls with no deadline, linked through send.prev and send.next
+	byDue   byDeadline  // with adaptive timeouts, the queue: a heap by deadline
+	unsent  *attemptCtx // fromSend: calls with no deadline, linked through send.prev and send.next
 	stopped bool
 	kick    chan struct{} // the queue was empty and is not
 	quit    chan struct{}
@@ -381,18 +382,8 @@ func (c *attemptClock) qpush(a *attemptCtx) bool {
 		c.queue.push(a)
 		return c.queue.len() == 1
 	}
-	h := append(c.byDue, a)
-	i := len(h) - 1
-	for i > 0 {
-		up := (i - 1) / 2
-		if !h[i].deadline.Before(h[up].deadline) {
-			break
-		}
-		h[i], h[up] = h[up], h[i]
-		i = up
-	}
-	c.byDue = h
-	return i == 0
+	heap.Push(&c.byDue, a)
+	return c.byDue[0] == a
 }
 
 func (c *attemptClock) qlen() int {
@@ -415,25 +406,21 @@ func (c *attemptClock) qpop() *attemptCtx {
 	if c.adaptive == nil {
 		return c.queue.pop()
 	}
-	h := c.byDue
-	top, n := h[0], len(h)-1
-	h[0] = h[n]
-	h[n] = nil
-	h = h[:n]
-	for i := 0; ; {
-		l, least := 2*i+1, i
-		if l < n && h[l].deadline.Before(h[least].deadline) {
-			least = l
-		}
-		if r := l + 1; r < n && h[r].deadline.Before(h[least].deadline) {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		h[i], h[least] = h[least], h[i]
-		i = least
-	}
-	c.byDue = h
-	return top
+	return heap.Pop(&c.byDue).(*attemptCtx)
+}
+
+// byDeadline is a min-heap of calls by deadline (container/heap).
+type byDeadline []*attemptCtx
+
+func (h byDeadline) Len() int           { return len(h) }
+func (h byDeadline) Less(i, k int) bool { return h[i].deadline.Before(h[k].deadline) }
+func (h byDeadline) Swap(i, k int)      { h[i], h[k] = h[k], h[i] }
+func (h *byDeadline) Push(x any)        { *h = append(*h, x.(*attemptCtx)) }
+func (h *byDeadline) Pop() any {
+	old := *h
+	n := len(old) - 1
+	a := old[n]
+	old[n] = nil
+	*h = old[:n]
+	return a
 }
