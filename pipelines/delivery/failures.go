@@ -280,7 +280,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 // firstFailure is when m's request first failed: its parking's record says
 // for a replay, the failure itself otherwise.
 func firstFailure(m *stream.Message[stream.Failure]) time.Time {
-	if t, err := time.Parse(time.RFC3339Nano, string(m.Header(kafkasink.HeaderFirstFailure))); err == nil {
+	if t := kafkasink.FirstFailure(&m.Envelope); !t.IsZero() {
 		return t
 	}
 	if !m.Value.FirstFailure.IsZero() {

@@ -98,8 +98,8 @@ func (l *lateReplays) stage() stream.Flow[*Progress, *Progress] {
 func (l *lateReplays) check(e *stream.Envelope, r Request) error {
 	deadline := r.Deadline
 	if !deadline.After(time.Unix(0, 0)) {
-		first, err := time.Parse(time.RFC3339Nano, string(e.Header(kafkasink.HeaderFirstFailure)))
-		if err != nil {
+		first := kafkasink.FirstFailure(e)
+		if first.IsZero() {
 			return nil // no first failure said: the horizon cannot be placed
 		}
 		deadline = first.Add(l.horizon)

@@ -80,14 +80,12 @@ func BackoffRestarting(parkTopic string, first, most time.Duration, recovered fu
 	backoff := Backoff(parkTopic, first, most)
 	return func(m *stream.Message[stream.Failure]) time.Duration {
 		if m.Topic == parkTopic {
-			if back := recovered(string(m.Header(HeaderStage))); !back.IsZero() {
-				if at, err := time.Parse(time.RFC3339Nano, string(m.Header(HeaderFailedAt))); err == nil && back.After(at) {
-					d := first
-					if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
-						d = ra
-					}
-					return min(d, most)
+			if recoveredSince(&m.Envelope, recovered) {
+				d := first
+				if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
+					d = ra
 				}
+				return min(d, most)
 			}
 		}
 		return backoff(m)
@@ -218,8 +216,35 @@ func safeAfter(replayAfter delayFunc, m *stream.Message[stream.Failure]) (d time
 // ReplayAt returns when a parked message is due (its HeaderReplayAt), or
 // the zero time if it has none: a flow.Delay key.
 func ReplayAt(e *stream.Envelope) time.Time {
-	t, _ := time.Parse(time.RFC3339Nano, string(e.Header(HeaderReplayAt)))
+	t, _ := headerTime(e, HeaderReplayAt)
 	return t
+}
+
+// FirstFailure returns when a parked message first failed (its
+// HeaderFirstFailure, kept across parkings), or the zero time if it has
+// none.
+func FirstFailure(e *stream.Envelope) time.Time {
+	t, _ := headerTime(e, HeaderFirstFailure)
+	return t
+}
+
+// recoveredSince reports whether the dependency of the stage a parked
+// message failed at (its HeaderStage) has come back since it failed (its
+// HeaderFailedAt): recovered(stage) says when it last did (zero: never).
+func recoveredSince(e *stream.Envelope, recovered func(stage string) time.Time) bool {
+	back := recovered(string(e.Header(HeaderStage)))
+	if back.IsZero() {
+		return false
+	}
+	failed, ok := headerTime(e, HeaderFailedAt)
+	return ok && back.After(failed)
+}
+
+// headerTime reads the time a failure header holds; ok is false if it has
+// none, or none that parses.
+func headerTime(e *stream.Envelope, key string) (t time.Time, ok bool) {
+	t, err := time.Parse(time.RFC3339Nano, string(e.Header(key)))
+	return t, err == nil
 }
 
 // ReplayDue is a flow.Delay key for a parking topic that replays a
@@ -240,15 +265,10 @@ func ReplayDue(recovered func(stage string) time.Time) func(e *stream.Envelope) 
 		if at.IsZero() {
 			return at
 		}
-		back := recovered(string(e.Header(HeaderStage)))
-		if back.IsZero() {
+		if !recoveredSince(e, recovered) {
 			return at
 		}
-		failed, err := time.Parse(time.RFC3339Nano, string(e.Header(HeaderFailedAt)))
-		if err != nil || !back.After(failed) {
-			return at
-		}
-		if nb, err := time.Parse(time.RFC3339Nano, string(e.Header(HeaderNotBefore))); err == nil && nb.Before(at) {
+		if nb, ok := headerTime(e, HeaderNotBefore); ok && nb.Before(at) {
 			return nb
 		}
 		if e.Header(HeaderNotBefore) != nil {
