@@ -163,7 +163,6 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// withDefaults returns c with its zero fields set to their defaults.
 // DefaultRetry is the policy of the undo and notify calls unless
 // Config.Retry says otherwise: flow.Background with 10 attempts, at most
 // 2 s apart, within a minute (undos must get through, they need not be
@@ -174,21 +173,13 @@ func DefaultRetry() flow.RetryPolicy {
 	p.MaxAttempts = 10
 	p.MaxDelay = 2 * time.Second
 	p.MaxElapsed = time.Minute
-	var err error
-	if p.TransientStatus, err = flow.NewStatuses(transientStatus()...); err != nil {
+	if err := p.TransientStatus.UnmarshalText([]byte("408,429,500-599")); err != nil {
 		panic(err) // the codes are constants
 	}
 	return p
 }
 
-func transientStatus() []int {
-	codes := []int{408, 429}
-	for c := 500; c <= 599; c++ {
-		codes = append(codes, c)
-	}
-	return codes
-}
-
+// withDefaults returns c with its zero fields set to their defaults.
 func (c Config) withDefaults() Config {
 	if c.Retry == nil {
 		p := DefaultRetry()
