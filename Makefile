@@ -36,15 +36,15 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Every benchmark, baselines included (see README for the table).
+# Every benchmark, baselines included (docs/benchmarks.md has the tables).
 bench:
 	cd benchmarks && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) .
 
-# The engine comparison of the README table.
+# The engine comparison of docs/benchmarks.md.
 bench-engine:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkPipeline -benchtime $(BENCHTIME) .
 
-# The asynchronous-stage and adaptive-limiter benchmarks of the README.
+# The asynchronous-stage and adaptive-limiter benchmarks of docs/benchmarks.md.
 bench-async:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkMapAsync|BenchmarkAdaptive' -benchtime 1x .
 

@@ -254,8 +254,8 @@ func BenchmarkMapAsync(b *testing.B) {
 	b.Run("sparse_hangs", func(b *testing.B) {
 		// Nearly all calls instant, one in 1,000 hanging until its
 		// CallTimeout of 100 ms, parallelism 64: the stage batches instant
-		// calls, and what is batched behind a hang waits for it (see the
-		// README). vs_ideal is the run's time over the hangs' own, 64 at
+		// calls, and what is batched behind a hang waits for it (see
+		// docs/benchmarks.md). vs_ideal is the run's time over the hangs' own, 64 at
 		// a time.
 		const m, every, timeout = 200_000, 1000, 100 * time.Millisecond
 		var el time.Duration

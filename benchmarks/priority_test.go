@@ -106,8 +106,8 @@ var prioMix = []float64{0.10, 0.30, 0.60}
 // What waits there, in the batch the priority stage holds while it waits
 // for room and in MapAsync's current input batch (about 3 x prioBuffer
 // messages) waits in arrival order, where neither the priority source nor
-// the lanes can reorder it: so it is kept small, as the README's
-// Priorities section advises, and the backlog stays in the levels' own
+// the lanes can reorder it: so it is kept small, as docs/priority.md
+// advises, and the backlog stays in the levels' own
 // pipes and sources (the brokers' lag), where the policy chooses. Measured
 // with strict at 1.5x (5 s runs): high p99 1.3x its unloaded p99 with 4,
 // 1.6x with 16, 2.7x with 64.

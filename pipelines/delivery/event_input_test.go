@@ -40,7 +40,7 @@ func TestNearLimitRequestFailureEventIsWritten(t *testing.T) {
 }
 
 // A request record that already carries a sluice-progress header (a
-// failure event sent back to the requests topic, as the README says it can
+// failure event sent back to the requests topic, as docs/dead-letters.md says it can
 // be; or any producer) and then fails for good: its failure event has two
 // sluice-progress headers, the inherited one first, and the supervisor
 // reads the first (stream.Envelope.Header). An inherited header that is not

@@ -15,7 +15,7 @@ import (
 
 // A Redis that answers with an error reply during a failover or a restart
 // (READONLY from a demoted primary; LOADING while it reads the append-only
-// file the README asks for) is waited out like one that does not answer.
+// file docs/delivery.md asks for) is waited out like one that does not answer.
 // Found in review: Begin failed for good (the request compensated at
 // once), and a booking that succeeded failed for good on its Record ("a
 // 300 ms failover failed the step instead of waiting").

@@ -183,7 +183,7 @@ func TestBalancerResumesAtTheKnownCheckpointAfterADataLoss(t *testing.T) {
 // A steal from an owner cut off from the store: the old owner cannot
 // learn of it and runs the partition until its self-fence deadline, so
 // the two run it together for up to expiration - margin (not one
-// interval): the bound the README states.
+// interval): the bound docs/ownership.md states.
 func TestBalancerStealOverlapEndsAtTheSelfFenceDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 4

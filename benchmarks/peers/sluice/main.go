@@ -1,7 +1,7 @@
 // Command sluice is sluice's row of the peers benchmark (issue 18): the
 // Kafka source -> flow.MapAsync (256 calls in flight; ByMessageKey for the
-// key variant) -> the checkpoint sink, as the README's "Pointing a
-// pipeline at a real Kafka" writes it. Flags and stdout follow the
+// key variant) -> the checkpoint sink, as docs/kafka.md ("Pointing a
+// pipeline at a real Kafka") writes it. Flags and stdout follow the
 // protocol of benchmarks/peers/runner; -cpuprofile writes a CPU profile.
 package main
 

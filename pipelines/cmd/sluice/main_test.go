@@ -313,8 +313,8 @@ func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
 }
 
 // -stale-after is about the recorded drone step's marks (mode b, with
-// -redis): without -redis no value of it is refused, and the README's
-// example policy (attempts up to 10 s) runs. A negative -default-horizon
+// -redis): without -redis no value of it is refused, and the example
+// policy of docs/retry-policies.json (attempts up to 10 s) runs. A negative -default-horizon
 // stops the worker before it connects, naming the flag. Found by a new
 // user: the example policy was refused without -redis ("-stale-after
 // 10s: must be at least 40s"), and -default-horizon -1s got as far as the

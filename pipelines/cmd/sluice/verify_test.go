@@ -19,7 +19,7 @@ import (
 )
 
 // TestSeparateCommandsVerifyARun runs the whole system from its commands,
-// as the README shows it on one machine, as pieces of one process: a
+// as docs/operating.md shows it on one machine, as pieces of one process: a
 // broker on loopback, `sluice services` with faults at every service and
 // drones that book on every call, the scheduler (with step records in a
 // real redis-server) and the supervisor calling those services over HTTP,
