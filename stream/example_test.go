@@ -15,6 +15,8 @@ import (
 
 // A pipeline in ten lines: parse, drop the invalid, transform, collect;
 // malformed input goes to the failure stream with its reason.
+// README.md and docs/getting-started.md show this body as a whole program
+// (internal/doclinks checks that they match).
 func Example() {
 	g := stream.New()
 	raw := stream.From(g, source.Slice([]string{"1", "2", "x", "40", "-3"}))
