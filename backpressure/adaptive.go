@@ -24,7 +24,7 @@ import (
 // The target is either configured or, if zero, twice the lowest window
 // median seen so far (the service's unloaded latency, TCP Vegas' base RTT).
 //
-// Why this algorithm: seed 002 sets a latency budget (p99 < 500 ms end to
+// Why this algorithm: the delivery workload sets a latency budget (p99 < 500 ms end to
 // end), so the natural control variable is a latency target rather than an
 // estimated queue length (Vegas) or a ratio of short and long RTT averages
 // (Netflix's Gradient2, which failsafe-go's adaptive limiter follows): a p99

@@ -42,8 +42,8 @@ type asyncOptions struct {
 
 // InOrder emits results in input order (Akka's mapAsync): calls still run
 // concurrently, and results that finish early wait in a reorder buffer of
-// Window messages. One slow call holds back every result behind it — the
-// long tail of seed 002 — so prefer the default, unordered, unless order
+// Window messages. One slow call holds back every result behind it — a
+// service's long tail — so prefer the default, unordered, unless order
 // matters. Default: unordered, results leave as their calls finish.
 func InOrder() AsyncOption { return func(o *asyncOptions) { o.mode = inOrder } }
 

@@ -178,7 +178,7 @@ func ExampleDelay() {
 	// due after 60ms, passed on after at least that: true
 }
 
-// The derived priority of seed 001: paying customers high (0), free ones
+// A derived priority: paying customers high (0), free ones
 // low (1). A message whose level cannot be told fails to the failure
 // stream, to be dead-lettered with the reason.
 func ExamplePrioritize() {

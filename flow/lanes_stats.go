@@ -41,7 +41,7 @@ type LaneStats struct {
 // the stage (a priority source's level: its source's Lag, the records not
 // fetched yet, and what it has queued). Default: drain 10 s, the stage's
 // own queue only. An autoscaler reads the gauge:
-// a pool per level scaled on its own queue (seed 001).
+// a pool per level scaled on its own queue.
 func LaneScaling(drain time.Duration, backlog func(level int) int64) AsyncOption {
 	return func(o *asyncOptions) { o.laneDrain, o.laneBacklog = drain, backlog }
 }

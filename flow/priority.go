@@ -10,8 +10,8 @@ import (
 )
 
 // Prioritize returns a flow that sets each message's level of priority
-// (Envelope.Priority, 0 the highest) to level(value): the derived
-// priority of seed 001, such as paying customers high and free ones low,
+// (Envelope.Priority, 0 the highest) to level(value): a derived
+// priority, such as paying customers high and free ones low,
 // for a producer that routes by level or a stage that serves by it. A
 // level outside [0, levels) fails the message with a reason naming the
 // value (it goes to the failure stream, to be dead-lettered: it is never

@@ -163,7 +163,7 @@ func (s *sim) serve(ctx context.Context, mayReject bool) error {
 
 // SimulatedNonIdempotent is Simulated with a drone service that cannot be
 // made idempotent: every Schedule call books another drone, so a replayed
-// request needs a StepStore to avoid booking twice (mode b of seed 002).
+// request needs a StepStore to avoid booking twice (mode b: recorded steps).
 func SimulatedNonIdempotent(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
 	b := Simulated(cfg, ledger, suspended)
 	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, 4), l: ledger}}

@@ -1,4 +1,4 @@
-// Package delivery is the drone delivery scheduler of seed 002, built only
+// Package delivery is a drone delivery scheduler, built only
 // from sluice's public API: it consumes delivery requests from Kafka,
 // parses and validates them, runs the five-step workflow (check account,
 // create package, check third-party transport, schedule drone, create

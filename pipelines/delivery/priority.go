@@ -6,7 +6,7 @@ import (
 	"github.com/sluice-streams/sluice/flow"
 )
 
-// The levels of priority of a request (seed 001), 0 the highest: the
+// The levels of priority of a request, 0 the highest: the
 // scheduler reads one topic per level and serves its steps by level
 // (stream.Envelope.Priority).
 const (

@@ -159,7 +159,7 @@ func MaxCalls(parallelism int) int { return len(Steps)*parallelism + judgeCalls 
 
 // DefaultParallelism caps the calls of a step in flight; the adaptive
 // limit, not the cap, decides how many there are (from 64 at start, between
-// 8 and the cap). Little's law sizes the cap: seed 002's peaks of 50,000
+// 8 and the cap). Little's law sizes the cap: peaks of 50,000
 // requests a second at the simulated services' 2-10 ms need about 300
 // calls of each step in flight, and twice the 6 ms mean again for slower
 // moments makes about 600; 1,024 leaves that room. A worker's connections

@@ -11,7 +11,7 @@ import (
 )
 
 // StepStore keeps a durable record of the non-idempotent steps each request
-// started and completed (mode b of seed 002; mode a, PUT by delivery id,
+// started and completed (mode b: recorded steps; mode a, PUT by delivery id,
 // needs none). A replayed request reads it and skips what was done; a step
 // started and never finished (the worker crashed mid-call, or an attempt was
 // cut short) has an unknown outcome and is compensated rather than risked

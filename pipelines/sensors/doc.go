@@ -1,4 +1,4 @@
-// Package sensors is the home-security workload of seed 003, built from
+// Package sensors is a home-security workload, built from
 // sluice's public API as a user would: readings of the sensors of many
 // homes arrive on a Kafka topic keyed by home; several instances share the
 // topic's partitions through the Redis ownership balancer

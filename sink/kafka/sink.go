@@ -33,7 +33,7 @@
 //
 // # Priorities
 //
-// Kafka has no priority order. Seed 001's two designs, "one queue per
+// Kafka has no priority order. The two usual designs, "one queue per
 // priority" and "one queue ordered by priority", become:
 //
 // One topic per level (TopicPerLevel): the producer writes each message

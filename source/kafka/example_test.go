@@ -17,7 +17,7 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
-// The at-least-once pipeline of seed 002: consume, call a service
+// An at-least-once pipeline: consume, call a service
 // concurrently, checkpoint; failures go to a dead-letter topic. kfake,
 // franz-go's in-process broker, stands in for the cluster here.
 func ExampleNewSource() {

@@ -35,7 +35,7 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	untagged := fs.Float64("untagged", 0.3,
 		"share of the high and low requests sent without a priority of their own: their owner's tier (paying: high, free: low) sets their level")
 	rate := fs.Float64("rate", 10_000, "requests per second")
-	burst := fs.Float64("burst", 50_000, "request rate during bursts (0: none); seed 002's peaks are 50,000/s")
+	burst := fs.Float64("burst", 50_000, "request rate during bursts (0: none); the scheduler is sized for peaks of 50,000/s")
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
