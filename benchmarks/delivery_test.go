@@ -45,7 +45,7 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	// A 10 s burst at twice the highest rate sustained above: the backlog
 	// builds in Kafka (lag) and must drain within 30 s, with nothing lost.
 	// The requests are 10% high, 30% normal, 60% low, a topic each, read
-	// weighted 6:3:1: high_p99_ms is high's end-to-end p99 (the scheduler.s
+	// weighted 6:3:1: high_p99_ms is high's end-to-end p99 (the scheduler's
 	// budget: 500 ms) while the low topic takes the lag.
 	b.Run("burst_80k_10s", func(b *testing.B) {
 		var sum demo.Summary
