@@ -79,6 +79,10 @@ func (s *settled) Settle(_ int64, o stream.Outcome) {
 	s.parent.Settle(o)
 }
 
+// Wrapped is the message's handle before it passed (stream.Wrapper): its
+// assignment is the message's still.
+func (s *settled) Wrapped() stream.Handle { return s.parent }
+
 func (p *PartitionLimit[T]) release(k partKey) {
 	p.mu.Lock()
 	p.released = append(p.released, k)

@@ -90,8 +90,9 @@ import (
 // partition now replays those messages. Messages of an assignment that
 // has ended, still on their way when it ended, are dropped the same way.
 // Windows already emitted are not recalled. Stages before this one may
-// give messages handles of their own (FlatMap, Batch): the assignment is
-// that of the handles they split or join. Messages from a source without
+// give messages handles of their own (FlatMap, Batch,
+// backpressure.PartitionLimit): the assignment is that of the handles they
+// split, join or wrap (stream.Wrapper). Messages from a source without
 // assignments (a nil Assignment) all belong to one.
 //
 // Panics in key, eventTime or add fail the message being added; a panic

@@ -200,8 +200,9 @@ type Assignment interface {
 
 // Assignment returns the assignment the handle's message was read under:
 // its settler if that is an Assignment, else that of the handle it was
-// split from (Fanout) or, if all agree, of the handles it joins (Join);
-// nil if there is none (a source without assignments).
+// split from (Fanout), that of the handle it wraps (a Wrapper's), or, if
+// all agree, of the handles it joins (Join); nil if there is none (a
+// source without assignments).
 func (h Handle) Assignment() Assignment {
 	switch s := h.s.(type) {
 	case Assignment:
@@ -210,8 +211,21 @@ func (h Handle) Assignment() Assignment {
 		return s.parent.Assignment()
 	case *joined:
 		return s.assignment
+	case Wrapper:
+		return s.Wrapped().Assignment()
 	}
 	return nil
+}
+
+// Wrapper is implemented by a settler that a stage gives a message in
+// place of its handle, and that settles that handle in turn (as
+// backpressure.PartitionLimit's does, to learn when its messages are
+// settled): Wrapped returns the handle it settles. Handle.Assignment sees
+// through it, so that a stage after it that keeps state per assignment (a
+// window) still tells a partition's assignments apart.
+type Wrapper interface {
+	Settler
+	Wrapped() Handle
 }
 
 // IsZero reports whether the handle settles nothing.
