@@ -331,7 +331,11 @@ func failureRecord(topic string, replayAfter delayFunc) Encoder[stream.Failure] 
 		default:
 			b, err := json.Marshal(v)
 			if err != nil {
-				b = fmt.Appendf(nil, "%+v", v)
+				// Not the value's Go syntax in its place: a dead letter
+				// is then written as headers only and a parking in its
+				// compact form (their Shrinkers), as for a MarshalJSON
+				// that panics; a replay must not read another message.
+				return nil, fmt.Errorf("encoding the failed value: %w", err)
 			}
 			r.Value = b
 		}
