@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/stage"
@@ -23,6 +24,13 @@ const DelayWindow = 4096
 // pipeline is asked to stop, Delay stops waiting: messages already due go
 // on, the others stay unsettled (replayed later) and do not hold up the
 // drain. A panic in due fails that message.
+//
+// A message read under an assignment of its partition (stream.Assignment:
+// the Kafka sources' messages) is held only while the assignment lasts:
+// once it has ended (the partition was revoked or lost, and whoever reads
+// it now replays what this reader left unsettled), its messages are let
+// go of, unsettled, rather than handed on at their time. They do not hold
+// back the partition's messages of a later assignment.
 //
 // Options: Recheck asks due again, for every message held, when told to
 // (a replay made due early because its cause is gone).
@@ -84,10 +92,23 @@ type delayRun[T any] struct {
 	queues   map[partitionKey][]waiting[T]
 	held     int
 	draining bool
+
+	// ended receives the assignments of held messages that ended, from
+	// one watcher goroutine per assignment (watch), which end with wctx.
+	ended    chan stream.Assignment
+	watched  map[stream.Assignment]bool
+	wctx     context.Context
+	watchers sync.WaitGroup
 }
 
 func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[T]) error {
-	r := &delayRun[T]{f: f, in: in, out: out, queues: map[partitionKey][]waiting[T]{}}
+	wctx, stopWatching := context.WithCancel(ctx)
+	r := &delayRun[T]{f: f, in: in, out: out, queues: map[partitionKey][]waiting[T]{},
+		ended: make(chan stream.Assignment), watched: map[stream.Assignment]bool{}, wctx: wctx}
+	defer func() {
+		stopWatching()
+		r.watchers.Wait()
+	}()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
@@ -134,6 +155,9 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 		case <-timer:
 		case <-f.opts.recheck:
 			r.recheck()
+		case a := <-r.ended:
+			delete(r.watched, a)
+			r.drop(a)
 		case <-draining:
 			// Let go of what is not due: unsettled, it is replayed later.
 			r.draining = true
@@ -156,6 +180,10 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 // hold queues m behind its partition's waiting messages, or sends it at
 // once if it is due and none wait. A panic in due fails m (stage.Each).
 func (r *delayRun[T]) hold(ctx context.Context, m *stream.Message[T]) error {
+	a := m.Handle().Assignment()
+	if a != nil && over(a) {
+		return nil // its reader is gone: whoever reads the partition now replays it
+	}
 	due := r.f.due(&m.Envelope)
 	k := partitionKey{m.Topic, m.Partition}
 	q := r.queues[k]
@@ -167,7 +195,53 @@ func (r *delayRun[T]) hold(ctx context.Context, m *stream.Message[T]) error {
 	}
 	r.queues[k] = append(q, waiting[T]{m: *m, due: due})
 	r.held++
+	r.watch(a)
 	return nil
+}
+
+// watch starts, once per assignment, the goroutine that tells Run when a
+// ends, so that its messages held are let go of then.
+func (r *delayRun[T]) watch(a stream.Assignment) {
+	if a == nil || r.watched[a] {
+		return
+	}
+	r.watched[a] = true
+	r.watchers.Go(func() {
+		select {
+		case <-a.Ended():
+			select {
+			case r.ended <- a:
+			case <-r.wctx.Done():
+			}
+		case <-r.wctx.Done():
+		}
+	})
+}
+
+// drop lets go of the messages held of assignment a, which ended:
+// unsettled, they are replayed by whoever reads their partition now.
+func (r *delayRun[T]) drop(a stream.Assignment) {
+	for k, q := range r.queues {
+		kept := q[:0]
+		for _, w := range q {
+			if w.m.Handle().Assignment() != a {
+				kept = append(kept, w)
+			}
+		}
+		clear(q[len(kept):])
+		r.held -= len(q) - len(kept)
+		if len(kept) == 0 {
+			delete(r.queues, k)
+		} else {
+			r.queues[k] = kept
+		}
+	}
+}
+
+// gone reports whether m was read under an assignment that has ended.
+func gone[T any](m *stream.Message[T]) bool {
+	a := m.Handle().Assignment()
+	return a != nil && over(a)
 }
 
 // recheck asks due again for every message held.
@@ -195,7 +269,14 @@ func (r *delayRun[T]) safeDue(e *stream.Envelope, was time.Time) (at time.Time) 
 func (r *delayRun[T]) release(ctx context.Context, now time.Time) (next time.Time, err error) {
 	for k, q := range r.queues {
 		i := 0
-		for ; i < len(q) && !q[i].due.After(now); i++ {
+		for ; i < len(q); i++ {
+			ended := gone(&q[i].m) // before Run heard of it: let go of, due or not
+			if !ended && q[i].due.After(now) {
+				break
+			}
+			if ended {
+				continue
+			}
 			if err := r.out.Send(ctx, q[i].m); err != nil {
 				return time.Time{}, err
 			}
