@@ -185,6 +185,11 @@ func (p RetryPolicy) Validate() error {
 		bad("timeout_factor", "needs attempt_timeout (the least timeout) and max_elapsed (the most), got %v and %v",
 			p.AttemptTimeout, p.MaxElapsed)
 	}
+	// A status below 400 never reaches the policy as a failure: listing
+	// one is a typo (200 for 500) that would leave the meant code out.
+	if cs := p.TransientStatus.Codes(); len(cs) > 0 && cs[0] < 400 {
+		bad("transient_status", "%d is not a failure (statuses 400 to 599 can be transient)", cs[0])
+	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}

@@ -125,6 +125,10 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 		"factor below 1":       {func(p *flow.RetryPolicy) { p.TimeoutFactor = 0.5 }, "timeout_factor: 0.5"},
 		"factor past 1000":     {func(p *flow.RetryPolicy) { p.TimeoutFactor = 1e10 }, "timeout_factor: 1e+10 is more than 1000"},
 		"factor without bound": {func(p *flow.RetryPolicy) { p.TimeoutFactor = 3; p.AttemptTimeout = 0 }, "timeout_factor: needs attempt_timeout"},
+		"a success as transient": {func(p *flow.RetryPolicy) { p.TransientStatus, _ = flow.NewStatuses(200, 429) },
+			"transient_status: 200 is not a failure"},
+		"a redirect as transient": {func(p *flow.RetryPolicy) { _ = p.TransientStatus.UnmarshalText([]byte("301-302,503")) },
+			"transient_status: 301 is not a failure"},
 	} {
 		p := flow.Interactive()
 		tc.edit(&p)
