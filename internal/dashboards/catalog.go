@@ -2,6 +2,7 @@ package dashboards
 
 import (
 	"bufio"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -77,4 +78,44 @@ func Documented(md string) Catalog {
 		}
 	}
 	return c
+}
+
+// Query is a PromQL expression and where it is written (a panel's title,
+// an alert's name), to name it in an error.
+type Query struct {
+	Where, Expr string
+}
+
+// Names returns the metric names every query reads, sorted, each once.
+func Names(qs []Query) ([]string, error) {
+	var all []string
+	for _, q := range qs {
+		names, err := MetricNames(q.Expr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", q.Where, err)
+		}
+		all = append(all, names...)
+	}
+	slices.Sort(all)
+	return slices.Compact(all), nil
+}
+
+// Check returns an error for each query that cannot be read or that names
+// a metric the catalog does not have, saying which query and which name.
+func Check(qs []Query, c Catalog) []error {
+	var errs []error
+	for _, q := range qs {
+		names, err := MetricNames(q.Expr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", q.Where, err))
+			continue
+		}
+		if len(names) == 0 {
+			errs = append(errs, fmt.Errorf("%s: %q reads no metric", q.Where, q.Expr))
+		}
+		for _, n := range c.Missing(names) {
+			errs = append(errs, fmt.Errorf("%s: no metric %s", q.Where, n))
+		}
+	}
+	return errs
 }
