@@ -21,6 +21,7 @@ const root = "../.."
 var (
 	dashboardFile = filepath.Join(root, "docs", "grafana", "sluice.json")
 	alertsFile    = filepath.Join(root, "docs", "prometheus", "alerts.yml")
+	alertTests    = filepath.Join(root, "docs", "prometheus", "alerts_test.yml")
 	metricsPage   = filepath.Join(root, "docs", "metrics.md")
 	alertsPage    = filepath.Join(root, "docs", "observability.md")
 )
@@ -327,6 +328,58 @@ func TestAlertRulesAreComplete(t *testing.T) {
 	}
 	if n < 10 {
 		t.Errorf("only %d rules", n)
+	}
+}
+
+// TestAlertUnitTestsNameShippedAlerts: the unit tests of the rules (run
+// by promtool test rules, which the operator has and this module does
+// not) load alerts.yml and test alerts it has, so that renaming an alert
+// cannot leave its tests testing nothing.
+func TestAlertUnitTestsNameShippedAlerts(t *testing.T) {
+	b, err := os.ReadFile(alertTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		RuleFiles []string `yaml:"rule_files"`
+		Tests     []struct {
+			InputSeries []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+			AlertRuleTest []struct {
+				Alertname string `yaml:"alertname"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", alertTests, err)
+	}
+	if len(f.RuleFiles) != 1 || f.RuleFiles[0] != filepath.Base(alertsFile) {
+		t.Errorf("%s loads %q, want [%s]", alertTests, f.RuleFiles, filepath.Base(alertsFile))
+	}
+	shipped := map[string]bool{}
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			shipped[r.Alert] = true
+		}
+	}
+	tested := map[string]bool{}
+	doc := documented(t)
+	for i, tc := range f.Tests {
+		for _, in := range tc.InputSeries {
+			for _, err := range Check([]Query{{Where: fmt.Sprintf("%s test %d", alertTests, i+1), Expr: in.Series}}, doc) {
+				t.Error(err)
+			}
+		}
+		for _, a := range tc.AlertRuleTest {
+			if !shipped[a.Alertname] {
+				t.Errorf("%s tests %q, not an alert of %s", alertTests, a.Alertname, alertsFile)
+			}
+			tested[a.Alertname] = true
+		}
+	}
+	if len(tested) < 10 {
+		t.Errorf("%s tests only %d alerts", alertTests, len(tested))
 	}
 }
 
