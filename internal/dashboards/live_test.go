@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -41,12 +40,12 @@ const liveLimit = 60 * time.Second
 // scraped is the union of the metric families seen on the /metrics of
 // running pipelines, by name.
 type scraped struct {
-	mu   sync.Mutex
-	seen Catalog
+	client http.Client
+	seen   Catalog
 }
 
 func (s *scraped) scrape(url string) error {
-	resp, err := http.Get(url)
+	resp, err := s.client.Get(url)
 	if err != nil {
 		return err
 	}
@@ -59,8 +58,6 @@ func (s *scraped) scrape(url string) error {
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", url, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for name, f := range fams {
 		s.seen[name] = Kind(strings.ToLower(f.GetType().String()))
 	}
@@ -69,8 +66,6 @@ func (s *scraped) scrape(url string) error {
 
 // covers reports whether every name of want has been seen.
 func (s *scraped) covers(want []string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return len(s.seen.Missing(want)) == 0
 }
 
@@ -82,7 +77,7 @@ func (s *scraped) covers(want []string) bool {
 // up or they end. It returns every family seen.
 func scrapeLive(t *testing.T, want []string) Catalog {
 	t.Helper()
-	s := &scraped{seen: Catalog{}}
+	s := &scraped{client: http.Client{Timeout: 5 * time.Second}, seen: Catalog{}}
 	ctx, cancel := context.WithTimeout(context.Background(), liveLimit)
 	defer cancel()
 	urls := make(chan string, 2)
@@ -256,5 +251,3 @@ func produce(ctx context.Context, conn kafka.Conn, topic string, n int) error {
 	}
 	return cl.ProduceSync(ctx, rs...).FirstErr()
 }
-
-var _ io.Writer = (*announced)(nil)
