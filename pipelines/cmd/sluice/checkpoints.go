@@ -21,7 +21,7 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 	if len(args) > 0 && (args[0] == "list" || args[0] == "set") {
 		verb, args = args[0], args[1:]
 	}
-	fs := flag.NewFlagSet("checkpoints", flag.ContinueOnError)
+	fs := flag.NewFlagSet("checkpoints "+verb, flag.ContinueOnError)
 	redisURL := fs.String("redis", "127.0.0.1:6379", "the Redis of the checkpoint store: host:port or redis://[user:password@]host:port[/db], rediss:// for TLS")
 	redisCA := fs.String("redis-ca", "", "PEM file of the CA a rediss:// server's certificate must chain to")
 	ns := fs.String("namespace", "sluice", "ownership namespace")

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,9 +65,13 @@ var onFlags func(cmd string, fs *flag.FlagSet)
 
 // parseFlags sets each of fs's flags from its variable when that is set,
 // names the variable in the flag's help, and then parses args (which win
-// over the variables). cmd is the command's name ("run", "loadgen",
-// "deadletters replay"). A variable that does not parse is an error naming
-// it; -h returns flag.ErrHelp, which main treats as success.
+// over the variables). cmd is the command's name for its variables ("run",
+// "loadgen", "deadletters replay"); fs's name is the command as typed
+// ("run delivery"), which finds its purpose in the table (commandTable).
+// A variable that does not parse is an error naming it. -h prints the
+// command's help on stdout and returns flag.ErrHelp, which main treats as
+// success. A flag that is not the command's, a value that does not parse
+// or an argument left over is one line (usageError) naming it and the fix.
 func parseFlags(cmd string, fs *flag.FlagSet, args []string) error {
 	var errs []string
 	fs.VisitAll(func(f *flag.Flag) {
@@ -84,10 +91,105 @@ func parseFlags(cmd string, fs *flag.FlagSet, args []string) error {
 	if len(errs) > 0 {
 		return fmt.Errorf("%s: %s", cmd, strings.Join(errs, "; "))
 	}
+	fs.SetOutput(helpOut)
 	if onFlags != nil {
 		onFlags(cmd, fs)
 	}
-	return fs.Parse(args)
+	out := fs.Output()
+	// The flag package prints its error and every flag on a mistake:
+	// parseArgs says what is wrong in one line instead, and -h prints the
+	// help here.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := parseArgs(fs, args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		c := lookup(fs.Name())
+		if c == nil { // a command missing from the table: its flags at least
+			c = &command{name: fs.Name(), purpose: "(not in the table of commands)", flags: "[flags]"}
+		}
+		printCommandHelp(out, "sluice "+fs.Name(), c, fs)
+	}
+	return err
+}
+
+// parseArgs parses args into fs, and turns the flag package's errors into
+// one line naming the flag, what is wrong and what to do.
+func parseArgs(fs *flag.FlagSet, args []string) error {
+	var bad *badValue
+	fs.VisitAll(func(f *flag.Flag) { f.Value = trackedValue{f.Value, f.Name, &bad} })
+	err := fs.Parse(args)
+	fs.VisitAll(func(f *flag.Flag) { f.Value = f.Value.(trackedValue).Value })
+	cmd := "sluice " + fs.Name()
+	helpHint := fmt.Sprintf("run '%s -h' for its flags", cmd)
+	switch {
+	case err == nil && fs.NArg() > 0:
+		return usageError{fmt.Sprintf("%s: unexpected argument %q (flags start with -)\n%s", cmd, fs.Arg(0), helpHint)}
+	case err == nil || errors.Is(err, flag.ErrHelp):
+		return err
+	case bad != nil:
+		return usageError{fmt.Sprintf("%s: -%s %q: %s", cmd, bad.name, bad.value, bad.fix(fs.Lookup(bad.name)))}
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		var names []string
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		msg = fmt.Sprintf("unknown flag -%s", name)
+		if near := nearest(name, names); near != "" {
+			msg += fmt.Sprintf("; did you mean -%s?", near)
+		}
+	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		msg = fmt.Sprintf("-%s needs a value", name)
+		if kind := kindOf(fs.Lookup(name)); kind != "a valid value" {
+			msg += ": " + kind
+		}
+	}
+	return usageError{fmt.Sprintf("%s: %s\n%s", cmd, msg, helpHint)}
+}
+
+// badValue is a flag's value that did not parse.
+type badValue struct {
+	name, value string
+	err         error
+}
+
+// fix says what the value should have been.
+func (b *badValue) fix(f *flag.Flag) string {
+	kind := kindOf(f)
+	if kind == "a valid value" { // a value of its own kind says what is wrong
+		return b.err.Error()
+	}
+	if strings.HasPrefix(kind, "a duration") {
+		if _, err := strconv.ParseFloat(b.value, 64); err == nil {
+			return fmt.Sprintf("a duration needs a unit, e.g. %ss or 2m", b.value)
+		}
+	}
+	if errors.Is(b.err, strconv.ErrRange) || strings.Contains(b.err.Error(), "out of range") {
+		return "out of range: want " + kind
+	}
+	return "want " + kind
+}
+
+// trackedValue is a flag's value that keeps the first value that did not
+// parse, for parseArgs.
+type trackedValue struct {
+	flag.Value
+	name string
+	bad  **badValue
+}
+
+func (v trackedValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err != nil && *v.bad == nil {
+		*v.bad = &badValue{v.name, s, err}
+	}
+	return err
+}
+
+// IsBoolFlag keeps a boolean flag one that needs no value.
+func (v trackedValue) IsBoolFlag() bool {
+	b, ok := v.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // kindOf says what a flag's value must look like.
@@ -104,7 +206,7 @@ func kindOf(f *flag.Flag) string {
 	case float64:
 		return "a number"
 	case time.Duration:
-		return "a duration like 10s or 1m30s"
+		return "a duration like 10s, 2m or 1h30m"
 	}
 	return "a valid value"
 }

@@ -234,7 +234,7 @@ func TestSensorsFlagErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"demo", "sensors", "-homes", "0"}, "-homes 0: want at least 1"},
-		{[]string{"demo", "sensors", "-homes", "many"}, `invalid value "many" for flag -homes`},
+		{[]string{"demo", "sensors", "-homes", "many"}, `-homes "many": want a whole number`},
 		{[]string{"demo", "sensors", "-kinds", "5"}, "-kinds 5: want 1 to 4"},
 		{[]string{"demo", "sensors", "-compression", "0"}, "-compression 0"},
 		{[]string{"demo", "sensors", "-duration", "500ms"}, "less than a simulated minute"},
@@ -315,8 +315,10 @@ func TestSensorsFlagVariablesAreTheirCommands(t *testing.T) {
 
 // sluice -h and the usage list the sensors commands.
 func TestSensorsUsage(t *testing.T) {
-	u := usage().Error()
-	for _, want := range []string{"sluice demo sensors", "sluice run sensors", "sluice loadgen sensors"} {
+	var b strings.Builder
+	printRootHelp(&b)
+	u := b.String()
+	for _, want := range []string{"demo sensors", "run sensors", "loadgen sensors"} {
 		if !strings.Contains(u, want) {
 			t.Errorf("the usage does not list %q", want)
 		}

@@ -63,12 +63,9 @@ var onListen func(which, addr string)
 // that a misconfigured worker, restarted again and again, never holds
 // partitions away from the healthy ones.
 func runWorker(ctx context.Context, args []string) error {
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Println("usage: sluice run delivery|supervisor [flags]; sluice run delivery -h lists the flags")
-		return flag.ErrHelp
-	}
+	// The command table (help.go) calls it with the pipeline first.
 	if len(args) == 0 || (args[0] != "delivery" && args[0] != "supervisor") {
-		return errors.New("usage: sluice run delivery|supervisor [flags]; -h for the flags")
+		return errors.New("runWorker: the first argument must name the pipeline")
 	}
 	which := args[0]
 	fs := flag.NewFlagSet("run "+which, flag.ContinueOnError)
