@@ -70,6 +70,11 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 				v = d + "-from-env"
 			case *flow.Statuses:
 				v = "429,503"
+			case *choiceFlag:
+				v = d.choices[len(d.choices)-1].name
+				if v == d.value {
+					v = d.choices[0].name
+				}
 			default:
 				t.Fatalf("%v -%s: a flag of kind %T the test does not know", args, f.Name, d)
 			}

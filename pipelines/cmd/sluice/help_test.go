@@ -258,3 +258,29 @@ func TestVersionNamesTheCommit(t *testing.T) {
 		t.Fatalf("sluice version: exit %d, stdout %q, stderr %q", code, stdout, errOut)
 	}
 }
+
+// A flag that takes one of a few words lists them, in its help and in its
+// error, from the one list the command reads it with.
+func TestChoiceFlagsListTheirChoices(t *testing.T) {
+	for _, c := range []struct {
+		cmd           []string
+		flag, choices string
+	}{
+		{[]string{"demo"}, "priority", "weighted or strict-aging"},
+		{[]string{"demo"}, "backends", "sim or http"},
+		{[]string{"services"}, "drones", "non-idempotent or idempotent"},
+	} {
+		args := append(append([]string{}, c.cmd...), "-"+c.flag, "nonesuch")
+		err := run(args)
+		want := "sluice " + strings.Join(c.cmd, " ") + ": -" + c.flag + ` "nonesuch": want ` + c.choices
+		if err == nil || err.Error() != want {
+			t.Errorf("%v: %v, want %q", args, err, want)
+		}
+		_, help := parsedFlags(t, c.cmd)
+		for _, w := range strings.Split(c.choices, " or ") {
+			if !strings.Contains(help, `"`+w+`" (`) {
+				t.Errorf("%v -h: -%s does not describe %q:\n%s", c.cmd, c.flag, w, help)
+			}
+		}
+	}
+}

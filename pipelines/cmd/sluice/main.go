@@ -70,7 +70,8 @@ func runDemo(ctx context.Context, args []string) error {
 	burst := fs.Float64("burst", def.BurstRate, "request rate during bursts (3 s every 10 s)")
 	dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
 	listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
-	backends := fs.String("backends", "sim", "sim: services called in-process; http: the same services behind HTTP servers on loopback")
+	backends := choiceVar(fs, "backends", "sim", "where the services run",
+		choice{"sim", "called in-process"}, choice{"http", "the same services behind HTTP servers on loopback"})
 	var sim simFlags
 	sim.register(fs, def.Sim)
 	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
@@ -82,8 +83,9 @@ func runDemo(ctx context.Context, args []string) error {
 		"(with -overload 256 unless given: on 2 cores, calls beyond what the CPUs serve only queue for them, first come first served, "+
 		"whatever their level)")
 	mixFlag := fs.String("mix", "0.1,0.3,0.6", "share of requests of each level of priority, high,normal,low (a topic each)")
-	policy := fs.String("priority", "weighted", `how the scheduler reads the levels' topics: "weighted" (6:3:1, every level keeps a share) or "strict-aging" `+
-		`(high first; normal and low requests older than 2 s and 5 s served a level up)`)
+	policy := choiceVar(fs, "priority", "weighted", "how the scheduler reads the levels' topics",
+		choice{"weighted", "6:3:1, every level keeps a share"},
+		choice{"strict-aging", "high first; normal and low requests older than 2 s and 5 s served a level up"})
 	if err := parseFlags("demo", fs, args); err != nil {
 		return err
 	}
@@ -93,13 +95,11 @@ func runDemo(ctx context.Context, args []string) error {
 	if cfg.Mix, err = parseMix(*mixFlag); err != nil {
 		return err
 	}
-	switch *policy {
+	switch policy.value {
 	case "weighted":
 		cfg.Policy = delivery.DefaultPolicy()
 	case "strict-aging":
 		cfg.Policy = backpressure.StrictPriority(delivery.Levels).Aging(0, 2*time.Second, 5*time.Second)
-	default:
-		return fmt.Errorf("-priority %q: want weighted or strict-aging", *policy)
 	}
 	cfg.Parallelism = *parallelism
 	if *overload {
@@ -123,13 +123,7 @@ func runDemo(ctx context.Context, args []string) error {
 	if cfg.Redis == "none" {
 		cfg.Redis = ""
 	}
-	switch *backends {
-	case "sim":
-	case "http":
-		cfg.HTTP = true
-	default:
-		return fmt.Errorf("-backends %q: want sim or http", *backends)
-	}
+	cfg.HTTP = backends.value == "http"
 	if *overload {
 		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s for %v with %v at %.0f/s from %v (overload)\n",
 			cfg.Rate, cfg.Duration, cfg.BurstFor, cfg.BurstRate, cfg.BurstAt)

@@ -32,13 +32,14 @@ func runServices(ctx context.Context, args []string) error {
 		`"latency":"300ms"; {"service":"all","down":true}); GET /admin/faults lists the faults; DELETE /admin/faults ends them all`)
 	faults := &faultFlags{fs: fs}
 	fs.Var(faults, "fault", "a fault the services show, its after counted from their start: `SERVICE:WHAT[:after=D][:for=D]` "+
-		"(without for: until cleared), SERVICE one of accounts, packages, third-party, drones, deliveries or all, "+
+		"(without for: until cleared), SERVICE one of "+orList(delivery.FaultServices)+", "+
 		"WHAT status=N (every call, undos included, answered N, doing nothing), latency=+D (every call takes D more) "+
 		"or down (all only: -listen refuses connections and closes those open, then listens again); "+
 		"repeatable, or several separated by commas. For example -fault drones:status=500:after=10s:for=30s "+
 		"-fault all:latency=+300ms:after=10s:for=30s -fault all:down:after=10s:for=1m")
-	drones := fs.String("drones", "non-idempotent",
-		`"non-idempotent": every call books another drone (mode b: run the scheduler with -redis); "idempotent": bookings are by delivery id (mode a)`)
+	drones := choiceVar(fs, "drones", "non-idempotent", "how the drone service books",
+		choice{"non-idempotent", "every call books another drone; mode b: run the scheduler with -redis"},
+		choice{"idempotent", "bookings are by delivery id; mode a"})
 	var sim simFlags
 	sim.register(fs, demo.Defaults(0).Sim)
 	if err := parseFlags("services", fs, args); err != nil {
@@ -57,16 +58,14 @@ func runServices(ctx context.Context, args []string) error {
 	}
 	ledger := delivery.NewLedger()
 	var backends delivery.Backends
-	switch *drones {
+	switch drones.value {
 	case "non-idempotent":
 		backends = delivery.SimulatedNonIdempotent(cfg, ledger, loadgen.SuspendedOwner)
 	case "idempotent":
 		backends = delivery.Simulated(cfg, ledger, loadgen.SuspendedOwner)
-	default:
-		return fmt.Errorf("-drones %q: want idempotent or non-idempotent", *drones)
 	}
 	return serveServices(ctx, *listen, *adminListen, fmt.Sprintf("%s drones; calls take %v-%v; %g transient, %g throttled, %g refused",
-		*drones, cfg.MinLatency, cfg.MaxLatency, cfg.TransientRate, cfg.ThrottleRate, cfg.PermanentRate), backends, ledger, scheduled)
+		drones.value, cfg.MinLatency, cfg.MaxLatency, cfg.TransientRate, cfg.ThrottleRate, cfg.PermanentRate), backends, ledger, scheduled)
 }
 
 // serveServices serves backends on listen and the ledger with the fault
