@@ -5,18 +5,25 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-streams/sluice/pipelines/sensors"
+	"github.com/sluice-streams/sluice/source/ownership"
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
 )
 
 // runCheckpoints is "sluice checkpoints list|set": the partition
 // ownership records and checkpoints of one namespace, stream and group in
 // Redis, and the rewind (or move forward) of a partition's checkpoint.
-func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
+// Without -namespace it takes the one whose records are of the stream and
+// group (the sensors worker writes under "sensors"); a listing that finds
+// nothing says on errw what Redis does hold.
+func runCheckpoints(ctx context.Context, args []string, w, errw io.Writer) error {
 	verb := "list"
 	if len(args) > 0 && (args[0] == "list" || args[0] == "set") {
 		verb, args = args[0], args[1:]
@@ -24,7 +31,8 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("checkpoints "+verb, flag.ContinueOnError)
 	redisURL := fs.String("redis", "127.0.0.1:6379", "the Redis of the checkpoint store: host:port or redis://[user:password@]host:port[/db], rediss:// for TLS")
 	redisCA := fs.String("redis-ca", "", "PEM file of the CA a rediss:// server's certificate must chain to")
-	ns := fs.String("namespace", "sluice", "ownership namespace")
+	ns := fs.String("namespace", "", "the workers' ownership namespace (default: the one holding records of -stream and -group in Redis; "+
+		fmt.Sprintf("%q, the sensors worker's, if none does)", sensors.DefaultNamespace))
 	streamName := fs.String("stream", "", "the stream (Kafka topic) the checkpoints are of (required)")
 	group := fs.String("group", "", "the consumer group (required)")
 	partitions := fs.Int("partitions", 16, "list partitions 0 to N-1")
@@ -47,9 +55,47 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 	if err := checkRedis(ctx, rc, opts); err != nil {
 		return err
 	}
+	var sets []ownershipSet // what Redis holds, once scanned
+	if *ns == "" {
+		if sets, err = ownershipSets(ctx, rc); err != nil {
+			return fmt.Errorf("checkpoints: finding the namespace: %w", err)
+		}
+		var found []string
+		for _, s := range sets {
+			if s.stream == *streamName && s.group == *group {
+				found = append(found, s.namespace)
+			}
+		}
+		switch len(found) {
+		case 0:
+			*ns = sensors.DefaultNamespace
+		case 1:
+			*ns = found[0]
+		default:
+			return fmt.Errorf("checkpoints: stream %q and group %q have records under the namespaces %q: choose one with -namespace",
+				*streamName, *group, found)
+		}
+	}
 	store, err := redisstore.New(redisstore.Config{Client: rc, Namespace: *ns, Stream: *streamName, Group: *group, Expiration: *expiration})
 	if err != nil {
 		return fmt.Errorf("checkpoints: %w", err)
+	}
+	// held says what Redis holds, for a namespace, stream and group with
+	// no record.
+	held := func() string {
+		if sets == nil {
+			if sets, err = ownershipSets(ctx, rc); err != nil {
+				return "(listing what Redis holds failed: " + err.Error() + ")"
+			}
+		}
+		if len(sets) == 0 {
+			return "Redis holds no ownership record or checkpoint at all: has a worker run against it?"
+		}
+		parts := make([]string, len(sets))
+		for i, s := range sets {
+			parts[i] = fmt.Sprintf("-namespace %s -stream %s -group %s", s.namespace, s.stream, s.group)
+		}
+		return "Redis holds records of: " + strings.Join(parts, "; ")
 	}
 	if verb == "set" {
 		if *partition < 0 || *offset < 0 {
@@ -64,8 +110,9 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 				return err
 			}
 			if !used {
-				return fmt.Errorf("checkpoints set: no worker has recorded anything under namespace %q, stream %q, group %q: check -namespace (default %q), -stream and -group against the workers' configuration, or pass -new to give a start before any worker runs",
-					*ns, *streamName, *group, "sluice")
+				return fmt.Errorf("checkpoints set: no worker has recorded anything under namespace %q, stream %q, group %q: check -namespace, "+
+					"-stream and -group against the workers' configuration, or pass -new to give a start before any worker runs. %s",
+					*ns, *streamName, *group, held())
 			}
 		}
 		if err := store.SetCheckpoint(ctx, int32(*partition), *offset); err != nil {
@@ -121,6 +168,10 @@ func runCheckpoints(ctx context.Context, args []string, w io.Writer) error {
 	for _, m := range tb.Members {
 		fmt.Fprintf(w, "member %s: last heartbeat %v ago\n", m.ID, m.Age.Round(time.Millisecond))
 	}
+	if !hasRecords(tb, cks) {
+		fmt.Fprintf(errw, "sluice checkpoints: no ownership record or checkpoint under namespace %q, stream %q, group %q. %s\n",
+			*ns, *streamName, *group, held())
+	}
 	return nil
 }
 
@@ -140,13 +191,53 @@ func anyRecord(ctx context.Context, store *redisstore.Store, n int) (bool, error
 	if err != nil {
 		return false, err
 	}
+	return hasRecords(tb, cks), nil
+}
+
+// hasRecords reports whether a table and its checkpoints hold anything a
+// worker wrote: a member present, an ownership record or a checkpoint.
+func hasRecords(tb ownership.Table, cks []ownership.Checkpoint) bool {
 	if len(tb.Members) > 0 {
-		return true, nil
+		return true
 	}
-	for i := range ps {
+	for i := range tb.Owners {
 		if tb.Owners[i].Version > 0 || cks[i].Offset >= 0 {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
+
+// ownershipSet is a namespace, stream and group with records in Redis.
+type ownershipSet struct{ namespace, stream, group string }
+
+// ownershipSets scans Redis for the keys of the ownership store
+// (redisstore: "sluice:own:{namespace/stream/group}:..."), in order.
+func ownershipSets(ctx context.Context, rc *redis.Client) ([]ownershipSet, error) {
+	seen := map[ownershipSet]bool{}
+	iter := rc.Scan(ctx, 0, ownershipKeyPrefix+"*", 10_000).Iterator()
+	for iter.Next(ctx) {
+		inner, _, ok := strings.Cut(strings.TrimPrefix(iter.Val(), ownershipKeyPrefix), "}")
+		parts := strings.SplitN(inner, "/", 3)
+		if !ok || len(parts) != 3 {
+			continue
+		}
+		seen[ownershipSet{parts[0], parts[1], parts[2]}] = true
+	}
+	if err := iter.Err(); err != nil {
+		return nil, err
+	}
+	sets := make([]ownershipSet, 0, len(seen))
+	for s := range seen {
+		sets = append(sets, s)
+	}
+	sort.Slice(sets, func(i, j int) bool {
+		a, b := sets[i], sets[j]
+		return a.namespace+"/"+a.stream+"/"+a.group < b.namespace+"/"+b.stream+"/"+b.group
+	})
+	return sets, nil
+}
+
+// ownershipKeyPrefix begins the key of every record of the Redis
+// ownership store (redisstore.New).
+const ownershipKeyPrefix = "sluice:own:{"

@@ -86,10 +86,10 @@ func init() {
 		{name: "checkpoints", group: groupOperate, defaultSub: "list",
 			purpose: "the partition owners and checkpoints kept in Redis", subs: []*command{
 				{name: "list", flags: "-stream TOPIC -group G [flags]", run: func(ctx context.Context, args []string) error {
-					return runCheckpoints(ctx, append([]string{"list"}, args...), os.Stdout)
+					return runCheckpoints(ctx, append([]string{"list"}, args...), os.Stdout, os.Stderr)
 				}, purpose: "show the partition owners and checkpoints kept in Redis"},
 				{name: "set", flags: "-stream TOPIC -group G -partition P -offset O [flags]", run: func(ctx context.Context, args []string) error {
-					return runCheckpoints(ctx, append([]string{"set"}, args...), os.Stdout)
+					return runCheckpoints(ctx, append([]string{"set"}, args...), os.Stdout, os.Stderr)
 				}, purpose: "move a partition's checkpoint back or forward; its owner resumes there"},
 			}},
 		{name: "version", group: groupOperate, flags: "", run: runVersion,
