@@ -284,3 +284,35 @@ func TestChoiceFlagsListTheirChoices(t *testing.T) {
 		}
 	}
 }
+
+// docs/quick-start.md shows what sluice prints for a mistyped command and
+// a bad flag: the same as it prints.
+func TestDocsShowWhatSluicePrints(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/quick-start.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	lines := strings.Split(string(doc), "\n")
+	for i, l := range lines {
+		cmd, ok := strings.CutPrefix(l, "$ sluice ")
+		if !ok {
+			continue
+		}
+		var want []string
+		for _, o := range lines[i+1:] {
+			if strings.HasPrefix(o, "$ ") || strings.HasPrefix(o, "```") {
+				break
+			}
+			want = append(want, o)
+		}
+		out, errOut, _ := sluiceCmd(t, strings.Fields(cmd)...)
+		if got := strings.TrimRight(out+errOut, "\n"); got != strings.Join(want, "\n") {
+			t.Errorf("docs/quick-start.md shows for sluice %s:\n%s\nsluice prints:\n%s", cmd, strings.Join(want, "\n"), got)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("docs/quick-start.md shows no sluice command line")
+	}
+}

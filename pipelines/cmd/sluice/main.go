@@ -69,7 +69,7 @@ func runDemo(ctx context.Context, args []string) error {
 	rate := fs.Float64("rate", def.Rate, "delivery requests per second")
 	burst := fs.Float64("burst", def.BurstRate, "request rate during bursts (3 s every 10 s)")
 	dur := fs.Duration("duration", def.Duration, "how long to send load before draining")
-	listen := fs.String("listen", "127.0.0.1:9464", `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
+	listen := fs.String("listen", defaultListen["demo"], `serve /metrics, /healthz, /readyz and the live /status page here ("" to turn off)`)
 	backends := choiceVar(fs, "backends", "sim", "where the services run",
 		choice{"sim", "called in-process"}, choice{"http", "the same services behind HTTP servers on loopback"})
 	var sim simFlags
@@ -151,7 +151,7 @@ func runDemo(ctx context.Context, args []string) error {
 // dev broker holding the workers' topics.
 func runBroker(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	port := fs.Int("port", 9092, "port on 127.0.0.1")
+	port := fs.Int("port", defaultBrokerPort, "port on 127.0.0.1")
 	parts := fs.Int("partitions", 16, "partitions of each topic")
 	topics := fs.String("topics", defaultTopics, "topics to create")
 	if err := parseFlags("broker", fs, args); err != nil {

@@ -55,7 +55,7 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 	maxUnsettled := fs.Int("max-unsettled", sensors.DefaultMaxUnsettled, "readings of a partition held unsettled (in open minutes or waiting for Redis) "+
 		"before its reading pauses; it resumes at half, so this must exceed twice a minute and its -lateness of a partition's readings")
 	retention := fs.Duration("retention", sensors.DefaultRetention, "how long a home's minutes are kept in Redis")
-	listen := fs.String("listen", "127.0.0.1:9465", "address of /metrics, /healthz, /readyz and the residents' page /homes")
+	listen := fs.String("listen", defaultListen["run sensors"], "address of /metrics, /healthz, /readyz and the residents' page /homes")
 	every := fs.Duration("status-every", 5*time.Second, "how often a status line is logged (0: never)")
 	var lf logFlags
 	lf.register(fs)
@@ -459,7 +459,7 @@ func runSensorsDemo(ctx context.Context, args []string, out io.Writer) error {
 	interval := fs.Duration("interval", 500*time.Millisecond, "ownership renewal interval: a member claims a partition per round at start")
 	expiration := fs.Duration("expiration", 3*time.Second, "lease: a partition whose owner has not renewed it for this long is claimed by another")
 	drain := fs.Duration("drain", time.Minute, "once the load is sent, how long to wait at most for every checkpoint to reach its log's end")
-	listen := fs.String("listen", "127.0.0.1:9465", `serve the residents' page (/homes) here ("" to turn off)`)
+	listen := fs.String("listen", defaultListen["demo sensors"], `serve the residents' page (/homes) here ("" to turn off)`)
 	if err := parseFlags("demo sensors", fs, args); err != nil {
 		return err
 	}

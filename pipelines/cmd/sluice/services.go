@@ -25,7 +25,7 @@ import (
 // (/admin/faults on -admin-listen), to rehearse an outage.
 func runServices(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("services", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the services and their ledger on")
+	listen := fs.String("listen", defaultListen["services"], "address to serve the services and their ledger on")
 	adminListen := fs.String("admin-listen", "127.0.0.1:0", `address that serves the ledger (GET /ledger) and the fault switches, `+
 		`and stays up while a fault takes -listen down (port 0: a free one, printed at start). `+
 		`POST /admin/faults {"service":"drones","status":500,"for":"30s"} starts a fault now (or "after":"10s" from now; `+

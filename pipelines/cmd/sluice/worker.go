@@ -95,7 +95,7 @@ func runWorker(ctx context.Context, args []string) error {
 	instance := fs.String("instance-id", "",
 		"static group membership (e.g. the pod's name): a restarted worker with the same id takes its partitions back at once, with no rebalance")
 	backendsURL := fs.String("backends", "sim", `"sim" (in-process simulated services) or the base URL of the HTTP services`)
-	listen := fs.String("listen", "127.0.0.1:9464", "metrics, health and /status address")
+	listen := fs.String("listen", defaultListen["run "+which], "metrics, health and /status address")
 	pprofOn := fs.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on the -listen address; they show the code, so keep the address private")
 	session := fs.Duration("session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions move to the others")
 	policiesFile := fs.String("retry-policies", "",
