@@ -153,7 +153,7 @@ func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--hel
 // runHelp is `sluice help [command...]`: the command's help, as its -h
 // prints it.
 func runHelp(ctx context.Context, args []string) error {
-	if len(args) == 0 {
+	if len(args) == 0 || len(args) == 1 && args[0] == "help" {
 		printRootHelp(helpOut)
 		return nil
 	}

@@ -58,8 +58,9 @@ func everyCommand(f func(path []string, c *command)) {
 // sluice -h, --help and help say what sluice is, then list every command
 // with its purpose under its group, on stdout, and exit 0.
 func TestHelpListsEveryCommand(t *testing.T) {
-	for _, arg := range []string{"-h", "--help", "help"} {
-		out, errOut, code := sluiceCmd(t, arg)
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"help", "help"}} {
+		arg := strings.Join(args, " ")
+		out, errOut, code := sluiceCmd(t, args...)
 		if code != 0 || errOut != "" {
 			t.Fatalf("sluice %s: exit %d, stderr %q", arg, code, errOut)
 		}
