@@ -21,11 +21,12 @@ type choice struct{ name, about string }
 // followed by the choices and what each does.
 func choiceVar(fs *flag.FlagSet, name, def, usage string, choices ...choice) *choiceFlag {
 	c := &choiceFlag{value: def, choices: choices}
-	parts := make([]string, len(choices))
+	parts, names := make([]string, len(choices)), make([]string, len(choices))
 	for i, ch := range choices {
-		parts[i] = fmt.Sprintf("%q (%s)", ch.name, ch.about)
+		parts[i], names[i] = fmt.Sprintf("%q (%s)", ch.name, ch.about), ch.name
 	}
-	fs.Var(c, name, usage+": "+orList(parts))
+	// The choices in backquotes are what -h shows as the flag's value.
+	fs.Var(c, name, fmt.Sprintf("%s (`%s`): %s", usage, strings.Join(names, "|"), orList(parts)))
 	return c
 }
 
