@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -16,9 +17,17 @@ import (
 	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
-// commands are every command that takes flags, as run() is called.
-var commands = [][]string{{"demo"}, {"run", "delivery"}, {"run", "supervisor"}, {"services"}, {"loadgen"}, {"verify"}, {"broker"},
-	{"deadletters"}, {"deadletters", "replay"}}
+// commandsWithFlags are every command of the table that takes flags, as
+// run() is called.
+func commandsWithFlags() [][]string {
+	var out [][]string
+	everyCommand(func(path []string, c *command) {
+		if c.run != nil && c.flags != "" {
+			out = append(out, path)
+		}
+	})
+	return out
+}
 
 // parsedFlags runs args with -h and returns the command's flags as parsed
 // and what -h printed.
@@ -42,7 +51,7 @@ var envRef = regexp.MustCompile(`\(\$(SLUICE_[A-Z0-9_]+)\)`)
 // Every flag of every command names its variable in -h, and the variable
 // sets the flag's default; a flag on the command line wins over it.
 func TestEveryFlagHasAVariable(t *testing.T) {
-	for _, args := range append(commands[:len(commands):len(commands)], sensorsCommands...) {
+	for _, args := range commandsWithFlags() {
 		fs, help := parsedFlags(t, args)
 		want := map[string]string{}
 		fs.VisitAll(func(f *flag.Flag) {
@@ -62,6 +71,8 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 				v = strconv.FormatBool(!d)
 			case int:
 				v = strconv.Itoa(d + 3)
+			case int64:
+				v = strconv.FormatInt(d+3, 10)
 			case float64:
 				v = strconv.FormatFloat(d+0.25, 'g', -1, 64)
 			case time.Duration:
@@ -93,7 +104,7 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 			some = name
 			break
 		}
-		onFlags = func(_ string, f *flag.FlagSet) { fs = f }
+		onFlags = func(_ string, f *flag.FlagSet) { fs = f; f.SetOutput(io.Discard) }
 		_ = run(append(append([]string{}, args...), "-"+some+"="+fs.Lookup(some).DefValue, "-h"))
 		onFlags = nil
 		if got := fs.Lookup(some).Value.String(); got != fs.Lookup(some).DefValue {

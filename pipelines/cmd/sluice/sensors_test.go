@@ -15,9 +15,6 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/sensors"
 )
 
-// sensorsCommands are the sensors workload's commands, as run() is called.
-var sensorsCommands = [][]string{{"demo", "sensors"}, {"run", "sensors"}, {"loadgen", "sensors"}}
-
 // sluice demo sensors, short: the three instances share the partitions,
 // the second stops a third of the way and a fourth joins two thirds of
 // the way — the status lines show the partitions move — the residents'
