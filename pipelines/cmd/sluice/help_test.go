@@ -153,6 +153,14 @@ func TestUnknownCommand(t *testing.T) {
 	}
 }
 
+// sluice alone lists the commands on stderr and exits 2: it did nothing.
+func TestNoCommand(t *testing.T) {
+	out, errOut, code := sluiceCmd(t)
+	if code != 2 || out != "" || !strings.HasPrefix(errOut, about+"\n") || !strings.HasSuffix(errOut, "\nsluice: no command given\n") {
+		t.Fatalf("sluice: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
 // The choices a command line offers come from the table that dispatches
 // them: every subcommand a message or a help lists runs.
 func TestChoicesComeFromTheTable(t *testing.T) {
