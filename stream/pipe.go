@@ -103,6 +103,7 @@ func (p *pipe[T]) readerGone() {
 type Inlet[T any] struct {
 	p       *pipe[T]
 	node    *node
+	from    portState               // the port read: its writers are the stage's inputs
 	settled [DeadLettered + 1]int64 // settles by outcome not yet added to node stats
 	ids     []int64                 // scratch for SettleAll
 
@@ -205,6 +206,14 @@ func (in *Inlet[T]) buffered() int64 { return in.p.buffered.Load() }
 // received by the stage. It is safe from any goroutine.
 func (in *Inlet[T]) Buffered() int64 { return max(0, in.p.buffered.Load()) }
 func (in *Inlet[T]) capacity() int64 { return int64(cap(in.p.ch) * in.p.maxBatch) }
+
+// inputs names the stages that write to the input.
+func (in *Inlet[T]) inputs() []string {
+	if in.from == nil {
+		return nil
+	}
+	return in.from.writerNames()
+}
 
 // done publishes the last counts and tells writers the reader is gone.
 func (in *Inlet[T]) done() {

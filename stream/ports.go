@@ -74,7 +74,7 @@ func connect[T any](s Stream[T], n *node, capacity int) *Inlet[T] {
 	for _, o := range p.outlets {
 		p.bind(o)
 	}
-	in := &Inlet[T]{p: p.pipe, node: n}
+	in := &Inlet[T]{p: p.pipe, node: n, from: p}
 	n.ins = append(n.ins, in)
 	return in
 }

@@ -38,6 +38,7 @@ type reader interface {
 	done()
 	buffered() int64
 	capacity() int64
+	inputs() []string
 }
 
 func (o *Outlet[T]) close() { o.p.writerDone() }

@@ -1,6 +1,9 @@
 package stream
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // StageStats is a snapshot of one stage's counters. The counters are
 // updated once per batch, so they lag the truth by at most a batch.
@@ -26,6 +29,11 @@ type StageStats struct {
 	// FailurePath marks a stage that handles what other stages failed (it
 	// reads the failure stream, directly or after other such stages).
 	FailurePath bool
+	// Inputs names the stages whose output the stage reads, in the order
+	// they were connected: one for a chain, several where streams merge
+	// (fan-in), none for a source. A stage reading the pipeline's failure
+	// stream lists every stage whose failures reach it.
+	Inputs []string
 }
 
 // InFlight returns the messages the stage holds: received but not yet
@@ -58,6 +66,11 @@ func (g *Graph) Stats() []StageStats {
 		for _, in := range n.ins {
 			s.Buffered += max(0, in.buffered())
 			s.Capacity += in.capacity()
+			for _, name := range in.inputs() {
+				if !slices.Contains(s.Inputs, name) {
+					s.Inputs = append(s.Inputs, name)
+				}
+			}
 		}
 		out = append(out, s)
 	}
