@@ -2,12 +2,13 @@ package observe
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,12 @@ import (
 
 //go:embed status.html
 var statusPage []byte
+
+// assets are the page's script and styles (uPlot, see assets/uplot/README.md),
+// served from the binary so that the page works offline.
+//
+//go:embed assets
+var assets embed.FS
 
 // ServerConfig configures the HTTP endpoints a worker serves.
 type ServerConfig struct {
@@ -43,13 +50,38 @@ type ServerConfig struct {
 	Ready func(ctx context.Context) error
 	// Pprof mounts net/http/pprof under /debug/pprof/ (default off).
 	Pprof bool
+	// Context, if set, bounds the sampling of the history (/history.json):
+	// a sample every HistoryInterval until it ends. Without it the history
+	// is sampled only when /status.json or /history.json is asked for (no
+	// goroutine is started). Serve sets it to its own context.
+	Context context.Context
+	// HistoryInterval and HistoryWindow: a sample every HistoryInterval
+	// (default 2 s), the last HistoryWindow kept (default 15 minutes).
+	HistoryInterval, HistoryWindow time.Duration
 }
 
 // Handler returns the worker's endpoints: /metrics, /healthz (the process
-// answers), /readyz, /status (a live page of the pipelines), /status.json
-// and, with Pprof, /debug/pprof/.
+// answers), /readyz, /status (a live page of the pipelines with charts of
+// their recent history), /status.json (the numbers now), /history.json
+// (the recent history) and, with Pprof, /debug/pprof/.
 func Handler(cfg ServerConfig) http.Handler {
 	mux := http.NewServeMux()
+	hist := NewHistory(cfg.Graphs, cfg.Metrics, cfg.HistoryInterval, cfg.HistoryWindow)
+	sample := func() {}
+	if cfg.Context != nil {
+		go hist.Run(cfg.Context.Done())
+	} else {
+		var mu sync.Mutex
+		var last time.Time
+		sample = func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if now := time.Now(); now.Sub(last) >= hist.Interval() {
+				hist.Sample(now)
+				last = now
+			}
+		}
+	}
 	if cfg.Gatherer != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -75,9 +107,16 @@ func Handler(cfg ServerConfig) http.Handler {
 		_, _ = w.Write(statusPage)
 	})
 	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
+		sample()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs, cfg.Metrics))
+		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs, cfg.Metrics, hist))
 	})
+	mux.HandleFunc("/history.json", func(w http.ResponseWriter, _ *http.Request) {
+		sample()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(hist.Snapshot())
+	})
+	mux.Handle("/assets/", http.FileServerFS(assets))
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -113,18 +152,29 @@ type StageStatus struct {
 	Buffered int64   `json:"buffered"`
 	Capacity int64   `json:"capacity"`
 	Blocked  float64 `json:"blocked_seconds"`
+	// Rate is the stage's throughput over the last interval of the
+	// history: the messages it handled (handed on, settled or failed) per
+	// second; absent until two samples were taken.
+	Rate *float64 `json:"rate,omitempty"`
 	// FailurePath: the stage handles what other stages failed.
 	FailurePath bool `json:"failure_path,omitempty"`
+	// Inputs names the stages whose output the stage reads (several where
+	// streams merge; none for a source).
+	Inputs []string `json:"inputs,omitempty"`
 }
 
-func snapshot(gs []*stream.Graph, ms []*Metrics) Status {
+func snapshot(gs []*stream.Graph, ms []*Metrics, h *History) Status {
 	st := Status{Time: time.Now()}
 	for _, g := range gs {
 		p := PipelineStatus{Name: g.Name()}
 		for _, s := range g.Stats() {
-			p.Stages = append(p.Stages, StageStatus{Name: s.Name, In: s.In, Out: s.Out, Settled: s.Settled, Failed: s.Failed,
+			ss := StageStatus{Name: s.Name, In: s.In, Out: s.Out, Settled: s.Settled, Failed: s.Failed,
 				InFlight: s.InFlight(), Buffered: s.Buffered, Capacity: s.Capacity, Blocked: s.Blocked.Seconds(),
-				FailurePath: s.FailurePath})
+				FailurePath: s.FailurePath, Inputs: s.Inputs}
+			if r, ok := h.throughput(g.Name(), s.Name); ok {
+				ss.Rate = &r
+			}
+			p.Stages = append(p.Stages, ss)
 		}
 		for _, m := range ms {
 			if m != nil && m.pipeline == g.Name() {
@@ -142,6 +192,9 @@ func snapshot(gs []*stream.Graph, ms []*Metrics) Status {
 func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan error, err error) {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:9464"
+	}
+	if cfg.Context == nil {
+		cfg.Context = ctx
 	}
 	ln := cfg.Listener
 	if ln == nil {

@@ -3,6 +3,8 @@ package observe
 import (
 	"cmp"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -14,9 +16,110 @@ import (
 // messages, its desired workers), by metric name without the sluice_
 // prefix.
 type LevelStatus struct {
-	Stage    string             `json:"stage"`
-	Priority string             `json:"priority"`
-	Values   map[string]float64 `json:"values"`
+	Stage    string `json:"stage"`
+	Priority string `json:"priority"`
+	// Name is the level's name (Metrics.NameLevels, else the priority
+	// source's level sources), or Priority if it has none.
+	Name   string             `json:"name"`
+	Values map[string]float64 `json:"values"`
+}
+
+// NameLevels names the levels of priority of the pipeline, the highest
+// (0) first, for /status and /history.json: "high", "normal", "low", say.
+// Without names, the levels of a pipeline read by a priority source take
+// the names of its level sources (their common prefix cut: "requests-high"
+// is "high"); otherwise they are shown as numbers.
+func (m *Metrics) NameLevels(names ...string) {
+	m.mu.Lock()
+	m.levelNames = slices.Clone(names)
+	m.mu.Unlock()
+}
+
+// levelNamer returns the function naming a level given by its number.
+func (m *Metrics) levelNamer(stats []stream.StageStats, levels []levelValue) func(string) string {
+	m.mu.Lock()
+	names := m.levelNames
+	m.mu.Unlock()
+	if names == nil {
+		names = sourceLevelNames(stats, levels)
+	}
+	return func(prio string) string {
+		if i, err := strconv.Atoi(prio); err == nil && i >= 0 && i < len(names) && names[i] != "" {
+			return names[i]
+		}
+		return prio
+	}
+}
+
+// sourceLevelNames names the levels after the sources of the priority
+// source (the stage publishing sluice_priority_ numbers), if it has one
+// input per level.
+func sourceLevelNames(stats []stream.StageStats, levels []levelValue) []string {
+	prios := map[string]map[string]bool{}
+	for _, l := range levels {
+		if strings.HasPrefix(l.name, "sluice_priority_") {
+			if prios[l.stage] == nil {
+				prios[l.stage] = map[string]bool{}
+			}
+			prios[l.stage][l.prio] = true
+		}
+	}
+	for _, s := range stats {
+		if n := len(prios[s.Name]); n > 1 && n == len(s.Inputs) {
+			return trimCommonPrefix(s.Inputs)
+		}
+	}
+	return nil
+}
+
+// trimCommonPrefix cuts the prefix all names share, up to a separator
+// ("requests-high", "requests-low": "high", "low").
+func trimCommonPrefix(names []string) []string {
+	p := names[0]
+	for _, n := range names[1:] {
+		for !strings.HasPrefix(n, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	cut := strings.LastIndexAny(p, "-_./ ") + 1
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n
+		if cut > 0 && len(n) > cut {
+			out[i] = n[cut:]
+		}
+	}
+	return out
+}
+
+// naturalCompare orders names with numbers by value ("in/2" before
+// "in/10").
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			x, _ := strconv.Atoi(a[:da])
+			y, _ := strconv.Atoi(b[:db])
+			if c := cmp.Compare(x, y); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digits(s string) int {
+	i := 0
+	for i < len(s) && i < 9 && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // Levels reads the registered components' numbers that carry a priority
@@ -29,6 +132,17 @@ func (m *Metrics) Levels() []LevelStatus {
 	for _, f := range fs {
 		f(w)
 	}
+	var stats []stream.StageStats
+	m.mu.Lock()
+	g := m.g
+	m.mu.Unlock()
+	if g != nil {
+		stats = g.Stats()
+	}
+	name := m.levelNamer(stats, w.raw)
+	for i := range w.out {
+		w.out[i].Name = name(w.out[i].Priority)
+	}
 	slices.SortStableFunc(w.out, func(a, b LevelStatus) int {
 		return cmp.Or(cmp.Compare(a.Stage, b.Stage), cmp.Compare(len(a.Priority), len(b.Priority)), cmp.Compare(a.Priority, b.Priority))
 	})
@@ -39,6 +153,7 @@ func (m *Metrics) Levels() []LevelStatus {
 type levelWriter struct {
 	out []LevelStatus
 	at  map[[2]string]int
+	raw []levelValue
 }
 
 func (w *levelWriter) Counter(name, _ string, v float64, labels ...stream.Label) {
@@ -63,6 +178,7 @@ func (w *levelWriter) write(name string, v float64, labels []stream.Label) {
 	if prio == "" {
 		return
 	}
+	w.raw = append(w.raw, levelValue{stage: stage, prio: prio, name: name, v: v})
 	k := [2]string{stage, prio}
 	i, ok := w.at[k]
 	if !ok {

@@ -39,12 +39,14 @@ type Metrics struct {
 	processing *prometheus.HistogramVec
 	latency    prometheus.Histogram
 
-	mu       sync.Mutex
-	graphs   bool // a pipeline is registered
-	collect  []func(w stream.MetricWriter)
-	hists    map[string]*histogram
-	included map[any]bool
-	errs     []error
+	mu         sync.Mutex
+	g          *stream.Graph // the pipeline registered
+	levelNames []string      // NameLevels
+	graphs     bool          // a pipeline is registered
+	collect    []func(w stream.MetricWriter)
+	hists      map[string]*histogram
+	included   map[any]bool
+	errs       []error
 
 	descMu sync.Mutex
 	descs  map[string]*prometheus.Desc
@@ -106,6 +108,9 @@ func (m *Metrics) Register(g *stream.Graph) error {
 		m.mu.Unlock()
 		return err
 	}
+	m.mu.Lock()
+	m.g = g
+	m.mu.Unlock()
 	return m.checked(func() {
 		m.graph(g)
 		for _, p := range g.Parts() {
