@@ -390,8 +390,10 @@ func TestHandlerEndpoints(t *testing.T) {
 }
 
 // TestStatusPageInHeadlessChromium renders /status of a running pipeline in
-// Debian's chromium and checks that the script drew every stage. The
-// screenshot goes to the test's artifact directory (go test -artifacts
+// Debian's chromium at 1280x800 and checks that the script drew every
+// stage, the fan-in of the three level sources into the priority source,
+// the levels by name, charts with data, and nothing wider than the window.
+// The screenshot goes to the test's artifact directory (go test -artifacts
 // keeps it).
 func TestStatusPageInHeadlessChromium(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
@@ -400,8 +402,12 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := stream.New(stream.WithPipeline("deliveries"))
-	s := stream.From(g, source.Generator(func(i int64) int64 { return i }, source.Rate(20000, 200)), stream.Name("generate"))
+	g := stream.New(stream.WithPipeline("deliveries"), stream.WithLogger(quiet))
+	levels := make([]source.Level[int64], 3)
+	for i, name := range []string{"requests-high", "requests-normal", "requests-low"} {
+		levels[i] = source.Level[int64]{Name: name, Source: source.Generator(func(i int64) int64 { return i }, source.Rate(float64(2000*(i+1)), 100))}
+	}
+	s := source.Priority(g, backpressure.WeightedPriority(6, 3, 1), levels)
 	s = stream.Via(s, flow.Map(func(x int64) (int64, error) {
 		if x%100 == 7 {
 			return 0, fmt.Errorf("unparsable %d", x)
@@ -410,10 +416,14 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	}), stream.Name("parse"))
 	stream.To(g.Failures(), sink.Discard[stream.Failure](), stream.Name("dead-letters"))
 	s = stream.Via(s, flow.Prioritize(3, func(x int64) (int, error) { return int(x % 3), nil }), stream.Name("tier"))
+	br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "drones"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s = stream.Via(s, flow.MapAsync(64, func(ctx context.Context, x int64) (int64, error) {
 		time.Sleep(time.Millisecond)
 		return x, nil
-	}, flow.Lanes(backpressure.WeightedPriority(6, 3, 1))), stream.Name("schedule-drone"))
+	}, flow.Lanes(backpressure.WeightedPriority(6, 3, 1)), flow.Breaker(br)), stream.Name("schedule-drone"))
 	stream.To(s, sink.Discard[int64](), stream.Name("checkpoint"))
 	m, err := observe.New(prometheus.NewRegistry(), "deliveries")
 	if err != nil {
@@ -424,9 +434,29 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	}
 	runDone := make(chan error, 1)
 	go func() { runDone <- g.Run(ctx) }()
-	addr, srvDone, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Graphs: []*stream.Graph{g}, Metrics: []*observe.Metrics{m}})
+	addr, srvDone, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Graphs: []*stream.Graph{g}, Metrics: []*observe.Metrics{m},
+		HistoryInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A few samples of history before the page is loaded.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/history.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h observe.HistoryStatus
+		err = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(h.Times) >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d samples of history after 10 s", len(h.Times))
+		}
 	}
 	dir := t.ArtifactDir()
 	if d := os.Getenv("SLUICE_SCREENSHOT_DIR"); d != "" {
@@ -434,10 +464,10 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	}
 	shot := filepath.Join(dir, "status.png")
 	run := func(args ...string) string {
-		cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cctx, ccancel := context.WithTimeout(context.Background(), 25*time.Second)
 		defer ccancel()
 		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-			"--window-size=1100,560", "--virtual-time-budget=2500"}
+			"--window-size=1280,800", "--virtual-time-budget=3000"}
 		out, err := exec.CommandContext(cctx, chromium, append(base, args...)...).Output()
 		if err != nil {
 			t.Fatalf("chromium %v: %v", args, err)
@@ -445,20 +475,65 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 		return string(out)
 	}
 	url := "http://" + addr + "/status"
-	dom := run("--dump-dom", url)
-	for _, want := range []string{"deliveries", "generate", "parse", "schedule-drone", "checkpoint", "/s", "buffer",
-		// The lanes' numbers by level, in a table below the chain.
-		`data-level="schedule-drone/0"`, `data-level="schedule-drone/2"`, "lane_desired_workers", "lane_completed/s"} {
+	dom, _, _ := strings.Cut(run("--dump-dom", url), "<script") // what was drawn, not the script
+	for _, want := range []string{"deliveries", "parse", "schedule-drone", "checkpoint", "/s", "buffer",
+		// The lanes' numbers by level, named, with human headings.
+		`data-level="schedule-drone/high"`, `data-level="schedule-drone/low"`, "workers wanted", "calls completed /s",
+		"End-to-end latency", "Lag by partition", "Circuit breakers"} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
 		}
 	}
+	for _, unwanted := range []string{"lane_desired_workers", `data-level="schedule-drone/0"`} {
+		if strings.Contains(dom, unwanted) {
+			t.Errorf("rendered page shows %q", unwanted)
+		}
+	}
+	// Fan-in: the three level sources feed the priority source, each
+	// joined to it by an edge, not drawn as a chain after it.
+	if !strings.Contains(dom, `data-stage="priority" data-inputs="requests-high,requests-normal,requests-low"`) {
+		t.Errorf("the priority source is not drawn with its three inputs")
+	}
+	for _, from := range []string{"requests-high", "requests-normal", "requests-low"} {
+		if !strings.Contains(dom, fmt.Sprintf(`data-from="%s" data-to="priority"`, from)) {
+			t.Errorf("no edge from %s to the priority source", from)
+		}
+	}
+	// The charts draw data.
+	attr := func(chart, name string) int {
+		re := regexp.MustCompile(`data-chart="` + chart + `"[^>]*data-` + name + `="(\d+)"`)
+		mm := re.FindStringSubmatch(dom)
+		if mm == nil {
+			return -1
+		}
+		n, _ := strconv.Atoi(mm[1])
+		return n
+	}
+	for _, c := range []string{"io", "stages", "latency", "breakers", "outcomes", "level-done", "level-waiting"} {
+		if n, pts := attr(c, "series"), attr(c, "points"); n <= 0 || pts <= 0 {
+			t.Errorf("chart %s: %d series, %d points", c, n, pts)
+		}
+	}
+	if n := strings.Count(dom, `class="uplot`); n < 7 {
+		t.Errorf("%d charts drawn, want 7 at least", n)
+	}
 	// The dead-letter stage is drawn apart, in the failures row, after
-	// the main chain.
-	main, failures, ok := strings.Cut(dom, `class="chain failures"`)
+	// the main flow.
+	main, failures, ok := strings.Cut(dom, `class="row failures"`)
 	if !ok || !strings.Contains(failures, `data-stage="dead-letters"`) || strings.Contains(main, `data-stage="dead-letters"`) ||
 		!strings.Contains(main, `data-stage="checkpoint"`) {
-		t.Errorf("the failure path is not drawn apart:\n%s", dom)
+		t.Errorf("the failure path is not drawn apart")
+	}
+	// It fits the window: no horizontal scrolling at 1280x800.
+	sw := regexp.MustCompile(`data-scroll-width="(\d+)"`).FindStringSubmatch(dom)
+	ww := regexp.MustCompile(`data-window-width="(\d+)"`).FindStringSubmatch(dom)
+	if sw == nil || ww == nil {
+		t.Errorf("the page recorded no widths")
+	} else if a, b := atoi(sw[1]), atoi(ww[1]); a > b || b != 1280 {
+		t.Errorf("page %d px wide in a window of %d px, want it to fit 1280", a, b)
+	}
+	if t.Failed() {
+		t.Logf("rendered page:\n%s", dom)
 	}
 	run("--screenshot="+shot, url)
 	if fi, err := os.Stat(shot); err != nil || fi.Size() < 2000 {
@@ -472,6 +547,11 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	if err := <-srvDone; err != nil {
 		t.Fatal(err)
 	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // Two breakers of one name would publish the same series twice, and every
