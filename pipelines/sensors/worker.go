@@ -141,6 +141,8 @@ type Worker struct {
 	doneMu   sync.Mutex
 	lastDone map[int32]time.Time // when a minute of each partition was last written
 
+	g *stream.Graph // the pipeline Run builds and runs
+
 	unsentMu  sync.Mutex
 	unsentAt  time.Time       // when unsentBy was asked
 	unsentBy  map[int32]int64 // records not sent, per partition (kafka's Unsent)
@@ -192,8 +194,11 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, src: src, bal: bal, owners: owners, store: store, dl: dl, lat: make([]time.Duration, 4096),
-		lastDone: map[int32]time.Time{}}, nil
+		lastDone: map[int32]time.Time{}, g: stream.New(stream.WithPipeline("sensors"), stream.WithLogger(cfg.Logger))}, nil
 }
+
+// Graph returns the worker's pipeline, built by Run, for observe's /status.
+func (w *Worker) Graph() *stream.Graph { return w.g }
 
 // Store returns the aggregates' store.
 func (w *Worker) Store() *Store { return w.store }
@@ -217,7 +222,7 @@ func (w *Worker) Owned() []int32 {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.dl.Close()
 	defer w.src.Close()
-	g := stream.New(stream.WithPipeline("sensors"), stream.WithLogger(w.cfg.Logger))
+	g := w.g
 	records := stream.From(g, stream.Source[[]byte](w.bal), stream.Name("readings"))
 	readings := stream.Via(records, stream.FlowFunc[[]byte, Reading](w.parse), stream.Name("parse"))
 	kept := stream.Via(readings, flow.FilterMessages(w.keep), stream.Name("filter"))

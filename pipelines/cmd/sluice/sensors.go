@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-streams/sluice/pipelines/sensors"
 	"github.com/sluice-streams/sluice/source/kafka"
+	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
 
@@ -149,7 +150,7 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 		return nil
 	}
 	mux := sensors.PageMux(w.Store(), w.Owners(), partitions)
-	mux.Handle("/", observe.Handler(observe.ServerConfig{Gatherer: reg, Ready: ready}))
+	mux.Handle("/", observe.Handler(observe.ServerConfig{Gatherer: reg, Ready: ready, Graphs: []*stream.Graph{w.Graph()}}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() {

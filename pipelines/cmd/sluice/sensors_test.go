@@ -196,7 +196,7 @@ func TestSensorsWorkerAndLoadgen(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/homes": "<html", "/homes/api/home/h000001": `"home"`,
-		"/metrics": `sluice_sensors_partitions_held 4`} {
+		"/metrics": `sluice_sensors_partitions_held 4`, "/status.json": `"name":"window"`} {
 		if code, body := get(t, "http://"+addr+path); code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("GET %s: %d, want 200 with %q:\n%.400s", path, code, want, body)
 		}
