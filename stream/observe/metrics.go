@@ -1,8 +1,8 @@
 // Package observe makes a running pipeline visible: Prometheus metrics
 // (registered on a registry the caller gives, never only the global one),
 // health and readiness endpoints, and a live /status page that draws the
-// pipeline as a chain of stages with their rate, in-flight messages and
-// buffer fill.
+// pipeline's stages with their throughput, in-flight messages and buffer
+// fill, and charts of the last 15 minutes kept in memory (History).
 //
 // Register a pipeline once (Metrics.Register): every stage's counters are
 // exported, the engine reports durations for the histograms, and every
