@@ -32,6 +32,10 @@ type Graph struct {
 	draining <-chan struct{} // closed when Run was asked to stop; set by Run
 	started  atomic.Bool
 	mu       sync.Mutex // guards nodes and their ports against Stats while Run prepares
+	// build guards the lists Stats reads (the nodes, their inputs, the
+	// ports' outlets) against a pipeline still being built while a status
+	// page reads it. Taken after mu, never held while calling out.
+	build sync.Mutex
 }
 
 // Name returns the pipeline's name.
@@ -195,6 +199,8 @@ func (g *Graph) addNode(name string, source, failurePath bool) *node {
 		n.failPort = &port[Failure]{g: g, optional: true}
 		n.failPort.addOutlet(n.failOut)
 	}
+	g.build.Lock()
 	g.nodes = append(g.nodes, n)
+	g.build.Unlock()
 	return n
 }

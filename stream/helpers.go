@@ -24,7 +24,9 @@ func Merge[T any](first Stream[T], rest ...Stream[T]) Stream[T] {
 		s.p.connected = true
 		s.p.into = m
 		m.failurePath = m.failurePath || s.p.failurePath
+		g.build.Lock()
 		m.outlets = append(m.outlets, s.p.outlets...)
+		g.build.Unlock()
 	}
 	g.ports = append(g.ports, m)
 	return Stream[T]{p: m}

@@ -35,7 +35,9 @@ func (p *port[T]) addOutlet(o *Outlet[T]) {
 		p.into.addOutlet(o)
 		return
 	}
+	p.g.build.Lock()
 	p.outlets = append(p.outlets, o)
+	p.g.build.Unlock()
 	if p.pipe != nil {
 		p.bind(o)
 	}
@@ -75,6 +77,8 @@ func connect[T any](s Stream[T], n *node, capacity int) *Inlet[T] {
 		p.bind(o)
 	}
 	in := &Inlet[T]{p: p.pipe, node: n, from: p}
+	g.build.Lock()
 	n.ins = append(n.ins, in)
+	g.build.Unlock()
 	return in
 }

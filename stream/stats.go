@@ -48,6 +48,8 @@ func (s StageStats) InFlight() int64 {
 func (g *Graph) Stats() []StageStats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.build.Lock()
+	defer g.build.Unlock()
 	out := make([]StageStats, 0, len(g.nodes))
 	for _, n := range g.nodes {
 		s := StageStats{

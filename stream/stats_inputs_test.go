@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -59,5 +60,64 @@ func TestStatsInputs(t *testing.T) {
 		if !slices.Equal(got[name], want) {
 			t.Errorf("%s: inputs %v, want %v", name, got[name], want)
 		}
+	}
+}
+
+// A status page may read Stats while the pipeline is still being built
+// (a worker serving its page before Run builds the pipeline): run with
+// -race.
+func TestStatsWhileBuilding(t *testing.T) {
+	g := stream.New()
+	stop := make(chan struct{})
+	read := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				read <- n
+				return
+			default:
+				for _, s := range g.Stats() {
+					n += len(s.Inputs)
+				}
+			}
+		}
+	}()
+	var streams []stream.Stream[int]
+	for i := range 20 {
+		streams = append(streams, stream.From(g, stream.SourceFunc[int](func(context.Context, *stream.Outlet[int]) error { return nil }),
+			stream.Name(fmt.Sprint("source-", i))))
+	}
+	s := stream.Merge(streams[0], streams[1:]...)
+	for i := range 20 {
+		s = stream.Via(s, stream.FlowFunc[int, int](func(ctx context.Context, in *stream.Inlet[int], out *stream.Outlet[int]) error {
+			for {
+				b, err := in.Recv(ctx)
+				if err != nil {
+					return nil
+				}
+				for _, m := range b.Items {
+					if err := out.Send(ctx, m); err != nil {
+						return err
+					}
+				}
+			}
+		}), stream.Name(fmt.Sprint("step-", i)))
+	}
+	stream.To(s, stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+		for {
+			if _, err := in.Recv(ctx); err != nil {
+				return nil
+			}
+		}
+	}), stream.Name("end"))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-read
+	if got := g.Stats()[20].Inputs; len(got) != 20 {
+		t.Errorf("the first step reads %d sources, want 20", len(got))
 	}
 }
