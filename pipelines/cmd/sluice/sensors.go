@@ -150,7 +150,9 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 		return nil
 	}
 	mux := sensors.PageMux(w.Store(), w.Owners(), partitions)
-	mux.Handle("/", observe.Handler(observe.ServerConfig{Gatherer: reg, Ready: ready, Graphs: []*stream.Graph{w.Graph()}}))
+	hctx, stopHistory := context.WithCancel(ctx) // /status samples its history until the worker returns
+	defer stopHistory()
+	mux.Handle("/", observe.Handler(observe.ServerConfig{Gatherer: reg, Ready: ready, Graphs: []*stream.Graph{w.Graph()}, Context: hctx}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() {
