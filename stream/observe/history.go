@@ -188,25 +188,30 @@ func (h *History) Sample(now time.Time) {
 	h.n = min(h.n+1, h.size)
 	added := make([]seriesKey, 0)
 	for k := range vals {
-		if _, ok := h.series[k]; ok || len(h.series)+len(added) >= MaxHistorySeries {
-			continue
+		if _, ok := h.series[k]; !ok {
+			added = append(added, k)
 		}
-		added = append(added, k)
 	}
 	// New series in a stable order: by pipeline, kind, then the order of
 	// the pipeline's stages, then name.
 	rank := map[stageKey]int{}
 	for _, g := range h.graphs {
+		if len(added) == 0 {
+			break
+		}
 		for i, st := range g.Stats() {
 			rank[stageKey{g.Name(), st.Name}] = i
 		}
 	}
 	slices.SortFunc(added, func(a, b seriesKey) int {
-		return cmp.Or(cmp.Compare(a.pipeline, b.pipeline), cmp.Compare(a.kind, b.kind),
+		return cmp.Or(cmp.Compare(a.pipeline, b.pipeline), cmp.Compare(kindRank[a.kind], kindRank[b.kind]),
 			cmp.Compare(rank[stageKey{a.pipeline, a.stage}], rank[stageKey{b.pipeline, b.stage}]),
 			cmp.Compare(a.stage, b.stage), cmp.Compare(len(a.level), len(b.level)), cmp.Compare(a.level, b.level),
 			naturalCompare(a.name, b.name))
 	})
+	// Beyond the bound, the first in that order are kept (a stage's
+	// numbers before the lag of its partitions).
+	added = added[:max(0, min(len(added), MaxHistorySeries-len(h.series)))]
 	for _, k := range added {
 		s := &series{v: make([]float64, h.size)}
 		for i := range s.v {
@@ -232,6 +237,12 @@ func (h *History) Sample(now time.Time) {
 	}
 	h.order = kept
 }
+
+// kindRank orders the kinds of series: within the bound of series, the
+// stages' and the pipeline's own numbers come before those that grow with
+// the partitions and levels.
+var kindRank = map[string]int{SeriesHandled: 0, SeriesReceived: 1, SeriesInFlight: 2, SeriesBuffered: 3, SeriesLatency: 4,
+	SeriesOutcome: 5, SeriesBreaker: 6, SeriesLevel: 7, SeriesLag: 8}
 
 // throughput returns the latest handled rate of a stage and whether there
 // is one yet.

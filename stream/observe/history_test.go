@@ -250,3 +250,51 @@ func mustRequest(t *testing.T, path string) *http.Request {
 	}
 	return req
 }
+
+// partitions publishes the lag of many partitions: more series than a
+// history keeps.
+type partitions struct{ n int }
+
+func (p partitions) Run(ctx context.Context, out *stream.Outlet[int]) error { return nil }
+
+func (p partitions) Instrument(stage string, m stream.Meter) {
+	m.Collect(func(w stream.MetricWriter) {
+		for i := range p.n {
+			w.Gauge("sluice_kafka_lag", "Lag.", float64(i), stream.Label{Name: "stage", Value: stage},
+				stream.Label{Name: "topic", Value: "in"}, stream.Label{Name: "partition", Value: fmt.Sprint(i)})
+		}
+	})
+}
+
+// However many partitions a pipeline has, the history keeps at most
+// MaxHistorySeries series.
+func TestHistorySeriesAreBounded(t *testing.T) {
+	g := stream.New(stream.WithPipeline("wide"), stream.WithLogger(quiet))
+	stream.To(stream.From(g, stream.Source[int](partitions{n: observe.MaxHistorySeries + 500}), stream.Name("read")),
+		sink.Discard[int](), stream.Name("store"))
+	m, err := observe.New(prometheus.NewRegistry(), "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	h := observe.NewHistory([]*stream.Graph{g}, []*observe.Metrics{m}, time.Second, time.Minute)
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range 3 {
+		h.Sample(t0.Add(time.Duration(i) * time.Second))
+	}
+	st := h.Snapshot()
+	n, lags := len(st.Pipelines[0].Series), 0
+	for _, s := range st.Pipelines[0].Series {
+		if s.Kind == observe.SeriesLag {
+			lags++
+		}
+	}
+	if n > observe.MaxHistorySeries || lags < observe.MaxHistorySeries/2 {
+		t.Errorf("%d series (%d of lag), want at most %d", n, lags, observe.MaxHistorySeries)
+	}
+	if v := series(st, "wide", observe.SeriesLag, "", "in/2"); len(v) != 3 || v[2] != 2 {
+		t.Errorf("lag of in/2: %v, want 2", v)
+	}
+}
