@@ -1,0 +1,294 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+func (b *Balancer[T]) loop(ctx context.Context) {
+	defer close(b.loopDone)
+	defer b.listing.Wait()
+	for {
+		b.round(ctx)
+		b.refresh(ctx)
+		d := time.Duration(float64(b.cfg.Interval) * (0.9 + 0.2*b.rnd.Float64()))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-b.kick:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// refresh lists the stream's partitions again, in the background (a
+// broker that does not answer must not hold renewals up), so that
+// partitions added to the stream are claimed too.
+func (b *Balancer[T]) refresh(ctx context.Context) {
+	if !b.claiming.Load() || !b.busy.CompareAndSwap(false, true) {
+		return
+	}
+	b.listing.Add(1)
+	go func() {
+		defer b.listing.Done()
+		defer b.busy.Store(false)
+		lctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+		ps, err := b.src.Partitions(lctx)
+		cancel()
+		if err != nil {
+			b.log.Debug("listing the partitions failed; keeping the last list", "err", err)
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.cfg.Fixed == nil && len(ps) > len(b.parts) {
+			b.log.Info("the stream has new partitions", "partitions", len(ps), "were", len(b.parts))
+		}
+		b.parts = ps
+	}()
+}
+
+// round renews, stops what was refused, claims and starts. Its store
+// calls share one interval, so that the next renewal is sent at most 2.1
+// intervals after this one (see Config.Margin).
+func (b *Balancer[T]) round(ctx context.Context) {
+	b.stats.rounds.Add(1)
+	b.mu.Lock()
+	leases := b.leases()
+	parts := b.parts
+	b.mu.Unlock()
+	sent := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+	defer cancel()
+	table, outs, err := b.store.Renew(ctx, b.cfg.ID, parts, leases)
+	b.stats.lastRenew.Store(int64(time.Since(sent)))
+	if err != nil {
+		b.stats.renewFailures.Add(1)
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			b.log.Warn("renewal failed; partitions stop at the self-fence deadline unless one succeeds before", "err", err,
+				"deadline_in", b.untilDeadline())
+		}
+		return
+	}
+	b.mu.Lock()
+	for i, l := range leases {
+		if h := b.held[l.Partition]; h != nil && h.Epoch == l.Epoch && outs[i] != Accepted {
+			b.stop(l.Partition, StopRenewalRefused)
+		}
+	}
+	b.table = table
+	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp || table.Fresh {
+		b.streak = sent // a start, a comeback, or a store that lost its data
+	}
+	b.lastOK = sent
+	// Every live member renews (records its presence) at least every 1.1
+	// intervals: a table read that long after this member's renewals
+	// resumed shows them all.
+	stable := sent.Sub(b.streak) > b.cfg.Interval*11/10
+	if len(b.held) > 0 {
+		b.arm(sent)
+	}
+	b.mu.Unlock()
+	if b.claiming.Load() {
+		b.claim(ctx, sent, table, stable)
+	}
+	b.startWon(ctx)
+}
+
+// claim claims what this member lacks, from table. Unless stable, it
+// claims at most one partition by Plan: a member that starts, or comes
+// back after an outage longer than the expiration, may read a table in
+// which the presence of the others, back too, is not recorded yet (or
+// has lapsed), and would take every partition, for them to steal back
+// one per round. So for 1.1 intervals after its renewals start (or
+// resume), it claims one partition per round.
+func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, stable bool) {
+	b.mu.Lock()
+	var claims []Claim
+	kinds := map[int32]*atomic.Int64{}
+	for _, o := range table.Owners {
+		if b.held[o.Partition] == nil && o.Owner == b.cfg.ID && !o.Expired(b.exp) {
+			claims = append(claims, Claim{Partition: o.Partition, Version: o.Version}) // ours under another epoch: a rewind
+			kinds[o.Partition] = &b.stats.reclaimed
+		}
+	}
+	if b.cfg.Fixed != nil {
+		for _, o := range table.Owners {
+			if slices.Contains(b.cfg.Fixed, o.Partition) && b.held[o.Partition] == nil && kinds[o.Partition] == nil && o.Expired(b.exp) {
+				claims = append(claims, Claim{Partition: o.Partition, Version: o.Version})
+				kinds[o.Partition] = &b.stats.claimed
+			}
+		}
+	} else {
+		// Members starting at once may each see only themselves in
+		// their first table and claim every free partition: the version
+		// check gives each partition to one of them, and the steals of
+		// the next rounds even the shares out.
+		plan := Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd)
+		if !stable && len(plan) > 1 {
+			plan = plan[b.rnd.IntN(len(plan)):][:1]
+		}
+		for _, c := range plan {
+			if kinds[c.Partition] != nil {
+				continue
+			}
+			claims = append(claims, c)
+			kinds[c.Partition] = &b.stats.claimed
+			for _, o := range table.Owners {
+				if o.Partition == c.Partition && !o.Expired(b.exp) && o.Owner != b.cfg.ID {
+					kinds[c.Partition] = &b.stats.stolen
+				}
+			}
+		}
+	}
+	b.mu.Unlock()
+	if len(claims) == 0 {
+		return
+	}
+	won, err := b.store.Claim(ctx, b.cfg.ID, claims)
+	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			b.log.Warn("claim failed", "err", err)
+		}
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range won {
+		kinds[l.Partition].Add(1)
+		b.held[l.Partition] = &held{Lease: l, written: -1}
+		b.log.Info("partition claimed", "partition", l.Partition, "epoch", l.Epoch)
+	}
+	if len(won) > 0 {
+		b.arm(sent) // a claim is a renewal made after sent
+	}
+}
+
+// startWon reads the checkpoints of the leases won and not started yet
+// and starts their partitions there. A partition without a checkpoint
+// gets one first, if the source can resolve its configured start
+// (StartResolver): the offset is written under the lease, and the
+// partition starts only once that write is accepted.
+func (b *Balancer[T]) startWon(ctx context.Context) {
+	b.mu.Lock()
+	var ps []int32
+	for p, h := range b.held {
+		if !h.started {
+			ps = append(ps, p)
+		}
+	}
+	b.mu.Unlock()
+	if len(ps) == 0 {
+		return
+	}
+	slices.Sort(ps)
+	cks, err := b.store.Checkpoints(ctx, ps)
+	if err != nil {
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			b.log.Warn("reading checkpoints failed; the partitions won start at the next round", "err", err)
+		}
+		return
+	}
+	var missing []int32
+	b.mu.Lock()
+	for _, ck := range cks {
+		if last, ok := b.known[ck.Partition]; ok && ck.Offset < 0 && b.held[ck.Partition] != nil {
+			b.stats.checkpointsLost.Add(1)
+			b.log.Error("CHECKPOINT LOST: the store has no checkpoint for a partition that had one (the store lost its data: a restart without persistence, a failover); resuming from the last checkpoint this instance knew",
+				"partition", ck.Partition, "last_known_offset", last)
+		}
+		if ck.Offset < 0 {
+			missing = append(missing, ck.Partition)
+		}
+	}
+	known := 0
+	for _, p := range missing {
+		if _, ok := b.known[p]; ok {
+			known++
+		}
+	}
+	b.mu.Unlock()
+	r, resolves := b.src.(StartResolver)
+	if len(missing) > 0 && (resolves || known > 0) {
+		first := b.writeStarts(ctx, r, missing)
+		for i, ck := range cks {
+			if ck.Offset < 0 {
+				cks[i].Offset = -2 // not started this round
+				if off, ok := first[ck.Partition]; ok {
+					cks[i].Offset = off
+				}
+			}
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ck := range cks {
+		h := b.held[ck.Partition]
+		if h == nil || h.started || ck.Offset < -1 {
+			continue // stopped (or fenced) meanwhile, or its start not recorded yet
+		}
+		if ck.Offset >= 0 {
+			b.known[ck.Partition] = ck.Offset // the store's, a rewind's included
+		}
+		h.started, h.written = true, ck.Offset
+		b.src.Start(ck.Partition, ck.Offset)
+		b.log.Info("partition started", "partition", ck.Partition, "epoch", h.Epoch, "offset", ck.Offset)
+		if b.cfg.OnChange != nil {
+			b.cfg.OnChange(Change{Partition: ck.Partition, Epoch: h.Epoch, Started: true, Offset: ck.Offset})
+		}
+	}
+}
+
+// writeStarts records the first checkpoint of partitions without one,
+// under the leases held: the last checkpoint this instance knew of (the
+// store lost it), else the configured start resolved by r (nil: none).
+// It returns the offsets recorded.
+func (b *Balancer[T]) writeStarts(ctx context.Context, r StartResolver, ps []int32) map[int32]int64 {
+	offs := map[int32]int64{}
+	var resolve []int32
+	b.mu.Lock()
+	for _, p := range ps {
+		if off, ok := b.known[p]; ok {
+			offs[p] = off
+		} else {
+			resolve = append(resolve, p)
+		}
+	}
+	b.mu.Unlock()
+	if len(resolve) > 0 && r != nil {
+		got, err := r.StartOffsets(ctx, resolve)
+		if err != nil {
+			b.log.Warn("resolving the start of partitions without a checkpoint failed; those not resolved start at the next round", "partitions", resolve, "err", err)
+		}
+		for p, off := range got {
+			offs[p] = off
+		}
+	}
+	b.mu.Lock()
+	var writes []Write
+	for _, p := range ps {
+		h, off := b.held[p], offs[p]
+		if _, ok := offs[p]; ok && h != nil && !h.started && off >= 0 {
+			writes = append(writes, Write{Lease: h.Lease, Offset: off, Sequence: -1})
+		}
+	}
+	b.mu.Unlock()
+	outs, err := b.write(ctx, writes)
+	if err != nil {
+		b.log.Warn("recording the start of partitions without a checkpoint failed; they start at the next round", "err", err)
+		return nil
+	}
+	first := map[int32]int64{}
+	for i, w := range writes {
+		if outs[i] == Accepted {
+			first[w.Partition] = w.Offset
+		}
+	}
+	return first
+}
