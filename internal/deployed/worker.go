@@ -1,0 +1,80 @@
+package deployed
+
+import (
+	"fmt"
+	"net/http"
+	"syscall"
+	"time"
+)
+
+// Worker is one incarnation of a worker process.
+type Worker struct {
+	Which  string
+	Listen string // its metrics address
+	p      *proc
+}
+
+// StartWorker starts an incarnation of the delivery or supervisor worker
+// (with the same instance id as the last: static membership) and waits
+// until it is ready.
+func (s *System) StartWorker(which string) *Worker {
+	s.tb.Helper()
+	s.mu.Lock()
+	s.n[which]++
+	n := s.n[which]
+	s.mu.Unlock()
+	listen := fmt.Sprintf("127.0.0.1:%d", ports(s.tb, 1)[0])
+	args := []string{"run", which, "-brokers", s.Brokers, "-backends", s.Services, "-listen", listen,
+		"-instance-id", which + "-0"}
+	if which == "delivery" {
+		args = append(args, "-redis", s.Redis.Addr)
+		args = append(args, s.cfg.Delivery...)
+	}
+	args = append(args, s.cfg.Worker...)
+	w := &Worker{Which: which, Listen: listen, p: s.spawn(fmt.Sprintf("%s-%d", which, n), args...)}
+	s.mu.Lock()
+	s.workers[which] = w
+	s.mu.Unlock()
+	s.await(which+" worker", 60*time.Second, func() error {
+		select {
+		case <-w.p.done:
+			s.tb.Fatalf("the %s worker exited at start: %v (log %s)", which, w.p.cmd.ProcessState, s.logTail(fmt.Sprintf("%s-%d", which, n)))
+		default:
+		}
+		resp, err := http.Get("http://" + listen + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz %s", resp.Status)
+		}
+		return nil
+	})
+	return w
+}
+
+// Worker returns the running incarnation of which.
+func (s *System) Worker(which string) *Worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workers[which]
+}
+
+// Alive reports whether the incarnation is still running.
+func (w *Worker) Alive() bool {
+	select {
+	case <-w.p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the incarnation with sig (SIGKILL: a crash; SIGTERM: a
+// drain) and returns the CPU time it used (user and system).
+func (w *Worker) Stop(sig syscall.Signal) time.Duration {
+	w.p.stop(sig, 30*time.Second)
+	st := w.p.cmd.ProcessState
+	return st.UserTime() + st.SystemTime()
+}
