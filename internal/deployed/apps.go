@@ -17,6 +17,13 @@ import (
 	"github.com/sluice-streams/sluice/source/kafka"
 )
 
+// What the System knows of the apps built on sluice (the load generator's
+// record, the demo's verification, the delivery services' ledger and
+// faults) is in this file alone, so that the rest of the package is a
+// harness of processes, broker and metrics that knows no app. internal/
+// should not depend on pipelines/: these methods belong with their
+// callers (the end-to-end test of the workers, the deployed benchmark).
+
 // Load runs `sluice loadgen` with args (besides -brokers and -record) to
 // its end and returns what it sent.
 func (s *System) Load(ctx context.Context, args ...string) (*loadgen.Sent, error) {
@@ -134,4 +141,15 @@ func (s *System) Fault(ctx context.Context, f delivery.Fault) (delivery.Schedule
 func (s *System) ClearFaults(ctx context.Context) error {
 	_, err := delivery.ClearFaults(ctx, http.DefaultClient, s.Admin)
 	return err
+}
+
+// servicesUp says whether the services serve their ledger, on their
+// address and on the admin one.
+func (s *System) servicesUp() error {
+	for _, base := range []string{s.Services, s.Admin} {
+		if _, err := delivery.FetchLedgerTotals(context.Background(), http.DefaultClient, base); err != nil {
+			return err
+		}
+	}
+	return nil
 }

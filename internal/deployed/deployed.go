@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -29,7 +28,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/pipelines/delivery"
 )
 
 // Config shapes a system.
@@ -82,46 +80,59 @@ func Start(tb testing.TB, bin string, cfg Config) *System {
 	s := &System{tb: tb, bin: bin, dir: tb.TempDir(), cfg: cfg, workers: map[string]*Worker{}, n: map[string]int{}}
 	tb.Cleanup(s.stop)
 	ps := ports(tb, 3)
-	s.Brokers = fmt.Sprintf("127.0.0.1:%d", ps[0])
-	s.procs = append(s.procs, s.spawn("broker", "broker", "-port", fmt.Sprint(ps[0]), "-partitions", fmt.Sprint(cfg.Partitions)))
-	s.Services = fmt.Sprintf("http://127.0.0.1:%d", ps[1])
+	s.startBroker(ps[0])
+	s.startServices(ps[1], ps[2])
+	s.Redis = testenv.StartDurableRedis(tb)
+	s.connect()
+	s.await("the broker and its topics", 30*time.Second, s.topicsUp)
+	s.await("the services", 30*time.Second, s.servicesUp)
+	s.StartWorker("delivery")
+	s.StartWorker("supervisor")
+	return s
+}
+
+// startBroker starts `sluice broker` on port.
+func (s *System) startBroker(port int) {
+	s.Brokers = fmt.Sprintf("127.0.0.1:%d", port)
+	s.procs = append(s.procs, s.spawn("broker", "broker", "-port", fmt.Sprint(port), "-partitions", fmt.Sprint(s.cfg.Partitions)))
+}
+
+// startServices starts `sluice services` on port, with its admin address
+// on adminPort if the binary has one.
+func (s *System) startServices(port, adminPort int) {
+	s.Services = fmt.Sprintf("http://127.0.0.1:%d", port)
 	services := []string{"services", "-listen", s.Services[len("http://"):]}
-	if hasAdminAddress(bin) {
-		s.Admin = fmt.Sprintf("http://127.0.0.1:%d", ps[2])
+	if hasAdminAddress(s.bin) {
+		s.Admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 		services = append(services, "-admin-listen", s.Admin[len("http://"):])
 	} else {
 		s.Admin = s.Services // a binary from before the admin address: no faults
 	}
-	s.procs = append(s.procs, s.spawn("services", append(services, cfg.Services...)...))
-	s.Redis = testenv.StartDurableRedis(tb)
+	s.procs = append(s.procs, s.spawn("services", append(services, s.cfg.Services...)...))
+}
+
+// connect opens the client and the admin client of the broker.
+func (s *System) connect() {
 	var err error
 	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.Brokers)); err != nil {
-		tb.Fatal(err)
+		s.tb.Fatal(err)
 	}
 	s.adm = kadm.NewClient(s.kcl)
-	s.await("the broker and its topics", 30*time.Second, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		ts, err := s.adm.ListTopics(ctx)
-		if err != nil {
-			return err
-		}
-		if !ts.Has(RequestsTopic) {
-			return errors.New("no " + RequestsTopic + " yet")
-		}
-		return nil
-	})
-	s.await("the services", 30*time.Second, func() error {
-		for _, base := range []string{s.Services, s.Admin} {
-			if _, err := delivery.FetchLedgerTotals(context.Background(), http.DefaultClient, base); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	s.StartWorker("delivery")
-	s.StartWorker("supervisor")
-	return s
+}
+
+// topicsUp says whether the broker answers and has created the requests
+// topic.
+func (s *System) topicsUp() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ts, err := s.adm.ListTopics(ctx)
+	if err != nil {
+		return err
+	}
+	if !ts.Has(RequestsTopic) {
+		return errors.New("no " + RequestsTopic + " yet")
+	}
+	return nil
 }
 
 // hasAdminAddress reports whether the binary's services take
