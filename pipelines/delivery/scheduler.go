@@ -2,8 +2,6 @@ package delivery
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"slices"
 	"time"
 
@@ -40,70 +38,41 @@ type Scheduler struct {
 // request's level from its own priority (else its topic's, or Normal),
 // prioritize from its own priority or its owner's tier (PriorityOf).
 func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
-	if cfg.Parallelism == 0 {
-		cfg.Parallelism = DefaultParallelism
+	cfg.setDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if cfg.LatencyTarget == 0 {
-		cfg.LatencyTarget = 100 * time.Millisecond
+	if err := cfg.joinLevelCommitters(); err != nil {
+		return nil, err
 	}
-	if cfg.Retry == nil {
-		p := DefaultRetry()
-		cfg.Retry = &p
+	g := stream.New(cfg.graphOptions()...)
+	// A parked request is replayed at its time, or at once when the
+	// service of the step it failed at is back (its breaker closed again);
+	// one that comes back past its deadline is compensated.
+	recovered := backpressure.NewRecovery()
+	valid, committer := readRequests(g, cfg, recovered)
+	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
+		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
+	s, err := sch.addSteps(valid, cfg, recovered)
+	if err != nil {
+		return nil, err
 	}
-	if err := CheckRetry(*cfg.Retry); err != nil {
-		return nil, fmt.Errorf("delivery scheduler: Retry: %w", err)
+	if cfg.LevelStats != nil {
+		s = stream.Via(s, countLevels(cfg.LevelStats), stream.Name("levels"))
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.ReplayAfter == 0 {
-		cfg.ReplayAfter = 2 * time.Second
-	}
-	if cfg.MaxReplayDelay == 0 {
-		cfg.MaxReplayDelay = time.Minute
-	}
-	if cfg.DefaultHorizon == 0 {
-		cfg.DefaultHorizon = DefaultHorizon
-	}
-	if cfg.MaxParkings < 0 || cfg.DefaultHorizon < 0 {
-		return nil, fmt.Errorf("delivery scheduler: MaxParkings %d and DefaultHorizon %v must not be negative", cfg.MaxParkings, cfg.DefaultHorizon)
-	}
-	if cfg.MaxStoreOutage == 0 {
-		cfg.MaxStoreOutage = 2 * time.Minute
-	}
-	if cfg.StaleAfter == 0 {
-		cfg.StaleAfter = 10 * time.Second
-	}
-	if cfg.ParkTopic != "" && (cfg.Replay == nil || cfg.ReplayCommitter == nil) {
-		return nil, fmt.Errorf("delivery scheduler: ParkTopic %q needs Replay and ReplayCommitter, to read it back", cfg.ParkTopic)
-	}
-	switch {
-	case cfg.Source != nil && cfg.Levels != nil:
-		return nil, fmt.Errorf("delivery scheduler: give Source or Levels, not both")
-	case cfg.Levels != nil && len(cfg.Levels) != Levels:
-		return nil, fmt.Errorf("delivery scheduler: %d Levels, want %d (high, normal, low)", len(cfg.Levels), Levels)
-	}
-	if cfg.Levels != nil && cfg.Committer == nil {
-		cs := make([]stream.Committer, len(cfg.Levels))
-		for l, lv := range cfg.Levels {
-			c, ok := lv.Source.(stream.Committer)
-			if !ok {
-				return nil, fmt.Errorf("delivery scheduler: level %d's source is no stream.Committer: give Committer", l)
-			}
-			cs[l] = c
+	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond))
+	stream.To(s, ck, stream.Name("checkpoint"))
+	routeFailures(g, cfg, sch.ahead, recovered)
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(g); err != nil {
+			return nil, err
 		}
-		cfg.Committer = stream.Committers(cs...)
 	}
-	if cfg.Policy.Levels() == 0 {
-		cfg.Policy = DefaultPolicy()
-	}
-	if cfg.Reserve == nil {
-		cfg.Reserve = DefaultReserve
-	}
-	cfg.Reserve = fitReserve(cfg.Reserve, cfg.Parallelism)
-	if cfg.Buffer == 0 {
-		cfg.Buffer = min(DefaultBuffer, max(16, cfg.Parallelism/2))
-	}
+	return sch, nil
+}
+
+// graphOptions are the options of the scheduler's graph.
+func (cfg *SchedulerConfig) graphOptions() []stream.Option {
 	opts := []stream.Option{stream.WithPipeline("delivery"), stream.WithLogger(cfg.Logger), stream.WithCapacity(cfg.Buffer)}
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
@@ -111,7 +80,18 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	if cfg.Observer != nil {
 		opts = append(opts, stream.WithObserver(cfg.Observer))
 	}
-	g := stream.New(opts...)
+	return opts
+}
+
+// readRequests adds the sources of the requests to g, the parking's
+// replays merged in if it parks, and returns the requests parsed and the
+// committer of everything they read.
+//
+// A request travels the steps as one *Progress: each step records what
+// it did in place, only on success, so a retry or a failure still sees
+// the steps done before it. It keeps the record's bytes, which a
+// parking writes back as they came.
+func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.Recovery) (stream.Stream[*Progress], stream.Committer) {
 	var reqs stream.Stream[[]byte]
 	if cfg.Levels != nil {
 		levels := make([]source.Level[[]byte], len(cfg.Levels))
@@ -125,49 +105,39 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 	} else {
 		reqs = stream.From(g, cfg.Source, stream.Name("requests"))
 	}
-	committer := cfg.Committer
-	// A request travels the steps as one *Progress: each step records what
-	// it did in place, only on success, so a retry or a failure still sees
-	// the steps done before it. It keeps the record's bytes, which a
-	// parking writes back as they came.
 	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("parse"))
-	// A parked request is replayed at its time, or at once when the
-	// service of the step it failed at is back (its breaker closed again);
-	// one that comes back past its deadline is compensated.
-	recovered := backpressure.NewRecovery()
-	if cfg.ParkTopic != "" {
-		replays := stream.From(g, cfg.Replay, stream.Name("replays"))
-		due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(recovered.At), flow.Recheck(recovered.C())),
-			stream.Name("replay-delay"))
-		if cfg.Levels != nil {
-			// A replay has no topic of a level: Normal, until its own
-			// priority or its tier says.
-			due = stream.Via(due, flow.Prioritize(Levels, func([]byte) (int, error) { return Normal, nil }), stream.Name("replay-level"))
-		}
-		parsed := stream.Via(due, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("replay-parse"))
-		late := &lateReplays{horizon: cfg.DefaultHorizon, now: time.Now}
-		valid = stream.Merge(valid, stream.Via(parsed, late.stage(), stream.Name("replay-deadline")))
-		committer = stream.Committers(cfg.Committer, cfg.ReplayCommitter)
+	if cfg.ParkTopic == "" {
+		return valid, cfg.Committer
 	}
-	sch := &Scheduler{Graph: g, Steps: map[Step]*flow.Async[*Progress, *Progress]{},
-		Breakers: map[Step]*backpressure.Breaker{}, Limits: map[Step]*backpressure.Adaptive{}}
-	// Every request a level's topic holds unread has every step ahead of
-	// it: the steps' desired workers count it (sluice_lane_desired_workers).
-	var backlog func(level int) int64
-	if lags := levelLags(cfg.Levels); lags != nil {
-		backlog = func(l int) int64 {
-			if l < len(lags) && lags[l] != nil {
-				return lags[l].Lag()
-			}
-			return 0
-		}
-	}
+	return stream.Merge(valid, readReplays(g, cfg, recovered)), stream.Committers(cfg.Committer, cfg.ReplayCommitter)
+}
 
-	b := cfg.Backends
-	steps := []struct {
-		step Step
-		fn   stepFunc
-	}{
+// readReplays adds the replays of parked requests to g: each waits for
+// its time, or for its step's service to be back, and one that comes
+// back past its deadline fails.
+func readReplays(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.Recovery) stream.Stream[*Progress] {
+	replays := stream.From(g, cfg.Replay, stream.Name("replays"))
+	due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(recovered.At), flow.Recheck(recovered.C())),
+		stream.Name("replay-delay"))
+	if cfg.Levels != nil {
+		// A replay has no topic of a level: Normal, until its own
+		// priority or its tier says.
+		due = stream.Via(due, flow.Prioritize(Levels, func([]byte) (int, error) { return Normal, nil }), stream.Name("replay-level"))
+	}
+	parsed := stream.Via(due, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("replay-parse"))
+	late := &lateReplays{horizon: cfg.DefaultHorizon, now: time.Now}
+	return stream.Via(parsed, late.stage(), stream.Name("replay-deadline"))
+}
+
+// namedStep is a step and the call to its service.
+type namedStep struct {
+	step Step
+	fn   stepFunc
+}
+
+// stepCalls returns the steps in their order, each with its call to b.
+func stepCalls(b Backends) []namedStep {
+	return []namedStep{
 		{StepAccount, func(ctx context.Context, p *Progress) error {
 			acct, err := b.Accounts.Check(ctx, p.Request.Owner)
 			if err == nil {
@@ -196,81 +166,110 @@ func NewScheduler(cfg SchedulerConfig) (*Scheduler, error) {
 			return b.Deliveries.Put(ctx, p.Request.ID, *p)
 		}},
 	}
+}
+
+// addSteps chains the steps after s, in their order, and returns their
+// output.
+func (sch *Scheduler) addSteps(s stream.Stream[*Progress], cfg SchedulerConfig, recovered *backpressure.Recovery) (stream.Stream[*Progress], error) {
+	backlog := levelBacklog(cfg.Levels)
 	waiter := &storeWaiter{limit: cfg.MaxStoreOutage}
-	s := valid
-	for _, st := range steps {
-		fn := st.fn
-		step := st.step
-		keyed := false
-		if cfg.Steps != nil && slices.Contains(cfg.NonIdempotent, step) {
-			rs := &recordedStep{store: cfg.Steps, wait: waiter, step: step, call: fn, staleAfter: cfg.StaleAfter}
-			if step == StepDrone {
-				rs.lookup = func(ctx context.Context, p *Progress) (string, bool, error) {
-					return b.Drones.Booking(ctx, p.Request.ID)
-				}
-			}
-			fn = rs.run
-			keyed = true
-		}
-		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step), MaxOpenFor: breakerMaxOpen,
-			OnStateChange: recovered.OnStateChange})
+	for _, st := range stepCalls(cfg.Backends) {
+		a, err := sch.newStep(st, cfg, waiter, recovered, backlog)
 		if err != nil {
-			return nil, err
+			return s, err
 		}
-		lo := min(cfg.Parallelism, minLimit)
-		lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: cfg.LatencyTarget,
-			Initial: max(lo, min(cfg.Parallelism, initialLimit)), Min: lo, Max: cfg.Parallelism})
-		if err != nil {
-			return nil, err
-		}
-		sch.Breakers[step], sch.Limits[step] = br, lim
-		// Each attempt is timed from its send: the backends say when (the HTTP
-		// client once the request is written, the simulated services when
-		// called), so a worker short of CPU or connections makes a call wait,
-		// not time out; and the limit follows the service's latency.
-		// Lanes: a freed slot goes to the highest level waiting, beyond
-		// the slots reserved for the others while they wait.
-		aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(),
-			flow.Breaker(br), flow.WithLimiter(lim), flow.Lanes(backpressure.StrictPriority(Levels), cfg.Reserve...)}
-		if backlog != nil {
-			aopts = append(aopts, flow.LaneScaling(0, backlog))
-		}
-		call := func(ctx context.Context, p *Progress) (*Progress, error) {
-			if err := fn(ctx, p); err != nil {
-				return p, err
-			}
-			p.Done = append(p.Done, step)
-			return p, nil
-		}
-		var a *flow.Async[*Progress, *Progress]
-		if keyed {
-			// One call at a time per delivery: two copies of a request (a
-			// duplicate) must not both find the step unrecorded and both
-			// run it.
-			a = flow.MapAsyncByKey(cfg.Parallelism, func(m *stream.Message[*Progress]) string { return m.Value.Request.ID }, call, aopts...)
-		} else {
-			a = flow.MapAsync(cfg.Parallelism, call, aopts...)
-		}
-		sch.Steps[step] = a
-		s = stream.Via(s, a, stream.Name(string(step)))
-		if step == StepAccount {
+		s = stream.Via(s, a, stream.Name(string(st.step)))
+		if st.step == StepAccount {
 			// The owner's tier is known: from here on a request is served
 			// at its own priority's level, or its tier's.
 			s = stream.Via(s, flow.Prioritize(Levels, PriorityOf), stream.Name("prioritize"))
 		}
 	}
-	if cfg.LevelStats != nil {
-		s = stream.Via(s, countLevels(cfg.LevelStats), stream.Name("levels"))
+	return s, nil
+}
+
+// levelBacklog returns how many requests a level's topic holds unread,
+// nil if no level's source tells. Every such request has every step
+// ahead of it: the steps' desired workers count it
+// (sluice_lane_desired_workers).
+func levelBacklog(levels []source.Level[[]byte]) func(level int) int64 {
+	lags := levelLags(levels)
+	if lags == nil {
+		return nil
 	}
-	ck := checkpoint.New[*Progress](committer, checkpoint.Interval(200*time.Millisecond))
-	stream.To(s, ck, stream.Name("checkpoint"))
-	routeFailures(g, cfg, sch.ahead, recovered)
-	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(g); err != nil {
-			return nil, err
+	return func(l int) int64 {
+		if l < len(lags) && lags[l] != nil {
+			return lags[l].Lag()
+		}
+		return 0
+	}
+}
+
+// newStep returns the stage of one step: its call, recorded in the step
+// store if it is not idempotent, behind the step's breaker and adaptive
+// limit (which it records in sch), with the retry policy and the lanes
+// of the levels.
+func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWaiter, recovered *backpressure.Recovery,
+	backlog func(level int) int64) (*flow.Async[*Progress, *Progress], error) {
+	step := st.step
+	fn, keyed := recordStep(st, cfg, waiter)
+	br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: string(step), MaxOpenFor: breakerMaxOpen,
+		OnStateChange: recovered.OnStateChange})
+	if err != nil {
+		return nil, err
+	}
+	lo := min(cfg.Parallelism, minLimit)
+	lim, err := backpressure.NewAdaptive(backpressure.AdaptiveConfig{Target: cfg.LatencyTarget,
+		Initial: max(lo, min(cfg.Parallelism, initialLimit)), Min: lo, Max: cfg.Parallelism})
+	if err != nil {
+		return nil, err
+	}
+	sch.Breakers[step], sch.Limits[step] = br, lim
+	// Each attempt is timed from its send: the backends say when (the HTTP
+	// client once the request is written, the simulated services when
+	// called), so a worker short of CPU or connections makes a call wait,
+	// not time out; and the limit follows the service's latency.
+	// Lanes: a freed slot goes to the highest level waiting, beyond
+	// the slots reserved for the others while they wait.
+	aopts := []flow.AsyncOption{flow.Retry(*cfg.Retry), flow.TimeoutFromSend(),
+		flow.Breaker(br), flow.WithLimiter(lim), flow.Lanes(backpressure.StrictPriority(Levels), cfg.Reserve...)}
+	if backlog != nil {
+		aopts = append(aopts, flow.LaneScaling(0, backlog))
+	}
+	call := func(ctx context.Context, p *Progress) (*Progress, error) {
+		if err := fn(ctx, p); err != nil {
+			return p, err
+		}
+		p.Done = append(p.Done, step)
+		return p, nil
+	}
+	var a *flow.Async[*Progress, *Progress]
+	if keyed {
+		// One call at a time per delivery: two copies of a request (a
+		// duplicate) must not both find the step unrecorded and both
+		// run it.
+		a = flow.MapAsyncByKey(cfg.Parallelism, func(m *stream.Message[*Progress]) string { return m.Value.Request.ID }, call, aopts...)
+	} else {
+		a = flow.MapAsync(cfg.Parallelism, call, aopts...)
+	}
+	sch.Steps[step] = a
+	return a, nil
+}
+
+// recordStep returns the call of a step: recorded in the step store if
+// the step is not idempotent (keyed, then, by request), else its own.
+func recordStep(st namedStep, cfg SchedulerConfig, waiter *storeWaiter) (fn stepFunc, keyed bool) {
+	if cfg.Steps == nil || !slices.Contains(cfg.NonIdempotent, st.step) {
+		return st.fn, false
+	}
+	rs := &recordedStep{store: cfg.Steps, wait: waiter, step: st.step, call: st.fn, staleAfter: cfg.StaleAfter}
+	if st.step == StepDrone {
+		b := cfg.Backends
+		rs.lookup = func(ctx context.Context, p *Progress) (string, bool, error) {
+			return b.Drones.Booking(ctx, p.Request.ID)
 		}
 	}
-	return sch, nil
+	return rs.run, true
 }
 
 // ahead is how long a request's steps take at most now: the sum of their

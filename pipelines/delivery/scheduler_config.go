@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -200,3 +201,83 @@ const DefaultBuffer = 512
 // after its first failure a request without a deadline may still be
 // replayed.
 const DefaultHorizon = time.Hour
+
+// setDefaults fills in the fields left zero.
+func (cfg *SchedulerConfig) setDefaults() {
+	if cfg.Parallelism == 0 {
+		cfg.Parallelism = DefaultParallelism
+	}
+	if cfg.LatencyTarget == 0 {
+		cfg.LatencyTarget = 100 * time.Millisecond
+	}
+	if cfg.Retry == nil {
+		p := DefaultRetry()
+		cfg.Retry = &p
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReplayAfter == 0 {
+		cfg.ReplayAfter = 2 * time.Second
+	}
+	if cfg.MaxReplayDelay == 0 {
+		cfg.MaxReplayDelay = time.Minute
+	}
+	if cfg.DefaultHorizon == 0 {
+		cfg.DefaultHorizon = DefaultHorizon
+	}
+	if cfg.MaxStoreOutage == 0 {
+		cfg.MaxStoreOutage = 2 * time.Minute
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 10 * time.Second
+	}
+	if cfg.Policy.Levels() == 0 {
+		cfg.Policy = DefaultPolicy()
+	}
+	if cfg.Reserve == nil {
+		cfg.Reserve = DefaultReserve
+	}
+	cfg.Reserve = fitReserve(cfg.Reserve, cfg.Parallelism)
+	if cfg.Buffer == 0 {
+		cfg.Buffer = min(DefaultBuffer, max(16, cfg.Parallelism/2))
+	}
+}
+
+// check returns what is wrong with a config whose defaults are set.
+func (cfg *SchedulerConfig) check() error {
+	if err := CheckRetry(*cfg.Retry); err != nil {
+		return fmt.Errorf("delivery scheduler: Retry: %w", err)
+	}
+	if cfg.MaxParkings < 0 || cfg.DefaultHorizon < 0 {
+		return fmt.Errorf("delivery scheduler: MaxParkings %d and DefaultHorizon %v must not be negative", cfg.MaxParkings, cfg.DefaultHorizon)
+	}
+	if cfg.ParkTopic != "" && (cfg.Replay == nil || cfg.ReplayCommitter == nil) {
+		return fmt.Errorf("delivery scheduler: ParkTopic %q needs Replay and ReplayCommitter, to read it back", cfg.ParkTopic)
+	}
+	switch {
+	case cfg.Source != nil && cfg.Levels != nil:
+		return fmt.Errorf("delivery scheduler: give Source or Levels, not both")
+	case cfg.Levels != nil && len(cfg.Levels) != Levels:
+		return fmt.Errorf("delivery scheduler: %d Levels, want %d (high, normal, low)", len(cfg.Levels), Levels)
+	}
+	return nil
+}
+
+// joinLevelCommitters sets Committer, if Levels are given without one, to
+// the levels' sources' own, joined.
+func (cfg *SchedulerConfig) joinLevelCommitters() error {
+	if cfg.Levels == nil || cfg.Committer != nil {
+		return nil
+	}
+	cs := make([]stream.Committer, len(cfg.Levels))
+	for l, lv := range cfg.Levels {
+		c, ok := lv.Source.(stream.Committer)
+		if !ok {
+			return fmt.Errorf("delivery scheduler: level %d's source is no stream.Committer: give Committer", l)
+		}
+		cs[l] = c
+	}
+	cfg.Committer = stream.Committers(cs...)
+	return nil
+}
