@@ -1,0 +1,41 @@
+package sensors
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+)
+
+// servePage serves the residents' page on cfg.Listen and prints its
+// address; the returned func stops it.
+func (d *demo) servePage(store *Store, owners *redisstore.Store, partitions []int32) (func(), error) {
+	ln, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("serving the page on %s: %w", d.cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: PageMux(store, owners, partitions), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Fprintf(d.out, "residents' page: http://%s/homes\n", ln.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// PageMux serves the residents' page (NewPage) under /homes, with / sent
+// there.
+func PageMux(store *Store, owners *redisstore.Store, partitions []int32) *http.ServeMux {
+	page := NewPage(store, owners, partitions)
+	mux := http.NewServeMux()
+	mux.Handle("/homes", page)
+	mux.Handle("/homes/", page)
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/homes", http.StatusFound)
+	})
+	return mux
+}
