@@ -9,10 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
@@ -50,66 +48,27 @@ func RunDemo(ctx context.Context, cfg DemoConfig, out io.Writer) (DemoSummary, e
 	}
 	cfg.defaults()
 	out = &lockedWriter{w: out}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, DefaultTopic),
-		kfake.SeedTopics(4, DefaultDeadLetterTopic))
-	if err != nil {
-		return DemoSummary{}, fmt.Errorf("starting the embedded broker: %w", err)
-	}
-	defer cluster.Close()
-	mr, err := miniredis.Run()
-	if err != nil {
-		return DemoSummary{}, fmt.Errorf("starting the embedded Redis: %w", err)
-	}
-	defer mr.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), PoolSize: 64})
-	defer rdb.Close()
-	span := time.Duration(cfg.simMinutes()) * time.Minute
-	store, err := NewStore(rdb, DefaultNamespace, max(DefaultRetention, span+10*time.Minute))
+	env, err := startDemoEnv(cfg)
 	if err != nil {
 		return DemoSummary{}, err
 	}
-	owners, err := redisstore.New(redisstore.Config{Client: rdb, Namespace: DefaultNamespace, Stream: DefaultTopic,
-		Group: DefaultGroup, Expiration: cfg.Expiration})
+	defer env.close()
+	d, err := newDemo(cfg, out, env)
 	if err != nil {
-		return DemoSummary{}, err
-	}
-	gcfg := cfg.genConfig(time.Now())
-	gen, err := NewGenerator(gcfg)
-	if err != nil {
-		return DemoSummary{}, err
-	}
-	d := &demo{cfg: cfg, out: out, brokers: cluster.ListenAddrs(), rdb: rdb, gen: gen, simStart: gcfg.Start,
-		ended: make(chan instanceEnd, 16)}
-	if d.dead, err = followDeadLetters(d.brokers, DefaultDeadLetterTopic); err != nil {
 		return DemoSummary{}, err
 	}
 	defer d.dead.close()
-	fmt.Fprintf(out, "embedded broker (kfake) on %s: %s with %d partitions; embedded Redis (miniredis) on %s\n",
-		strings.Join(d.brokers, ","), DefaultTopic, cfg.Partitions, mr.Addr())
-	partitions := make([]int32, cfg.Partitions)
-	for i := range partitions {
-		partitions[i] = int32(i)
-	}
 	if cfg.Listen != "" {
-		stopPage, err := d.servePage(store, owners, partitions)
+		stopPage, err := d.servePage(env.store, env.owners, partitionsOf(cfg.Partitions))
 		if err != nil {
 			return DemoSummary{}, err
 		}
 		defer stopPage()
 	}
 	defer d.stopAll()
-	for range cfg.Instances {
-		if err := d.startInstance(ctx); err != nil {
-			return DemoSummary{}, err
-		}
+	if err := d.startInstances(ctx); err != nil {
+		return DemoSummary{}, err
 	}
-	fmt.Fprintf(out, "%d instances (%s), ownership interval %v, lease %v; %d homes x %d kinds, compression %v, %d simulated minutes in %v",
-		cfg.Instances, d.names(), cfg.Interval, cfg.Expiration, cfg.Homes, cfg.Kinds, cfg.Compression, cfg.simMinutes(),
-		time.Duration(float64(span)/cfg.Compression).Round(time.Millisecond))
-	if cfg.AddKindAfter > 0 && cfg.Kinds < NumKinds {
-		fmt.Fprintf(out, ", a kind more after %v", cfg.AddKindAfter)
-	}
-	fmt.Fprintln(out)
 
 	sum := DemoSummary{Homes: cfg.Homes, Kinds: cfg.Kinds, Minutes: cfg.simMinutes()}
 	d.start = time.Now()
@@ -124,62 +83,18 @@ func RunDemo(ctx context.Context, cfg DemoConfig, out io.Writer) (DemoSummary, e
 		return sum, err
 	}
 	defer producer.Close()
-	d.start, d.lastAt = time.Now(), time.Now()
-	genCtx, stopGen := context.WithCancel(ctx)
-	genDone := make(chan error, 1)
-	go func() { genDone <- gen.Run(genCtx, producer, cfg.simMinutes()) }()
-	loading := true
-	defer func() {
-		if loading { // a failure cut the load short: it ends before its producer closes
-			stopGen()
-			<-genDone
-		}
-		stopGen()
-	}()
-	var tick <-chan time.Time
-	if cfg.Every > 0 {
-		t := time.NewTicker(cfg.Every)
-		defer t.Stop()
-		tick = t.C
-	}
-	stopAt := time.After(cfg.Duration / 3)
-	joinAt := time.After(2 * cfg.Duration / 3)
-	var loadErr error
-	for loading {
-		select {
-		case <-tick:
-			fmt.Fprintln(out, d.line())
-		case <-stopAt:
-			in := d.instances[1]
-			fmt.Fprintf(out, "%5.1fs stopping %s gracefully (holding %d partitions): final checkpoints, then its partitions are let go\n",
-				d.elapsed(), in.id, len(in.w.Owned()))
-			in.stopping = true
-			in.cancel()
-		case <-joinAt:
-			if err := d.startInstance(ctx); err != nil {
-				return sum, err
-			}
-			in := d.instances[len(d.instances)-1]
-			fmt.Fprintf(out, "%5.1fs %s joins\n", d.elapsed(), in.id)
-		case e := <-d.ended:
-			if err := d.onEnd(e); err != nil {
-				return sum, err
-			}
-		case loadErr = <-genDone:
-			loading = false
-		}
-	}
-	sum.Load = time.Since(d.start)
-	if loadErr != nil {
-		return sum, loadErr
+	tick, stopTick := statusTicker(cfg.Every)
+	defer stopTick()
+	if err := d.load(ctx, &sum, producer, tick); err != nil {
+		return sum, err
 	}
 	if ctx.Err() != nil {
 		return d.interrupted(sum), nil
 	}
 	fmt.Fprintf(out, "%5.1fs load sent: %d records; waiting for every checkpoint to reach its log's end (at most %v)\n",
-		d.elapsed(), gen.Sent(), cfg.Drain)
+		d.elapsed(), d.gen.Sent(), cfg.Drain)
 	loaded := time.Now()
-	behind, err := d.drain(ctx, owners, tick)
+	behind, err := d.drain(ctx, env.owners, tick)
 	if err != nil {
 		return sum, err
 	}
@@ -191,21 +106,124 @@ func RunDemo(ctx context.Context, cfg DemoConfig, out io.Writer) (DemoSummary, e
 		return sum, err
 	}
 	d.summarize(&sum)
+	err = d.verify(ctx, env.store, &sum)
+	return sum, err
+}
+
+// newDemo prepares a run on env, its load generator and its count of the
+// dead letters, and says where the embedded services listen.
+func newDemo(cfg DemoConfig, out io.Writer, env *demoEnv) (*demo, error) {
+	gcfg := cfg.genConfig(time.Now())
+	gen, err := NewGenerator(gcfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &demo{cfg: cfg, out: out, brokers: env.cluster.ListenAddrs(), rdb: env.rdb, gen: gen, simStart: gcfg.Start,
+		ended: make(chan instanceEnd, 16)}
+	if d.dead, err = followDeadLetters(d.brokers, DefaultDeadLetterTopic); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(out, "embedded broker (kfake) on %s: %s with %d partitions; embedded Redis (miniredis) on %s\n",
+		strings.Join(d.brokers, ","), DefaultTopic, cfg.Partitions, env.mr.Addr())
+	return d, nil
+}
+
+// startInstances starts the configured number of instances and says how
+// the run is shaped.
+func (d *demo) startInstances(ctx context.Context) error {
+	cfg := d.cfg
+	for range cfg.Instances {
+		if err := d.startInstance(ctx); err != nil {
+			return err
+		}
+	}
+	span := time.Duration(cfg.simMinutes()) * time.Minute
+	fmt.Fprintf(d.out, "%d instances (%s), ownership interval %v, lease %v; %d homes x %d kinds, compression %v, %d simulated minutes in %v",
+		cfg.Instances, d.names(), cfg.Interval, cfg.Expiration, cfg.Homes, cfg.Kinds, cfg.Compression, cfg.simMinutes(),
+		time.Duration(float64(span)/cfg.Compression).Round(time.Millisecond))
+	if cfg.AddKindAfter > 0 && cfg.Kinds < NumKinds {
+		fmt.Fprintf(d.out, ", a kind more after %v", cfg.AddKindAfter)
+	}
+	fmt.Fprintln(d.out)
+	return nil
+}
+
+// statusTicker ticks every every, never if every is 0; stop stops it.
+func statusTicker(every time.Duration) (tick <-chan time.Time, stop func()) {
+	if every <= 0 {
+		return nil, func() {}
+	}
+	t := time.NewTicker(every)
+	return t.C, t.Stop
+}
+
+// load sends the load through producer to its end, printing the status
+// line at each tick, while one instance stops gracefully (after a third
+// of the duration) and a new one joins (after two thirds). It sets
+// sum.Load.
+func (d *demo) load(ctx context.Context, sum *DemoSummary, producer *kgo.Client, tick <-chan time.Time) error {
+	d.start, d.lastAt = time.Now(), time.Now()
+	genCtx, stopGen := context.WithCancel(ctx)
+	genDone := make(chan error, 1)
+	go func() { genDone <- d.gen.Run(genCtx, producer, d.cfg.simMinutes()) }()
+	loading := true
+	defer func() {
+		if loading { // a failure cut the load short: it ends before its producer closes
+			stopGen()
+			<-genDone
+		}
+		stopGen()
+	}()
+	stopAt := time.After(d.cfg.Duration / 3)
+	joinAt := time.After(2 * d.cfg.Duration / 3)
+	var loadErr error
+	for loading {
+		select {
+		case <-tick:
+			fmt.Fprintln(d.out, d.line())
+		case <-stopAt:
+			in := d.instances[1]
+			fmt.Fprintf(d.out, "%5.1fs stopping %s gracefully (holding %d partitions): final checkpoints, then its partitions are let go\n",
+				d.elapsed(), in.id, len(in.w.Owned()))
+			in.stopping = true
+			in.cancel()
+		case <-joinAt:
+			if err := d.startInstance(ctx); err != nil {
+				return err
+			}
+			in := d.instances[len(d.instances)-1]
+			fmt.Fprintf(d.out, "%5.1fs %s joins\n", d.elapsed(), in.id)
+		case e := <-d.ended:
+			if err := d.onEnd(e); err != nil {
+				return err
+			}
+		case loadErr = <-genDone:
+			loading = false
+		}
+	}
+	sum.Load = time.Since(d.start)
+	return loadErr
+}
+
+// verify reads the aggregates and the dead letters back into sum and
+// checks them against what the generator sent.
+func (d *demo) verify(ctx context.Context, store *Store, sum *DemoSummary) error {
 	vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if sum.Report, err = gen.Expected.Verify(vctx, store); err != nil {
-		return sum, fmt.Errorf("reading the aggregates back: %w", err)
+	var err error
+	if sum.Report, err = d.gen.Expected.Verify(vctx, store); err != nil {
+		return fmt.Errorf("reading the aggregates back: %w", err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...))
 	if err != nil {
-		return sum, err
+		return err
 	}
 	defer cl.Close()
 	if sum.DeadLetters, err = ReadDeadLetters(vctx, cl, DefaultDeadLetterTopic); err != nil {
-		return sum, fmt.Errorf("reading the dead letters: %w", err)
+		return fmt.Errorf("reading the dead letters: %w", err)
 	}
-	sum.DeadLetterErr = gen.Expected.CheckDeadLetters(sum.DeadLetters)
-	return sum, nil
+	sum.DeadLetterErr = d.gen.Expected.CheckDeadLetters(sum.DeadLetters)
+	return nil
 }
 
 func (d *demo) elapsed() float64 { return time.Since(d.start).Seconds() }
