@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/deployment"
 )
 
 // BenchmarkDeliveryDeployed runs the drone delivery system as it is
@@ -111,7 +112,7 @@ func BenchmarkDeliveryDeployed(b *testing.B) {
 		runDeployed(b, bin, deployedScenario{rate: 2 * top, load: 10 * time.Second})
 	})
 	b.Run("sigkill", func(b *testing.B) {
-		runDeployed(b, bin, deployedScenario{rate: top, load: 20 * time.Second, during: func(s *deployed.System, r *deployedResult) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 20 * time.Second, during: func(s *deployment.System, r *deployedResult) {
 			for range 3 {
 				time.Sleep(5 * time.Second)
 				r.kill(s)
@@ -119,7 +120,7 @@ func BenchmarkDeliveryDeployed(b *testing.B) {
 		}})
 	})
 	b.Run("redis_outage", func(b *testing.B) {
-		runDeployed(b, bin, deployedScenario{rate: top, load: 25 * time.Second, during: func(s *deployed.System, r *deployedResult) {
+		runDeployed(b, bin, deployedScenario{rate: top, load: 25 * time.Second, during: func(s *deployment.System, r *deployedResult) {
 			time.Sleep(5 * time.Second)
 			s.Redis.Stop()
 			time.Sleep(10 * time.Second)
@@ -142,8 +143,8 @@ func BenchmarkDeliveryDeployed(b *testing.B) {
 
 // faultAt makes the services show f from at into the load; f ends by
 // itself (f.For) within the load.
-func faultAt(at time.Duration, f delivery.Fault) func(*deployed.System, *deployedResult) {
-	return func(s *deployed.System, r *deployedResult) {
+func faultAt(at time.Duration, f delivery.Fault) func(*deployment.System, *deployedResult) {
+	return func(s *deployment.System, r *deployedResult) {
 		time.Sleep(at)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -160,7 +161,7 @@ func faultAt(at time.Duration, f delivery.Fault) func(*deployed.System, *deploye
 type deployedScenario struct {
 	rate     float64
 	load     time.Duration
-	during   func(*deployed.System, *deployedResult)
+	during   func(*deployment.System, *deployedResult)
 	lastUndo bool
 }
 
@@ -189,7 +190,7 @@ func (r *deployedResult) retire(w *deployed.Worker, sig syscall.Signal) {
 }
 
 // kill kills the scheduler (SIGKILL) and starts another incarnation.
-func (r *deployedResult) kill(s *deployed.System) {
+func (r *deployedResult) kill(s *deployment.System) {
 	w := s.Worker("delivery")
 	if !w.Alive() {
 		r.mu.Lock()
@@ -202,7 +203,7 @@ func (r *deployedResult) kill(s *deployed.System) {
 
 func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 	for b.Loop() {
-		s := deployed.Start(b, bin, deployed.Config{Services: []string{"-min-latency", "1ms", "-max-latency", "5ms",
+		s := deployment.Start(b, bin, deployed.Config{Services: []string{"-min-latency", "1ms", "-max-latency", "5ms",
 			"-transient", "0.05", "-throttle", "0.01", "-retry-after", "20ms", "-permanent", "0"}})
 		r := &deployedResult{latency: deployed.Histogram{}}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -301,7 +302,7 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 
 // lastUndoAfter is the time from the end of fault to the last undo the
 // services applied, in seconds (0 if none came after).
-func lastUndoAfter(b *testing.B, s *deployed.System, fault delivery.ScheduledFault) float64 {
+func lastUndoAfter(b *testing.B, s *deployment.System, fault delivery.ScheduledFault) float64 {
 	if fault.Ends == nil {
 		b.Fatalf("the fault %s has no end", fault.Spec)
 	}

@@ -1,15 +1,17 @@
 // Package deployed runs the drone delivery system as it is deployed: the
 // sluice binary in a process per part — `sluice broker`, `sluice
-// services`, `sluice run delivery`, `sluice run supervisor`, `sluice
-// loadgen` — and a real redis-server for the drone step's records (mode
-// b). Its System can kill and restart a worker, stop Redis for an outage,
-// make the services fail (an error status, extra latency, or their address
-// refusing connections: delivery.Fault), sample the scheduler's consumer
-// lag and its progress, and verify the run from the load generator's
-// record, the services' ledger and the dead letters, as `sluice verify`
-// does. The ledger is read, and the faults driven, on the services' admin
-// address, which stays up while the services are down. The end-to-end test of the workers
-// and BenchmarkDeliveryDeployed use it.
+// services`, `sluice run delivery`, `sluice run supervisor`, and any
+// other subcommand run to its end (`sluice loadgen`) — and a real
+// redis-server for the drone step's records (mode b). Its System can kill
+// and restart a worker, stop Redis for an outage, sample the consumer
+// lag of the workers' groups, produce and read requests, and scrape a
+// worker's metrics.
+//
+// It is a harness of processes, broker and metrics that imports no app:
+// what needs the apps' types (the load generator's record, the
+// verification, the services' ledger and faults) is in
+// pipelines/deployment, which wraps a System, and the services'
+// readiness probe comes in Config.
 package deployed
 
 import (
@@ -40,6 +42,11 @@ type Config struct {
 	// the scheduler's only (-stale-after, -parallelism: the supervisor
 	// takes neither).
 	Worker, Delivery []string
+	// ServicesUp says whether the services answer on base (their address,
+	// then their admin one); Start waits for it before it starts the
+	// workers. Required: the services are an app, which this package
+	// does not import.
+	ServicesUp func(base string) error
 }
 
 // The scheduler's consumer group, its input topic and its failures
@@ -51,7 +58,8 @@ const (
 )
 
 // System is a running system. Its methods may be called from one
-// goroutine at a time, except Lag, Progress and the sampler's.
+// goroutine at a time, except Lag, LagAll and Name, which a sampler or a
+// scenario may call alongside the others.
 type System struct {
 	tb       testing.TB
 	bin, dir string
@@ -74,6 +82,9 @@ type System struct {
 // the tail of every process's output).
 func Start(tb testing.TB, bin string, cfg Config) *System {
 	tb.Helper()
+	if cfg.ServicesUp == nil {
+		tb.Fatal("deployed: Config.ServicesUp is required")
+	}
 	if cfg.Partitions == 0 {
 		cfg.Partitions = 16
 	}
@@ -131,6 +142,17 @@ func (s *System) topicsUp() error {
 	}
 	if !ts.Has(RequestsTopic) {
 		return errors.New("no " + RequestsTopic + " yet")
+	}
+	return nil
+}
+
+// servicesUp says whether the services answer on their address and on
+// the admin one.
+func (s *System) servicesUp() error {
+	for _, base := range []string{s.Services, s.Admin} {
+		if err := s.cfg.ServicesUp(base); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package deployed
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +57,37 @@ func (s *System) spawn(name string, args ...string) *proc {
 	go func() { _ = cmd.Wait(); log.Close(); close(p.done) }()
 	return p
 }
+
+// Run runs the binary with args to its end (`sluice loadgen`), its
+// output in the log of name (from Name); its error ends with the tail of
+// that log.
+func (s *System) Run(ctx context.Context, name string, args ...string) error {
+	log, err := os.Create(filepath.Join(s.dir, name+".log"))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.CommandContext(ctx, s.bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%w (%s)", err, s.logTail(name))
+	}
+	return nil
+}
+
+// Name returns a fresh name for a process of kind — kind-1, kind-2, ...:
+// its log's, and a prefix for the files it writes in Dir.
+func (s *System) Name(kind string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n[kind]++
+	return fmt.Sprintf("%s-%d", kind, s.n[kind])
+}
+
+// Dir is the directory of the processes' logs, where they may also write
+// their files (a load generator's record); it is removed when the test
+// ends.
+func (s *System) Dir() string { return s.dir }
 
 func (s *System) await(what string, limit time.Duration, ok func() error) {
 	s.tb.Helper()

@@ -19,10 +19,7 @@ type Worker struct {
 // until it is ready.
 func (s *System) StartWorker(which string) *Worker {
 	s.tb.Helper()
-	s.mu.Lock()
-	s.n[which]++
-	n := s.n[which]
-	s.mu.Unlock()
+	name := s.Name(which)
 	listen := fmt.Sprintf("127.0.0.1:%d", ports(s.tb, 1)[0])
 	args := []string{"run", which, "-brokers", s.Brokers, "-backends", s.Services, "-listen", listen,
 		"-instance-id", which + "-0"}
@@ -31,14 +28,14 @@ func (s *System) StartWorker(which string) *Worker {
 		args = append(args, s.cfg.Delivery...)
 	}
 	args = append(args, s.cfg.Worker...)
-	w := &Worker{Which: which, Listen: listen, p: s.spawn(fmt.Sprintf("%s-%d", which, n), args...)}
+	w := &Worker{Which: which, Listen: listen, p: s.spawn(name, args...)}
 	s.mu.Lock()
 	s.workers[which] = w
 	s.mu.Unlock()
 	s.await(which+" worker", 60*time.Second, func() error {
 		select {
 		case <-w.p.done:
-			s.tb.Fatalf("the %s worker exited at start: %v (log %s)", which, w.p.cmd.ProcessState, s.logTail(fmt.Sprintf("%s-%d", which, n)))
+			s.tb.Fatalf("the %s worker exited at start: %v (log %s)", which, w.p.cmd.ProcessState, s.logTail(name))
 		default:
 		}
 		resp, err := http.Get("http://" + listen + "/readyz")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/deployment"
 )
 
 // TestDeployedSystemLevelsLoad runs the system as it is deployed, every
@@ -28,7 +29,7 @@ import (
 // again, as a client's retry or a replay would: they must leave no second
 // outcome and no second side effect.
 func TestDeployedSystemLevelsLoad(t *testing.T) {
-	s := deployed.Start(t, deployed.Build(t), deployed.Config{
+	s := deployment.Start(t, deployed.Build(t), deployed.Config{
 		Partitions: 8,
 		Services: []string{"-min-latency", "1ms", "-max-latency", "5ms", "-transient", "0.05", "-throttle", "0.01",
 			"-retry-after", "20ms", "-permanent", "0"},

@@ -1,0 +1,65 @@
+package deployment
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/demo"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
+)
+
+// Load runs `sluice loadgen` with args (besides -brokers and -record) to
+// its end and returns what it sent.
+func (s *System) Load(ctx context.Context, args ...string) (*loadgen.Sent, error) {
+	name := s.Name("loadgen")
+	record := filepath.Join(s.Dir(), name+".jsonl")
+	if err := s.Run(ctx, name, append([]string{"loadgen", "-brokers", s.Brokers, "-record", record}, args...)...); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	f, err := os.Open(record)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return loadgen.ReadRecord(f)
+}
+
+// Progress is the services' count of outcomes so far: deliveries live and
+// packages undone.
+func (s *System) Progress(ctx context.Context) (int, error) {
+	t, err := s.LedgerTotals(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return t.LiveCount("deliveries") + t.UndoneCount("packages"), nil
+}
+
+// Settle waits up to limit for every request of sent to have its outcome
+// and the run to verify, and returns the verification then (or when the
+// limit is reached) and how long it waited.
+func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Duration) (demo.Summary, time.Duration, error) {
+	start := time.Now()
+	cl := &http.Client{}
+	for {
+		final := time.Since(start) >= limit
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Admin, sent, []string{s.Brokers}, final)
+		if final || err == nil && accounted && sum.OK() {
+			if err != nil {
+				return demo.Summary{}, time.Since(start), err
+			}
+			if !accounted {
+				return *sum, time.Since(start), fmt.Errorf("after %v not every request has an outcome: %s", limit, sum)
+			}
+			return *sum, time.Since(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return demo.Summary{}, time.Since(start), ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
