@@ -24,6 +24,8 @@ type Sent struct {
 	total       atomic.Int64
 	levels      [delivery.Levels]atomic.Int64
 	notWritten  atomic.Int64
+	produced    atomic.Int64 // handed to the client, answered or not
+	failed      atomic.Int64 // answered with an error
 }
 
 // Levels returns how many requests of each level of priority the brokers
@@ -42,6 +44,14 @@ func NewSent() *Sent { return &Sent{kinds: map[string]Kind{}, unconfirmed: map[s
 // Total returns how many requests the brokers acknowledged (duplicates
 // included).
 func (s *Sent) Total() int64 { return s.total.Load() }
+
+// Produced returns how many requests were handed to the Kafka client so
+// far, whatever their answer: acknowledged, failed or still unanswered.
+func (s *Sent) Produced() int64 { return s.produced.Load() }
+
+// Failed returns how many requests the client answered with an error so
+// far: refused by the brokers, or given up before they were written.
+func (s *Sent) Failed() int64 { return s.failed.Load() }
 
 // NotWritten returns how many requests were not written: the brokers
 // refused them, or the client gave up on them before sending them (the
@@ -153,6 +163,7 @@ func (a *acks) add(chunk []made, first int) {
 		a.pending[first+i] = pend{key: m.key, kind: m.kind, level: m.level}
 	}
 	a.mu.Unlock()
+	a.sent.produced.Add(int64(len(chunk)))
 }
 
 // failed reports whether the brokers refused a request: the load stops.
@@ -172,6 +183,9 @@ func (a *acks) done(id int, rec *kgo.Record, err error) {
 		return
 	}
 	delete(a.pending, id)
+	if err != nil {
+		a.sent.failed.Add(1)
+	}
 	switch {
 	case err == nil:
 		a.sent.acknowledged(p)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,6 +40,8 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	every := fs.Duration("burst-every", 10*time.Second, "a burst starts this often")
 	burstFor := fs.Duration("burst-for", 3*time.Second, "and lasts this long")
 	dur := fs.Duration("duration", time.Minute, "how long to send")
+	progressEvery := fs.Duration("progress-every", 5*time.Second,
+		"write a progress line this often to standard error (elapsed, sent, acknowledged, failed, rate); 0: none")
 	recordTo := fs.String("record", "",
 		"when done, write what the brokers acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
@@ -68,39 +71,50 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	}
 	sent := loadgen.NewSent()
 	began := time.Now()
+	pctx, stopProgress := context.WithCancel(ctx)
+	progressed := make(chan struct{})
+	go func() {
+		defer close(progressed)
+		newLoadProgress(sent, progressOutput, began).run(pctx, *progressEvery)
+	}()
 	err = loadgen.Run(ctx, cl, cfg, sent)
+	stopProgress()
+	<-progressed
 	unconfirmed := sent.Unconfirmed()
 	if sent.Total() == 0 && len(unconfirmed) == 0 && sent.NotWritten() == 0 {
 		return sent, err // nothing was sent: the brokers or the topics are not there
 	}
-	printSent(sent, time.Since(began))
+	printSent(loadgenOutput, sent, time.Since(began))
 	if rec != nil {
 		// Even after a failure or an interruption: what the brokers hold,
 		// and what they may hold, is what a verification must account for.
 		if werr := rec.write(sent); werr != nil {
 			return sent, errors.Join(err, werr)
 		}
-		fmt.Printf("record of the %d requests (and %d unconfirmed) written to %s\n", sent.Distinct(), len(unconfirmed), *recordTo)
+		fmt.Fprintf(loadgenOutput, "record of the %d requests (and %d unconfirmed) written to %s\n", sent.Distinct(), len(unconfirmed), *recordTo)
 	}
 	return sent, err
 }
 
 // printSent says what the brokers acknowledged, by kind and level, and
-// what they did not.
-func printSent(sent *loadgen.Sent, took time.Duration) {
+// what they did not: a request counts only once acknowledged, never
+// because it was handed to the client.
+func printSent(w io.Writer, sent *loadgen.Sent, took time.Duration) {
 	kinds, dups := sent.Kinds()
 	count := map[loadgen.Kind]int{}
 	for _, k := range kinds {
 		count[k]++
 	}
 	lv := sent.Levels()
-	fmt.Printf("sent %d requests in %v, acknowledged by the brokers (%d duplicates): deliverable %d, undeliverable %d, malformed %d, "+
-		"invalid %d, suspended owner %d; by level high %d, normal %d, low %d\n",
-		sent.Total(), took.Round(time.Millisecond), dups, count[loadgen.Deliverable], count[loadgen.Undeliverable],
-		count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended], lv[0], lv[1], lv[2])
+	fmt.Fprintf(w, "acknowledged by the brokers: %d requests in %v (%d duplicates)\n", sent.Total(), took.Round(time.Millisecond), dups)
+	fmt.Fprintf(w, "  by kind: deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
+		count[loadgen.Deliverable], count[loadgen.Undeliverable], count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
+	fmt.Fprintf(w, "  by level: high %d, normal %d, low %d\n", lv[0], lv[1], lv[2])
 	if n, u := sent.NotWritten(), len(sent.Unconfirmed()); n > 0 || u > 0 {
-		fmt.Printf("not acknowledged: %d not written (refused, or not sent; not recorded), %d unconfirmed "+
-			"(never answered: the brokers may hold them; recorded as such, and verify does not expect them)\n", n, u)
+		fmt.Fprintf(w, "not acknowledged: %d not written (refused, or not sent; not recorded), %d unconfirmed\n", n, u)
+		if u > 0 {
+			fmt.Fprintln(w, "  (unconfirmed: never answered, the brokers may hold them; recorded as such, verify does not expect them)")
+		}
 	}
 }
 
