@@ -2,6 +2,7 @@ package demo_test
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -38,9 +39,19 @@ func TestDemoEndToEnd(t *testing.T) {
 	cfg.Every = 500 * time.Millisecond
 	cfg.Listen = "127.0.0.1:0"
 	cfg.Drain = 20 * time.Second
-	sum, _ := runDemo(t, cfg)
+	sum, out := runDemo(t, cfg)
 	if !sum.OK() || sum.Completed == 0 || sum.Compensated == 0 || sum.Duplicates == 0 {
 		t.Fatalf("verification failed: %s", sum)
+	}
+	// The end of the load is marked, and no line is wider than 120
+	// columns (the status lines were up to 295).
+	if !regexp.MustCompile(`(?m)^load done after 3(\.\d)?s: \d+ requests acknowledged; draining until all are accounted for`).MatchString(out) {
+		t.Errorf("nothing marks the end of the load:\n%s", out)
+	}
+	for _, l := range strings.Split(out+sum.String(), "\n") {
+		if len(l) > 120 {
+			t.Errorf("%d columns: %q", len(l), l)
+		}
 	}
 }
 

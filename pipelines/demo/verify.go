@@ -3,7 +3,6 @@ package demo
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -67,6 +66,17 @@ type Summary struct {
 	Drained time.Duration
 	// Levels are the figures of each level of priority, highest first.
 	Levels [delivery.Levels]LevelSummary
+	// LatencyTarget is the end-to-end p99 the run should meet (Config's;
+	// 0: none judged), over every request or, with TargetHigh, over the
+	// high level's (an overload puts the lag on the lower levels on
+	// purpose). It is not part of OK: a slow run is not a wrong one.
+	LatencyTarget time.Duration
+	TargetHigh    bool
+	// CPURun and CPUWait are how long the process's threads ran on a CPU
+	// during the run, and how long they waited, runnable, for one
+	// (Linux; both 0 where not measured): a wait near the running time
+	// means the machine was too busy for the latencies to mean much.
+	CPURun, CPUWait time.Duration
 }
 
 // LevelSummary is what the requests of one level of priority saw: how
@@ -95,51 +105,6 @@ func (s Summary) CompletedShare() float64 {
 		return 0
 	}
 	return float64(s.Completed) / float64(s.Deliverable)
-}
-
-func (s Summary) String() string {
-	var b strings.Builder
-	verdict := "PASS"
-	if !s.OK() {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(&b, "verification %s: sent %d (%d duplicates)", verdict, s.Sent, s.Duplicates)
-	if s.Elapsed > 0 {
-		fmt.Fprintf(&b, " in %v", s.Elapsed.Round(time.Millisecond))
-	}
-	fmt.Fprintf(&b, "; completed %d of %d deliverable (%.2f%%), compensated %d %v, dead-lettered %v (expected %d); "+
-		"lost %d, side effects applied twice %d, left after compensation %d, valid requests dead-lettered %d, two outcomes %d",
-		s.Completed, s.Deliverable, 100*s.CompletedShare(), s.Compensated, s.CompensatedBy, s.DeadLettered, s.ExpectedDead,
-		s.Lost, s.Twice, s.LeftoverAfterUndo, s.ValidDeadLettered, s.TwoOutcomes)
-	if len(s.ValidDeadReasons) > 0 {
-		fmt.Fprintf(&b, " (e.g. %q)", s.ValidDeadReasons)
-	}
-	fmt.Fprintf(&b, ", deliverable requests compensated though no service refused them %d", s.Needless)
-	if s.Incomplete > 0 {
-		fmt.Fprintf(&b, ", completed without their package or drone %d", s.Incomplete)
-	}
-	if s.CompensationsDeadLettered > 0 {
-		fmt.Fprintf(&b, ", compensations dead-lettered %d", s.CompensationsDeadLettered)
-	}
-	if s.Unconfirmed > 0 {
-		fmt.Fprintf(&b, "; unconfirmed %d (sent, never acknowledged: not expected), of which %d reached the workers and are counted above",
-			s.Unconfirmed, s.UnconfirmedArrived)
-	}
-	if s.P99 > 0 {
-		fmt.Fprintf(&b, "; end-to-end p50 %v p99 %v", s.P50.Round(time.Millisecond), s.P99.Round(time.Millisecond))
-	}
-	if s.Levels != ([delivery.Levels]LevelSummary{}) {
-		b.WriteString("; by level")
-		for l, ls := range s.Levels {
-			sep := ","
-			if l == 0 {
-				sep = ""
-			}
-			fmt.Fprintf(&b, "%s %s completed %d p50 %v p99 %v highest lag %d", sep, delivery.LevelNames[l], ls.Completed,
-				ls.P50.Round(time.Millisecond), ls.P99.Round(time.Millisecond), ls.MaxLag)
-		}
-	}
-	return b.String()
 }
 
 // deadLetters reads the scheduler's dead-letter topic: request id ->

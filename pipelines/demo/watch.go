@@ -51,6 +51,7 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 			if wt.loadErr != nil {
 				return nil
 			}
+			fmt.Fprintln(wt.w, wt.loadDoneLine(loadEnd.Sub(wt.status.start)))
 		case <-tick:
 			fmt.Fprintln(wt.w, wt.status.line())
 		case <-time.After(100 * time.Millisecond):
@@ -74,4 +75,10 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 			return nil
 		}
 	}
+}
+
+// loadDoneLine marks the end of the load and the start of the drain.
+func (wt *watch) loadDoneLine(after time.Duration) string {
+	return fmt.Sprintf("load done after %v: %d requests acknowledged; draining until all are accounted for (or %v without progress)",
+		after.Round(100*time.Millisecond), wt.sent.Total(), wt.cfg.Drain)
 }

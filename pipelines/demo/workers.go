@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -121,6 +122,7 @@ type spawner struct {
 	backends delivery.Backends
 	steps    delivery.StepStore
 	producer *kgo.Client
+	reg      *prometheus.Registry // the metrics' registry
 	notes    *supervisor.Notifications
 	lat      *latencies
 	levels   *delivery.LevelStats // every incarnation's completions by level
