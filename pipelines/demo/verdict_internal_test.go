@@ -44,7 +44,7 @@ func passing() Summary {
 		CompensatedBy: map[string]int{"suspended": 4_567, "undeliverable": 7_778}, DeadLettered: map[string]int{"invalid": 7_000, "malformed": 4_700},
 		ExpectedDead: 11_700, P50: 109 * time.Millisecond, P99: 1430 * time.Millisecond, Elapsed: 52*time.Second + 340*time.Millisecond,
 		MaxLag: 1_234_567, Drained: 17*time.Second + 250*time.Millisecond,
-		Levels: [3]LevelSummary{{P99: 629 * time.Millisecond}, {P99: 711 * time.Millisecond}, {P99: 21516 * time.Millisecond}},
+		Levels:        [3]LevelSummary{{P99: 629 * time.Millisecond}, {P99: 711 * time.Millisecond}, {P99: 21516 * time.Millisecond}},
 		LatencyTarget: DefaultLatencyTarget, CPURun: 95 * time.Second, CPUWait: 3 * time.Second}
 }
 
