@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,9 +33,20 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 // A command calls it as soon as its flags are parsed, so that the errors
 // of its other flags come out in the chosen format too.
 func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
-	lg, err := logx.New(w, l.format, l.level)
-	if err != nil {
-		return nil, err
+	lg, _, err := l.workerLogger(w, 0)
+	return lg, err
+}
+
+// workerLogger is logger for a worker that logs a summary every
+// summaryEvery: its retry warnings are folded into the summaries (fold,
+// nil when summaryEvery is 0: every warning the stages log is written).
+func (l *logFlags) workerLogger(w io.Writer, summaryEvery time.Duration) (lg *slog.Logger, fold *retryFold, err error) {
+	if lg, err = logx.New(w, l.format, l.level); err != nil {
+		return nil, nil, err
+	}
+	if summaryEvery > 0 {
+		fold = newRetryFold(lg.Handler())
+		lg = slog.New(fold)
 	}
 	slog.SetDefault(lg)
 	redis.SetLogger(logx.NewPrintf(lg, "go-redis"))
@@ -43,7 +55,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	} else {
 		jsonLog.Store(nil)
 	}
-	return lg, nil
+	return lg, fold, nil
 }
 
 // jsonLog is the logger of a command that logs JSON: main's last line, the
