@@ -3,13 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
@@ -195,6 +203,16 @@ func TestSensorsWorkerAndLoadgen(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The summary's figures are the metrics': every valid reading
+	// aggregated, every malformed one dead-lettered, the out-of-range
+	// ones and the heartbeats filtered.
+	f := regexp.MustCompile(`(\d+) out of range, (\d+) heartbeats`).FindStringSubmatch(out.String())
+	oor, _ := strconv.Atoi(f[1])
+	hb, _ := strconv.Atoi(f[2])
+	_, metrics := get(t, "http://"+addr+"/metrics")
+	if got, want := summaryOfScrape(t, metrics), fmt.Sprintf("outcomes aggregated=%d dead_lettered=%s filtered=%d", valid, m[3], oor+hb); got != want {
+		t.Errorf("the summary of the metrics says %q, want %q", got, want)
+	}
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/homes": "<html", "/homes/api/home/h000001": `"home"`,
 		"/metrics": `sluice_sensors_partitions_held 4`, "/status.json": `"name":"window"`} {
 		if code, body := get(t, "http://"+addr+path); code != http.StatusOK || !strings.Contains(body, want) {
@@ -320,4 +338,32 @@ func TestSensorsUsage(t *testing.T) {
 			t.Errorf("the usage does not list %q", want)
 		}
 	}
+}
+
+// summaryOfScrape is the outcomes line the worker's summary would log of
+// a scrape of its /metrics, counted from 0.
+func summaryOfScrape(t *testing.T, text string) string {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := gatherSummary(prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		return slices.Collect(maps.Values(mfs)), nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rec := range summaryRecords(summaryCounts{}, now, 10*time.Second, 0) {
+		if rec[0].Value.String() == "outcomes" {
+			var b strings.Builder
+			b.WriteString("outcomes")
+			for _, a := range rec[1:] {
+				fmt.Fprintf(&b, " %s=%s", a.Key, a.Value)
+			}
+			return b.String()
+		}
+	}
+	return ""
 }

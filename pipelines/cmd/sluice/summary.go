@@ -20,6 +20,9 @@ type summaryCounts struct {
 	lag, inFlight float64 // gauges: consumer lag, records read and not yet settled
 	outcomes      map[string]float64
 	retries       map[string]float64 // by reason
+	// main is the outcome always named (completed; for the sensors
+	// worker, aggregated: readings in the windows written).
+	main string
 }
 
 // outcomeStage names the outcome of a message settled at a stage of its
@@ -29,7 +32,8 @@ var outcomeStage = map[string]string{"compensation-events": "compensated"}
 
 // gatherSummary reads the counts from g.
 func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
-	c := summaryCounts{outcomes: map[string]float64{}, retries: map[string]float64{}}
+	c := summaryCounts{outcomes: map[string]float64{}, retries: map[string]float64{}, main: "completed"}
+	var parsed float64 // sensors readings parsed: aggregated, or in an open window
 	mfs, err := g.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -53,9 +57,32 @@ func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
 				c.inFlight += v
 			case "sluice_retries_total":
 				c.retries[label(m, "reason")] += v
+			// The sensors worker's own metrics.
+			case "sluice_sensors_readings_total":
+				c.in += v
+				switch label(m, "outcome") {
+				case "parsed":
+					parsed += v
+				case "malformed", "late":
+					c.out += v
+					c.outcomes["dead_lettered"] += v
+				default: // heartbeats, out of range
+					c.out += v
+					c.outcomes["filtered"] += v
+				}
+			case "sluice_sensors_readings_written_total":
+				c.main = "aggregated"
+				c.out += v
+				c.outcomes["aggregated"] += v
+				c.inFlight -= v
+			case "sluice_sensors_lag":
+				c.lag += v
+			case "sluice_sensors_write_retries_total":
+				c.retries["redis_write"] += v
 			}
 		}
 	}
+	c.inFlight += parsed
 	return c, err
 }
 
@@ -68,9 +95,9 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// summaryOutcomes are the outcomes a summary line names, in its order;
-// completed is always named, the others when some happened.
-var summaryOutcomes = []string{"completed", "compensated", "dead_lettered", "parked", "dropped", "filtered"}
+// summaryOutcomes are the outcomes a summary line names, in its order:
+// the worker's main one always, the others when some happened.
+var summaryOutcomes = []string{"completed", "aggregated", "compensated", "dead_lettered", "parked", "dropped", "filtered"}
 
 // summaryRecords are the log records of one period of dt, from the counts
 // at its start (last) to those at its end (now): the rates, lag and in
@@ -85,7 +112,7 @@ func summaryRecords(last, now summaryCounts, dt time.Duration, folded int64) [][
 		slog.Int64("replayed", d(last.replayed, now.replayed)), slog.Int64("lag", int64(now.lag)), slog.Int64("in_flight", int64(now.inFlight))}
 	var outcomes []slog.Attr
 	for _, o := range summaryOutcomes {
-		if n := d(last.outcomes[o], now.outcomes[o]); n != 0 || o == "completed" {
+		if n := d(last.outcomes[o], now.outcomes[o]); n != 0 || o == now.main {
 			outcomes = append(outcomes, slog.Int64(o, n))
 		}
 	}
