@@ -223,7 +223,7 @@ func startLoad(ctx context.Context, cfg Config, producer *kgo.Client) (sent *loa
 // measured adds to sum what the run measured besides the outcomes:
 // latencies, lag, the drain, and how long the process waited for a CPU.
 func (sp *spawner) measured(sum *Summary, wt *watch, cfg Config, cpu cpuTimes) {
-	sum.MaxLag, sum.Drained = wt.maxLag, wt.drained
+	sum.MaxLag, sum.Drained, sum.DrainStalled, sum.DrainLimit = wt.maxLag, wt.drained, wt.stalled, cfg.Drain
 	qs := sp.lat.overall(0.5, 0.99)
 	sum.P50, sum.P99 = qs[0], qs[1]
 	done := sp.levels.Completed()

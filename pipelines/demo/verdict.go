@@ -37,7 +37,11 @@ func (s Summary) String() string {
 	if l := s.latencyLine(); l != "" {
 		lines = append(lines, l)
 	}
-	if s.Drained > 0 {
+	switch {
+	case s.DrainStalled:
+		lines = append(lines, fmt.Sprintf("  drain: given up %v after the load ended, %v without a new outcome (highest lag %d)",
+			s.Drained.Round(100*time.Millisecond), s.DrainLimit, s.MaxLag))
+	case s.Drained > 0:
 		lines = append(lines, fmt.Sprintf("  drain: every request accounted for %v after the load ended (highest lag %d)",
 			s.Drained.Round(100*time.Millisecond), s.MaxLag))
 	}

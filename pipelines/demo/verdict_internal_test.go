@@ -83,6 +83,12 @@ func TestVerdictIsShortAndJudgesLatency(t *testing.T) {
 			t.Errorf("a slow run on a busy machine: the verdict does not say %q:\n%s", want, out)
 		}
 	}
+	s.Lost, s.DrainStalled, s.DrainLimit = 336, true, 30*time.Second
+	if out := s.String(); !strings.HasPrefix(out, "verification FAIL") ||
+		!strings.Contains(out, "drain: given up 17.3s after the load ended, 30s without a new outcome") {
+		t.Errorf("a drain that gave up does not say so:\n%s", out)
+	}
+	s.Lost, s.DrainStalled = 0, false
 	s.TargetHigh = true // the high level, 629 ms, is judged alone
 	if out := s.String(); !strings.Contains(out, "target high p99 < 2s: MET") {
 		t.Errorf("the target of an overload, on the high level:\n%s", out)

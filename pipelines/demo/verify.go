@@ -61,9 +61,12 @@ type Summary struct {
 	Elapsed  time.Duration
 	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
 	// Drained how long after the load ended every request was accounted
-	// for.
-	MaxLag  int64
-	Drained time.Duration
+	// for or, with DrainStalled, the drain gave up: it went DrainLimit
+	// (Config.Drain) without a new outcome.
+	MaxLag       int64
+	Drained      time.Duration
+	DrainStalled bool
+	DrainLimit   time.Duration
 	// Levels are the figures of each level of priority, highest first.
 	Levels [delivery.Levels]LevelSummary
 	// LatencyTarget is the end-to-end p99 the run should meet (Config's;

@@ -27,6 +27,7 @@ type watch struct {
 	maxLag      int64
 	maxLevelLag [delivery.Levels]int64
 	drained     time.Duration // from the end of the load to every request accounted for
+	stalled     bool          // or to Config.Drain without a new outcome
 	loadErr     error
 }
 
@@ -70,8 +71,12 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		if n := wt.ledger.LiveCount("deliveries") + wt.ledger.UndoneCount("packages") + dead; n != outcomes {
 			outcomes, progressAt = n, time.Now()
 		}
-		if Accounted(wt.sent, wt.ledger, dead, wt.brokers) || time.Since(progressAt) > wt.cfg.Drain {
+		if Accounted(wt.sent, wt.ledger, dead, wt.brokers) {
 			wt.drained = time.Since(loadEnd)
+			return nil
+		}
+		if time.Since(progressAt) > wt.cfg.Drain {
+			wt.drained, wt.stalled = time.Since(loadEnd), true
 			return nil
 		}
 	}
