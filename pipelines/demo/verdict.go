@@ -16,6 +16,11 @@ import (
 // target, the drain, and whether the machine was too busy for the
 // figures to mean much.
 func (s Summary) String() string {
+	if s.Sent == 0 && s.Unconfirmed == 0 && s.ExpectedDead == 0 && s.Deliverable == 0 {
+		// A run that ended before any request was acknowledged (its
+		// error says why) passed nothing.
+		return "no verification: no request was acknowledged, so none was checked"
+	}
 	verdict := "PASS"
 	if !s.OK() {
 		verdict = "FAIL"

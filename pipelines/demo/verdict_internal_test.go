@@ -111,3 +111,12 @@ func TestVerdictFailsOnAnyViolation(t *testing.T) {
 		}
 	}
 }
+
+// A run that ended before any request was acknowledged (the live view's
+// address taken, say) is not a PASS: it checked nothing. Before, it
+// printed "verification PASS: sent 0 (0 duplicates) ...".
+func TestVerdictOfNothingIsNoPass(t *testing.T) {
+	if got := (Summary{}).String(); strings.Contains(got, "PASS") || !strings.HasPrefix(got, "no verification") {
+		t.Fatalf("the verdict of a run that checked nothing: %q", got)
+	}
+}
