@@ -44,8 +44,8 @@ func (s Summary) String() string {
 	}
 	switch {
 	case s.DrainStalled:
-		lines = append(lines, fmt.Sprintf("  drain: given up %v after the load ended, %v without a new outcome (highest lag %d)",
-			s.Drained.Round(100*time.Millisecond), s.DrainLimit, s.MaxLag))
+		lines = append(lines, fmt.Sprintf("  drain: given up %v after the load ended, %v without a new outcome; "+
+			"%d without one then, counted lost", s.Drained.Round(100*time.Millisecond), s.DrainLimit, s.Lost))
 	case s.Drained > 0:
 		lines = append(lines, fmt.Sprintf("  drain: every request accounted for %v after the load ended (highest lag %d)",
 			s.Drained.Round(100*time.Millisecond), s.MaxLag))

@@ -85,7 +85,7 @@ func TestVerdictIsShortAndJudgesLatency(t *testing.T) {
 	}
 	s.Lost, s.DrainStalled, s.DrainLimit = 336, true, 30*time.Second
 	if out := s.String(); !strings.HasPrefix(out, "verification FAIL") ||
-		!strings.Contains(out, "drain: given up 17.3s after the load ended, 30s without a new outcome") {
+		!strings.Contains(out, "drain: given up 17.3s after the load ended, 30s without a new outcome; 336 without one then, counted lost") {
 		t.Errorf("a drain that gave up does not say so:\n%s", out)
 	}
 	s.Lost, s.DrainStalled = 0, false
