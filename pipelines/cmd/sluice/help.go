@@ -64,6 +64,8 @@ func init() {
 			{name: "sensors", flags: "[flags]", run: runSensorsWorker,
 				purpose: "aggregate home-security readings per home and minute into Redis"},
 		}},
+		{name: "up", group: groupRun, flags: "[flags]", run: runUp,
+			purpose: "start the whole delivery system on this machine, each part a process; Ctrl-C stops it"},
 		{name: "services", group: groupRun, flags: "[flags]", run: runServices,
 			purpose: "the simulated backends the workers call over HTTP, with their ledger and faults"},
 		{name: "broker", group: groupRun, flags: "[flags]", run: runBroker,

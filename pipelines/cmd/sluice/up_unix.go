@@ -1,0 +1,10 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// childProcAttr puts a part of `sluice up` in a process group of its own,
+// so that a Ctrl-C at the terminal reaches sluice up alone, which stops
+// the parts in order.
+func childProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
