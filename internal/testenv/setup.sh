@@ -7,13 +7,17 @@
 #
 # With everything there it prints nothing and calls nothing but bash's
 # own `command -v`. Otherwise, on Debian/Ubuntu, it installs the missing
-# packages with apt-get: directly as root, through `sudo -n` when sudo
-# works without a password; else it stops at once, naming what is missing
-# and the one command that installs it. SLUICE_SETUP=skip only reports
-# what is missing and exits 0 (the tests that need it will then fail).
+# packages with apt-get, without their recommended packages (chromium's
+# would bring a hundred more and upgrade systemd): directly as root,
+# through `sudo -n` when sudo works without a password; else it stops at
+# once, naming what is missing and the one command that installs it.
+# SLUICE_SETUP=skip only reports what is missing and exits 0 (the tests
+# that need it will then fail). When another apt-get or dpkg holds the
+# package system's locks (an unattended upgrade, another install), it
+# waits up to 5 minutes, saying what holds them.
 #
-# Every outside program (id, apt-get, apt-cache, sudo, java) is found
-# through PATH, so that a test can put stubs in their place.
+# Every outside program (id, apt-get, apt-cache, sudo, java, sleep) is
+# found through PATH, so that a test can put stubs in their place.
 set -euo pipefail
 
 usage() {
@@ -105,9 +109,9 @@ install_hint() {
 	local sudo="sudo "
 	[ "$(id -u 2>/dev/null || echo)" = 0 ] && sudo=""
 	if command -v apt-get >/dev/null 2>&1; then
-		echo "${sudo}apt-get install -y $*"
+		echo "${sudo}apt-get install -y --no-install-recommends $*"
 	else
-		echo "install with your package manager (on Debian/Ubuntu: ${sudo}apt-get install -y $*)"
+		echo "install with your package manager (on Debian/Ubuntu: ${sudo}apt-get install -y --no-install-recommends $*)"
 	fi
 }
 
@@ -138,10 +142,37 @@ else
 	stop " (not root, and sudo needs a password or is not there)"
 fi
 
-${as[0]+"${as[@]}"} apt-get update -q >&2 || say "apt-get update failed; installing from the package lists there are"
+# How long to wait for the package system's locks, in seconds. apt-get
+# waits for the dpkg lock itself (DPkg::Lock::Timeout), saying every
+# second which process holds it; apt-get update does not wait for the
+# package lists' lock (apt 2.6), so update_lists tries again.
+lock_wait=300
+apt_get() { ${as[0]+"${as[@]}"} apt-get -o DPkg::Lock::Timeout=$lock_wait "$@"; }
+
+# update_lists runs apt-get update; while another apt-get holds the lists'
+# lock, it says so and tries again every 5 s, for lock_wait seconds.
+update_lists() {
+	local out waited=0
+	while :; do
+		if out=$(apt_get update -q 2>&1); then
+			[ -z "$out" ] || echo "$out" >&2
+			return 0
+		fi
+		if [[ $out =~ (Could not get lock [^$'\n']*) ]] && [ $waited -lt $lock_wait ]; then
+			say "${BASH_REMATCH[1]}; waiting (${waited} s of ${lock_wait} s)"
+			sleep 5
+			waited=$((waited + 5))
+			continue
+		fi
+		echo "$out" >&2
+		return 1
+	done
+}
+
+update_lists || say "apt-get update failed; installing from the package lists there are"
 find_packages # after the update: apt-cache knows the candidates
 say "installing ${pkgs[*]} for ${need[*]}"
-if ! ${as[0]+"${as[@]}"} apt-get install -y -q "${pkgs[@]}" >&2; then
+if ! apt_get install -y -q --no-install-recommends "${pkgs[@]}" >&2; then
 	stop " and apt-get install ${pkgs[*]} failed"
 fi
 

@@ -74,13 +74,28 @@ func (s *setupStubs) uid(n int) {
 
 // aptGet puts an apt-get on the PATH that exits with code; install links
 // the commands of the packages that pkg prepared into the PATH.
-func (s *setupStubs) aptGet(code int) {
+func (s *setupStubs) aptGet(code int) { s.aptGetLocked(code, 0) }
+
+// aptGetLocked is aptGet whose first `locked` updates find the package
+// lists' lock held by another apt-get, which apt-get update reports at
+// once, without waiting (apt 2.6); and a sleep that only logs its call.
+func (s *setupStubs) aptGetLocked(code, locked int) {
 	ln, err := exec.LookPath("ln")
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.script(filepath.Join(s.bin, "apt-get"), fmt.Sprintf(`echo "apt-get $* (DEBIAN_FRONTEND=${DEBIAN_FRONTEND-})" >>LOG
-if [ "$1" = install ]; then
+if [[ " $* " == *" update "* ]]; then
+	n=0
+	[ -f %[5]s ] && read -r n <%[5]s
+	echo $((n + 1)) >%[5]s
+	if [ "$n" -lt %[6]d ]; then
+		echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get)"
+		echo "E: Unable to lock directory /var/lib/apt/lists/"
+		exit 100
+	fi
+fi
+if [[ " $* " == *" install "* ]]; then
 	for p in "$@"; do
 		for f in %[1]s/"$p"/*; do
 			[ -e "$f" ] && %[2]s -sf "$f" %[3]s/
@@ -88,7 +103,8 @@ if [ "$1" = install ]; then
 	done
 fi
 exit %[4]d
-`, shellQuote(s.pkgs), shellQuote(ln), shellQuote(s.bin), code))
+`, shellQuote(s.pkgs), shellQuote(ln), shellQuote(s.bin), code, shellQuote(s.log+".updates"), locked))
+	s.script(filepath.Join(s.bin, "sleep"), `echo "sleep $*" >>LOG`+"\n")
 }
 
 // pkg makes package installable by apt-get; it brings the commands, which
@@ -219,8 +235,8 @@ func TestSetupInstallsAsRoot(t *testing.T) {
 		t.Fatalf("exit %d; want 0", r.code)
 	}
 	want := []string{
-		"apt-get update -q (DEBIAN_FRONTEND=noninteractive)",
-		"apt-get install -y -q redis-server chromium (DEBIAN_FRONTEND=noninteractive)",
+		"apt-get -o DPkg::Lock::Timeout=300 update -q (DEBIAN_FRONTEND=noninteractive)",
+		"apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends redis-server chromium (DEBIAN_FRONTEND=noninteractive)",
 	}
 	if got := r.aptGetCalls(); !slices.Equal(got, want) {
 		t.Errorf("apt-get calls %q; want %q", got, want)
@@ -250,10 +266,10 @@ func TestSetupInstallsThroughSudo(t *testing.T) {
 	want := []string{
 		"id -u",
 		"sudo -n true",
-		"sudo -n DEBIAN_FRONTEND=noninteractive apt-get update -q",
-		"apt-get update -q (DEBIAN_FRONTEND=noninteractive)",
-		"sudo -n DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server kcat chromium",
-		"apt-get install -y -q redis-server kcat chromium (DEBIAN_FRONTEND=noninteractive)",
+		"sudo -n DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q",
+		"apt-get -o DPkg::Lock::Timeout=300 update -q (DEBIAN_FRONTEND=noninteractive)",
+		"sudo -n DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends redis-server kcat chromium",
+		"apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends redis-server kcat chromium (DEBIAN_FRONTEND=noninteractive)",
 	}
 	if !slices.Equal(r.calls, want) {
 		t.Errorf("calls %q; want %q", r.calls, want)
@@ -289,7 +305,7 @@ func TestSetupStopsWithoutRootOrSudo(t *testing.T) {
 			}
 			for _, want := range []string{
 				"missing redis-server kcat chromium",
-				"\n    sudo apt-get install -y redis-server kcat chromium\n",
+				"\n    sudo apt-get install -y --no-install-recommends redis-server kcat chromium\n",
 			} {
 				if !strings.Contains(r.stderr, want) {
 					t.Errorf("stderr %q lacks %q", r.stderr, want)
@@ -320,7 +336,7 @@ func TestSetupStopsWithoutAptGet(t *testing.T) {
 	if r.code == 0 {
 		t.Fatal("exit 0; want a failure")
 	}
-	for _, want := range []string{"missing chromium and no apt-get here", "apt-get install -y chromium"} {
+	for _, want := range []string{"missing chromium and no apt-get here", "apt-get install -y --no-install-recommends chromium"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr %q lacks %q", r.stderr, want)
 		}
@@ -337,7 +353,7 @@ func TestSetupSkip(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("exit %d; want 0", r.code)
 	}
-	if !strings.Contains(r.stderr, "missing kcat chromium") || !strings.Contains(r.stderr, "apt-get install -y kcat chromium") {
+	if !strings.Contains(r.stderr, "missing kcat chromium") || !strings.Contains(r.stderr, "apt-get install -y --no-install-recommends kcat chromium") {
 		t.Errorf("stderr %q does not name what is missing and how to install it", r.stderr)
 	}
 	if got := r.aptGetCalls(); len(got) != 0 {
@@ -389,8 +405,8 @@ func TestSetupKafka(t *testing.T) {
 			t.Fatalf("exit %d; want 0", r.code)
 		}
 		want := []string{
-			"apt-get update -q (DEBIAN_FRONTEND=noninteractive)",
-			"apt-get install -y -q openjdk-21-jre-headless maven (DEBIAN_FRONTEND=noninteractive)",
+			"apt-get -o DPkg::Lock::Timeout=300 update -q (DEBIAN_FRONTEND=noninteractive)",
+			"apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends openjdk-21-jre-headless maven (DEBIAN_FRONTEND=noninteractive)",
 		}
 		if got := r.aptGetCalls(); !slices.Equal(got, want) {
 			t.Errorf("apt-get calls %q; want %q", got, want)
@@ -406,7 +422,7 @@ func TestSetupKafka(t *testing.T) {
 		if r.code == 0 {
 			t.Fatal("exit 0; want a failure")
 		}
-		if want := "sudo apt-get install -y openjdk-17-jre-headless redis-server kcat\n"; !strings.Contains(r.stderr, want) {
+		if want := "sudo apt-get install -y --no-install-recommends openjdk-17-jre-headless redis-server kcat\n"; !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr %q lacks %q", r.stderr, want)
 		}
 		if !strings.Contains(r.stderr, "make test-kafka again") {
@@ -433,5 +449,62 @@ func TestSetupUnknownProfile(t *testing.T) {
 	s := newSetupStubs(t)
 	if r := s.run("bench"); r.code != 2 || !strings.Contains(r.stderr, "usage") {
 		t.Errorf("exit %d, stderr %q; want 2 and the usage", r.code, r.stderr)
+	}
+}
+
+// Another apt-get holding the package lists' lock (an unattended upgrade,
+// another make test) is waited for: apt-get update is tried again every
+// 5 s, saying what holds the lock, and then the install goes ahead (which
+// apt-get itself makes wait for the dpkg lock: DPkg::Lock::Timeout).
+func TestSetupWaitsForTheListsLock(t *testing.T) {
+	s := newSetupStubs(t)
+	s.tool("redis-server", "kcat")
+	s.uid(0)
+	s.aptGetLocked(0, 2)
+	s.pkg("chromium", "chromium")
+	r := s.run("test")
+	if r.code != 0 {
+		t.Fatalf("exit %d; want 0", r.code)
+	}
+	update := "apt-get -o DPkg::Lock::Timeout=300 update -q (DEBIAN_FRONTEND=noninteractive)"
+	want := []string{"id -u", update, "sleep 5", update, "sleep 5", update,
+		"apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends chromium (DEBIAN_FRONTEND=noninteractive)"}
+	if !slices.Equal(r.calls, want) {
+		t.Errorf("calls %q; want %q", r.calls, want)
+	}
+	if !strings.Contains(r.stderr, "Could not get lock /var/lib/apt/lists/lock. It is held by process 4242 (apt-get); waiting") {
+		t.Errorf("stderr %q does not say what it waits for", r.stderr)
+	}
+}
+
+// The wait for the lists' lock is bounded: after 5 minutes the install
+// goes ahead with the package lists there are.
+func TestSetupWaitsForTheListsLockAtMostFiveMinutes(t *testing.T) {
+	s := newSetupStubs(t)
+	s.tool("redis-server", "kcat")
+	s.uid(0)
+	s.aptGetLocked(0, 1000)
+	s.pkg("chromium", "chromium")
+	r := s.run("test")
+	if r.code != 0 {
+		t.Fatalf("exit %d; want 0", r.code)
+	}
+	sleeps, updates := 0, 0
+	for _, c := range r.calls {
+		switch {
+		case c == "sleep 5":
+			sleeps++
+		case strings.Contains(c, " update "):
+			updates++
+		}
+	}
+	if sleeps != 60 || updates != 61 {
+		t.Errorf("%d sleeps of 5 s and %d updates; want 60 and 61", sleeps, updates)
+	}
+	if last := r.calls[len(r.calls)-1]; !strings.Contains(last, "install -y -q --no-install-recommends chromium") {
+		t.Errorf("last call %q; want the install", last)
+	}
+	if !strings.Contains(r.stderr, "installing from the package lists there are") {
+		t.Errorf("stderr %q does not say the update failed", r.stderr)
 	}
 }
