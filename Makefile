@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: bench-peers bench-delivery-deployed bench-sensors run test test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
+.PHONY: bench-peers bench-delivery-deployed bench-sensors run test test-short test-peers test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
 
 # The main job on embedded defaults: the drone delivery scheduler with an
 # in-process broker, simulated backends and load: 30 s of load, then the
@@ -12,15 +12,23 @@ BENCHTIME ?= 1s
 run:
 	$(GO) run ./pipelines/cmd/sluice demo -duration 30s
 
-# vet, formatting, and every test with the race detector. First, before
-# anything is compiled, the programs that tests run (redis-server, kcat,
-# chromium) are installed if they are missing (internal/testenv/setup.sh:
-# apt-get as root or through sudo -n; otherwise it stops with the command
-# to run; SLUICE_SETUP=skip installs nothing).
+# vet, formatting, and every test with the race detector, in four phases,
+# each announced with what it does and its expected time: [1/4] setup
+# installs the programs that tests run (redis-server, kcat, chromium) if
+# they are missing (internal/testenv/setup.sh: apt-get as root or through
+# sudo -n; otherwise it stops with the command to run; SLUICE_SETUP=skip
+# installs nothing), [2/4] the modules, [3/4] go vet and gofmt, [4/4] the
+# tests, each package's result printed as it finishes with a running
+# count; then the total time (internal/testenv/maketest.sh).
 test:
-	@bash internal/testenv/setup.sh test
-	@$(MAKE) --no-print-directory vet fmt-check
-	$(GO) test -race -count=1 ./...
+	@GO=$(GO) bash internal/testenv/maketest.sh full
+
+# The same phases with go test -short: the tests that take seconds of real
+# time skip themselves (processes, outages waited out, headless chromium);
+# the rest, unit tests and quick integration tests against kfake and
+# redis-server, run with the race detector. A quick signal before make test.
+test-short:
+	@GO=$(GO) bash internal/testenv/maketest.sh short
 
 # The integration suite against a real Apache Kafka 4.1 broker (KRaft, one
 # node, loopback), started from its Maven Central jars. Installs what it
@@ -34,6 +42,12 @@ test-kafka:
 
 vet:
 	$(GO) vet ./...
+
+# The Watermill peer of bench-peers, a module of its own, vetted and built
+# so that it does not rot (downloads Sarama and OpenTelemetry the first
+# time; about a minute then, seconds after). Not part of make test; CI runs
+# it.
+test-peers:
 	cd benchmarks/peers/watermill && $(GO) vet ./... && $(GO) build -o /dev/null .
 
 fmt-check:
@@ -92,8 +106,9 @@ bench-delivery-deployed:
 # flight, unordered and per key); one markdown table. Installs what it
 # needs first, as test-kafka does; builds each peer (go build, or the Java
 # peer's build.sh with mvn). Minutes: not part of make test, whose go vet
-# and runner test build the Go peers of the main module. Fails if a row
-# does not pass its check. PEERS_FLAGS passes flags, e.g.
+# and runner test build the Go peers of the main module (make test-peers
+# the Watermill one). Fails if a row does not pass its check. PEERS_FLAGS
+# passes flags, e.g.
 # PEERS_FLAGS='-impl sluice,franzgo -out peers.md -cpuprofile /tmp/sluice'.
 PEERS_FLAGS ?=
 bench-peers:

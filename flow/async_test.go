@@ -39,6 +39,9 @@ func randomSleep(seed uint64) func(context.Context, int) (int, error) {
 }
 
 func TestMapAsyncModesUnderRandomLatency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -311,6 +314,9 @@ func TestMapAsyncWithAdaptiveLimiterStaysWithinParallelism(t *testing.T) {
 }
 
 func TestMapAsyncSettlesEveryMessageOnceUnderRandomFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

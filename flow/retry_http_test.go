@@ -91,6 +91,9 @@ func fastPolicy() flow.RetryPolicy {
 }
 
 func TestFaultServerEveryPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for _, c := range []struct {
 		fault     faultserver.Fault
 		reason    stream.Reason
@@ -138,6 +141,9 @@ func TestFaultServerDownThenUp(t *testing.T) {
 }
 
 func TestFaultServerLoad1000Concurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	srv := faultServer(t)
 	srv.SetRetryAfter(0)
 	srv.SetLatency(5 * time.Millisecond)

@@ -43,6 +43,9 @@ func (s *slowSink) Run(ctx context.Context, in *stream.Inlet[flow.Windows[string
 // the time it fired, so a tick buffered while the stage was blocked does
 // not find the partition idle.
 func TestTumblingSlowWriterDoesNotMakeABusyPartitionIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	var recs []rec
 	for min := range 30 {
 		for sec := 0; sec < 60; sec += 5 {

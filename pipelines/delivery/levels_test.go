@@ -189,6 +189,9 @@ func TestSchedulerLevelFromRequestOrTier(t *testing.T) {
 // 512 held, which made normal (or low) finish before high whenever its
 // topic was fetched first.
 func TestSchedulerServesHighFirstUnderOverload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const perLevel = 2000
 	brokers := levelsBroker(t, 2)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))

@@ -236,6 +236,9 @@ func transientDrones(backends *delivery.Backends) *faultyDrones {
 // replayed for as long as its deadline (an hour away) allows. Before, the
 // sixth failure of a request parked five times counted as permanent.
 func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 20
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
@@ -260,6 +263,9 @@ func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
 // none — with a reason that says so; requests with time left stay parked
 // meanwhile and complete when the service is back.
 func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
 	// The steps take at most 5 x 200 ms: a replay needs 1 s left.
@@ -311,6 +317,9 @@ func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
 // request was parked over and over, and compensated after five parkings
 // (with its deadline deciding, it would never complete).
 func TestSlowServicesSlowTheSchedulerDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 200
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{MinLatency: 250 * time.Millisecond, MaxLatency: 255 * time.Millisecond})
 	produceRequests(t, producer, n, time.Time{})

@@ -24,6 +24,9 @@ import (
 // at its due time exactly), about a second before its deadline, though
 // the drone service answered in milliseconds.
 func TestReplayCutToFitItsDeadlineIsScheduledInTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := &loggingDrones{Drones: backends.Drones, failing: true, calls: map[string][]time.Time{}, okAt: map[string]time.Time{}}
 	backends.Drones = drones
@@ -130,6 +133,9 @@ func lateReplayRecord(id string) *kgo.Record {
 // parked at check_account into a service still down, tens of seconds
 // before their time.
 func TestLateReplayIsNoProbeOfTheFirstStepsService(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 25
 	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})
 	accounts := &downAccounts{Accounts: backends.Accounts, down: true}
@@ -215,6 +221,9 @@ func (d *windowDrones) Schedule(ctx context.Context, id string, at delivery.Loca
 // asked to come back in 20 s were compensated after about 12 s, out of
 // parkings.
 func TestRetryAfterLongerThanMaxReplayDelayIsHonoured(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 5
 	const window = 20 * time.Second
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
@@ -266,6 +275,9 @@ func TestRetryAfterLongerThanMaxReplayDelayIsHonoured(t *testing.T) {
 // directly (20 failed calls open it, a probe after its open time closes
 // it), as the step's calls would.
 func TestOtherServicesRecoveryDoesNotShortenTheWaitForADownOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 3
 	const most = 6 * time.Second
 	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})

@@ -65,6 +65,9 @@ func (d *throttlingDrones) Schedule(ctx context.Context, id string, at delivery.
 // the breaker's refusal rather than the 429 also waits 20 s: every call
 // of a parked request inside its 20 s comes from ReplayDue's recovery.
 func TestParkedThrottledRequestsWaitTheirRetryAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 20
 	const wait = 20 * time.Second
 	_, drones := throttledRun(t, n, wait, 0)
@@ -138,6 +141,9 @@ func (d *loggingDrones) Schedule(ctx context.Context, id string, at delivery.Loc
 // No breaker opens here (two requests fail a few times, below the
 // breaker's 20 calls), so no recovery brings anything forward.
 func TestReplayPastItsDeadlineIsNotScheduledLate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := &loggingDrones{Drones: backends.Drones, failing: true, calls: map[string][]time.Time{}, okAt: map[string]time.Time{}}
 	backends.Drones = drones
@@ -197,6 +203,9 @@ func relative(ts []time.Time, ref time.Time) []string {
 // spent three parkings within seconds and compensated all 20 — deliveries
 // that could still be made, cancelled.
 func TestEarlyReplaysDoNotSpendParkings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 20
 	const wait = 20 * time.Second
 	brokers, _ := throttledRun(t, n, wait, 3)

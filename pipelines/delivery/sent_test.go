@@ -26,6 +26,9 @@ import (
 // completed); timed from the send, every request completes, as slowly as
 // the connections allow.
 func TestCallsWaitingForAConnectionDoNotTimeOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 100
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(4, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"))
 	quiet := slog.New(slog.DiscardHandler)

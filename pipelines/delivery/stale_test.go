@@ -250,6 +250,9 @@ func TestUnstaleMarkAsksToWaitUntilStale(t *testing.T) {
 // taken as "did not act": the mark was cleared, the retry called again,
 // and the drone was booked twice.
 func TestServerErrorLeavesTheOutcomeUnknown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for _, code := range []int{500, 502, 504} {
 		ledger := NewLedger()
 		sim := SimulatedNonIdempotent(SimConfig{}, ledger, nil)

@@ -32,6 +32,9 @@ func runDemo(t *testing.T, cfg demo.Config) (demo.Summary, string) {
 // checks the verification: nothing lost, nothing applied twice, every
 // compensation complete, every bad input dead-lettered.
 func TestDemoEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	cfg := demo.Defaults(3 * time.Second)
 	cfg.Rate, cfg.BurstRate = 1000, 2000
 	cfg.BurstEvery, cfg.BurstFor = 2*time.Second, 500*time.Millisecond
@@ -62,6 +65,9 @@ func TestDemoEndToEnd(t *testing.T) {
 // verified 2 s after the load, with most requests still waiting in Kafka
 // counted as lost.
 func TestDemoWaitsForASlowDrainThatProgresses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	cfg := demo.Defaults(2 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 150, 0, 0
 	cfg.Sim = delivery.SimConfig{MinLatency: 40 * time.Millisecond, MaxLatency: 50 * time.Millisecond}
@@ -77,6 +83,9 @@ func TestDemoWaitsForASlowDrainThatProgresses(t *testing.T) {
 // TestDemoEndToEndHTTP is the same with the services behind real HTTP
 // servers on loopback.
 func TestDemoEndToEndHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	cfg := demo.Defaults(2 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 500, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
@@ -92,6 +101,9 @@ func TestDemoEndToEndHTTP(t *testing.T) {
 // and compensations half done — and starts new ones in the same consumer
 // groups: the redone work must create nothing twice and lose nothing.
 func TestDemoSurvivesCrashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01
@@ -106,6 +118,9 @@ func TestDemoSurvivesCrashes(t *testing.T) {
 // call books a drone) and keeps step records in a real redis-server; with
 // the scheduler crashed three times, no drone is booked twice.
 func TestModeBStepRecordsInRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
 	cfg.Sim.TransientRate, cfg.Sim.ThrottleRate = 0.05, 0.01

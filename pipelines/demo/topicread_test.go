@@ -20,6 +20,9 @@ import (
 // records, read the topic as empty, and the run was reported with
 // thousands of requests lost and none dead-lettered.)
 func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topicDead, topicSupervisorDead))
 	if err != nil {
 		t.Fatal(err)

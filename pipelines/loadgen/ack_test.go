@@ -138,6 +138,9 @@ func TestRunRecordsOnlyAcknowledgedRequests(t *testing.T) {
 // as sent nor dropped: it is recorded as unconfirmed, since the brokers
 // may hold it — as they do here once they answer, after Run has given up.
 func TestRunRecordsUnansweredRequestsAsUnconfirmed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "requests"))
 	if err != nil {
 		t.Fatal(err)

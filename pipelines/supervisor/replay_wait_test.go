@@ -58,6 +58,9 @@ func (d *throttlingCancels) Cancel(ctx context.Context, id string) error {
 // once each time, a replay storm against a service that asked for 20 s
 // ("400 cancels of 20 parked compensations came before the Retry-After").
 func TestParkedThrottledCompensationsWaitTheirRetryAfter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 20
 	const wait = 20 * time.Second
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, topicFailures), kfake.SeedTopics(2, topicRetry), kfake.SeedTopics(1, topicDead))

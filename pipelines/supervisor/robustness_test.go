@@ -203,6 +203,9 @@ func toStreamHeaders(hs []kgo.RecordHeader) []stream.Header {
 // supervisor with the event unsettled; the failures topic is not committed
 // past it.
 func TestRefusedParkingIsNotCommitted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topicFailures), kfake.SeedTopics(1, topicRetry),
 		kfake.SeedTopics(1, topicDead))
 	if err != nil {

@@ -105,6 +105,9 @@ func (w *syncBuilder) Write(p []byte) (int, error) {
 // refusal (as a slower encoder, or a larger input batch, does by itself);
 // the last 5 records fit the topic as a batch.
 func TestBatchRefusedWholeIsWrittenAgainAndSaidOutOfOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 1, "out")
 	testenv.SetMaxMessageBytes(t, brokers, "out", smallTopicLimit)
 	const refusedWhole, after = 30, 5

@@ -31,6 +31,9 @@ func smallValues(n int) []input {
 // gives a record too large. No record is too large on its own, so each is
 // written whole, as it came: none is cut, none fails.
 func TestBatchRefusedWholeIsWrittenRecordByRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 1, "retry", "out")
 	testenv.SetMaxMessageBytes(t, brokers, "retry", smallTopicLimit)
 	testenv.SetMaxMessageBytes(t, brokers, "out", smallTopicLimit)

@@ -27,6 +27,9 @@ import (
 // replayed by a second pipeline once due; messages the service rejects go
 // to the failure topic. Nothing is lost.
 func TestParkAndReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(4, "in"), kfake.SeedTopics(2, "retry"), kfake.SeedTopics(1, "failed"))
 	const n = 2000
 	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return []byte(strconv.Itoa(i)) })

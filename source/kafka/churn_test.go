@@ -396,12 +396,18 @@ func (d *cutDialer) cut() {
 // often hands the same ones straight back: the window in which a held poll
 // result could be tracked into the next assignment.
 func TestChurnRangeKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(8, "churn"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	churnTest(t, brokers, "churn", 8, kgo.RangeBalancer(), 12*time.Second)
 }
 
 // The default, cooperative-sticky, moves as few partitions as possible.
 func TestChurnCooperativeKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(8, "churn"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	churnTest(t, brokers, "churn", 8, kgo.CooperativeStickyBalancer(), 12*time.Second)
 }
@@ -410,6 +416,9 @@ func TestChurnCooperativeKfake(t *testing.T) {
 // ServerSideBalancer): the coordinator assigns, and a commit's generation
 // is the member epoch, which changes with every assignment of this member.
 func TestChurnServerSideKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(8, "churn"), kfake.GroupMinSessionTimeout(500*time.Millisecond),
 		kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": "3000",
 			"group.consumer.heartbeat.interval.ms": "100"}))

@@ -187,6 +187,9 @@ func readStore(t *testing.T, path string) map[int]int {
 }
 
 func TestCrashSafetyKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(crashParts, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	crashTest(t, brokers, "in")
 }

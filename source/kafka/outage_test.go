@@ -92,6 +92,9 @@ func closeSource(src *kafka.Source) {
 // A broker gone for longer than MaxBrokerLoss ends Run with an error that
 // says so and names the cause; the source turns unready before that.
 func TestBrokerLossEndsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +124,9 @@ func TestBrokerLossEndsRun(t *testing.T) {
 
 // A broker back before MaxBrokerLoss: the run goes on, and nothing is lost.
 func TestBrokerBackInTimeLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -185,6 +185,9 @@ func committedAll(t *testing.T, brokers []string, group, topic string, n int64) 
 // resumed, and every record of both levels is processed once and
 // committed.
 func TestPriorityPausesLowTopicWhileHighLags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	const n = 1500
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, "prio-high", "prio-low"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	testenv.Produce(t, brokers, "prio-high", n, func(i int) []byte { return fmt.Appendf(nil, "h%d", i) })
@@ -221,6 +224,9 @@ func TestPriorityPausesLowTopicWhileHighLags(t *testing.T) {
 // committed. With the cooperative-sticky balancer (the default) and the
 // eager range one, which revokes everything and assigns it again.
 func TestPriorityPauseSurvivesRebalance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for _, c := range []struct {
 		name     string
 		balancer kgo.GroupBalancer

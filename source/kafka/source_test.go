@@ -263,6 +263,9 @@ func TestBadConfigAndUnreachableBrokers(t *testing.T) {
 }
 
 func TestInvalidSASLCredentials(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(1, "in"), kfake.EnableSASL(), kfake.Superuser("PLAIN", "admin", "secret"))
 	cfg := kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,
 		SASL: &kafka.SASL{Mechanism: "PLAIN", User: "admin", Password: "wrong"}}, Group: "g", Topics: []string{"in"}, Logger: quiet}
@@ -305,6 +308,9 @@ func TestRecordsProducedByKcat(t *testing.T) {
 }
 
 func TestSASLAgainstAListenerWithoutSASL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 1, "in")
 	_, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,
 		SASL: &kafka.SASL{Mechanism: "PLAIN", User: "u", Password: "p"}}, Group: "g", Topics: []string{"in"}, Logger: quiet})

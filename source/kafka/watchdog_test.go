@@ -24,6 +24,9 @@ import (
 // batch does, for 4 s); A (MaxBrokerLoss 1 s, heartbeat 100 ms) joins
 // meanwhile and must wait for B. (Found in review.)
 func TestWatchdogQuietDuringSlowJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	watchdogDuringSlowJoin(t, brokers, "in")
 }

@@ -118,6 +118,9 @@ func (in *instance) crash() {
 // checkpoints end at the log ends and never move back, and no two members
 // have checkpoints accepted under one epoch.
 func TestOwnedKafkaAcrossJoinsLeavesAndCrashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	ownedAcrossMembers(t, testenv.Kfake(t, 8, "in"), "in")
 }
 
@@ -242,6 +245,9 @@ func ownedAcrossMembers(t *testing.T, brokers []string, topic string) {
 // every record processed, the instance fenced itself each time, and no
 // goroutine left (goleak in TestMain).
 func TestOwnedSelfFencesUnderLoadAcrossRedisOutages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 4, "load")
 	rs := testenv.StartDurableRedis(t)
 	var a audit

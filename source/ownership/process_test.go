@@ -100,6 +100,9 @@ func (w *worker) log() string { return w.out.String() }
 // one stops its partitions when it resumes, the lost checkpoints are reported,
 // and no two members ever have a checkpoint accepted under one epoch.
 func TestOwnedWorkerProcessesAcrossKillPauseAndDataLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, procParts, "in")
 	testenv.Produce(t, brokers, "in", procRecords, func(i int) []byte { return []byte(strconv.Itoa(i)) })
 	ends := testenv.EndOffsets(t, brokers, "in")

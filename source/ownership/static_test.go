@@ -192,6 +192,9 @@ func (r *staticReader) crash() {
 // share holds its key), and every reader's own checkpoint reaches the log
 // end.
 func TestStaticLayoutsReadEveryRecordByOneReader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	for _, perPartition := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d-per-partition", perPartition), func(t *testing.T) {
 			const parts, n = 4, 12_000

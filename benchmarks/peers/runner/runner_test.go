@@ -14,6 +14,9 @@ import (
 // kfake, with a small topic: every row must finish, pass its check and
 // read as a table row.
 func TestRunKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	root, err := findRoot()
 	if err != nil {
 		t.Fatal(err)

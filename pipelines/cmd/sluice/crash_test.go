@@ -30,6 +30,9 @@ import (
 // effect may exist twice (no drone booked twice), and every compensation
 // must have left nothing behind.
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
 		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),
 		kfake.SeedTopics(4, "delivery-failures-retry"), kfake.SeedTopics(1, "delivery-compensation-dead-letters"),

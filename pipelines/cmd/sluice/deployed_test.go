@@ -29,6 +29,9 @@ import (
 // again, as a client's retry or a replay would: they must leave no second
 // outcome and no second side effect.
 func TestDeployedSystemLevelsLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	s := deployment.Start(t, deployed.Build(t), deployed.Config{
 		Partitions: 8,
 		Services: []string{"-min-latency", "1ms", "-max-latency", "5ms", "-transient", "0.05", "-throttle", "0.01",

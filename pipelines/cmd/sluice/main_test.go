@@ -22,6 +22,9 @@ import (
 // network, as separate pieces of one process, and checks through the
 // worker's /metrics that requests flowed through every step.
 func TestWorkersAgainstABroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes seconds of real time: make test runs it, -short does not")
+	}
 	t.Run("one topic", func(t *testing.T) { workersAgainstABroker(t, nil) })
 	// A topic per level of priority: the load generator writes each
 	// request to its level's, the scheduler reads the three.

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# make test and make test-short, in phases: each announced before it runs
+# with what it does and how long it takes, the tests' results printed as
+# each package finishes with a running count, and a last line with the
+# total time. Usage: maketest.sh full|short (GO names the go command).
+#
+#   full   every test with the race detector
+#   short  go test -short with the race detector: the tests that take
+#          seconds of real time (processes, brokers restarted, outages
+#          waited out, headless chromium) skip themselves, the others run
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+GO=${GO:-go}
+
+case "${1:-}" in
+full) target="make test" ;;
+short) target="make test-short" ;;
+*)
+	echo "usage: $0 full|short" >&2
+	exit 2
+	;;
+esac
+
+start=$SECONDS
+finish() {
+	local rc=$? t=$((SECONDS - start)) verdict=passed
+	[ $rc -eq 0 ] || verdict="FAILED (exit $rc)"
+	printf '%s: %s in %dm%02ds\n' "$target" "$verdict" $((t / 60)) $((t % 60))
+}
+trap finish EXIT
+set -e
+
+phase() { echo "[$1/4] $2"; }
+
+phase 1 "setup: installs redis-server, kcat and chromium if missing (~1 min the first time; at once after)"
+bash internal/testenv/setup.sh test
+
+phase 2 "modules: downloads the dependencies if missing (~30 s the first time; at once after)"
+$GO mod download
+
+phase 3 "go vet and gofmt (~1 min the first time; seconds after)"
+$GO vet ./...
+out=$(gofmt -l .)
+if [ -n "$out" ]; then
+	echo "gofmt needed:"
+	echo "$out"
+	exit 1
+fi
+
+pkgs=$($GO list ./... | wc -l)
+pkgs=${pkgs// /}
+if [ "$1" = full ]; then
+	phase 4 "unit and integration tests of $pkgs packages, race detector (~5-8 min on an idle 2-core machine, 15-20 on a busy one; the first results after a minute or two of compiling)"
+	args=(-race -count=1 ./...)
+else
+	# Long tests in files that do not check testing.Short() themselves.
+	skip='^(TestPageHomesInHeadlessChromium|TestPageHomesRedisDown|TestSensorsWorkerProcessesSurviveSIGKILL|TestSensorsRedisStallDoesNotCloseMinutesEarly'
+	skip+='|TestSensorsInstancesStopAndJoinWhileReadingsFlow|TestDemoSmallRunVerifies|TestDemoStatusCountsEachDeadLetterOnce'
+	skip+='|TestDemoSendsTheLoadOnceEveryPartitionIsHeld|TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord'
+	skip+='|TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord|TestCaughtUpWaitsForRecordsInThePipeBeforeTheWindow'
+	skip+='|TestSensorsPartitionsAddedToALiveTopic|TestStatusPageInHeadlessChromium|TestMetricsMoveEndToEnd'
+	skip+='|TestSensorsDemo|TestSensorsWorkerAndLoadgen)$'
+	phase 4 "unit tests and the quick integration tests of $pkgs packages (go test -short), race detector (~1 min on an idle 2-core machine)"
+	args=(-short -race -count=1 -skip "$skip" ./...)
+fi
+# go test prints a package's result when the package is done; the count
+# says how far the run is.
+$GO test "${args[@]}" 2>&1 | awk -v n="$pkgs" '/^(ok|FAIL|\?)[ \t]/ && $2 ~ /\// { i++; printf "(%d/%d) ", i, n } { print; fflush() }'
