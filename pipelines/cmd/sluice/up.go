@@ -85,34 +85,63 @@ func upFlags(args []string) (*upConfig, error) {
 	return c, c.choosePorts()
 }
 
-// choosePorts replaces each port 0 by a free port of 127.0.0.1.
+// choosePorts replaces each port 0 by a free port of 127.0.0.1, and
+// checks that the other ports are free: a part that cannot listen exits,
+// but until then its readiness would be asked of whatever holds its port.
 func (c *upConfig) choosePorts() error {
-	for _, p := range []*int{&c.brokerPort, &c.redisPort} {
-		if *p == 0 {
+	ports := []struct {
+		flag string
+		port *int
+	}{{"-broker-port", &c.brokerPort}, {"-redis-port", &c.redisPort}}
+	if c.brokers != "" {
+		ports = ports[1:]
+	}
+	for _, p := range ports {
+		if *p.port == 0 {
 			addr, err := freeAddr()
 			if err != nil {
 				return err
 			}
-			*p = addr.(*net.TCPAddr).Port
+			*p.port = addr.(*net.TCPAddr).Port
+		} else if err := portFree(p.flag, net.JoinHostPort("127.0.0.1", strconv.Itoa(*p.port))); err != nil {
+			return err
 		}
 	}
-	for _, a := range []*string{&c.services, &c.admin, &c.deliveryListen, &c.supListen} {
-		host, port, err := net.SplitHostPort(*a)
+	addrs := []struct {
+		flag string
+		addr *string
+	}{{"-services-listen", &c.services}, {"-admin-listen", &c.admin}, {"-delivery-listen", &c.deliveryListen}, {"-supervisor-listen", &c.supListen}}
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(*a.addr)
 		if err != nil {
-			return fmt.Errorf("up: address %q: %w", *a, err)
+			return fmt.Errorf("up: %s %q: %w", a.flag, *a.addr, err)
 		}
-		if port == "0" {
-			free, err := freeAddr()
-			if err != nil {
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		if port != "0" {
+			*a.addr = net.JoinHostPort(host, port)
+			if err := portFree(a.flag, *a.addr); err != nil {
 				return err
 			}
-			if host == "" {
-				host = "127.0.0.1"
-			}
-			*a = net.JoinHostPort(host, strconv.Itoa(free.(*net.TCPAddr).Port))
+			continue
 		}
+		free, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		*a.addr = net.JoinHostPort(host, strconv.Itoa(free.(*net.TCPAddr).Port))
 	}
 	return nil
+}
+
+// portFree fails if addr, flag's, cannot be listened on.
+func portFree(flag, addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("up: %s %s: %w (another program listens there: stop it, or give another port; 0 takes a free one)", flag, addr, err)
+	}
+	return l.Close()
 }
 
 // freeAddr is a port of 127.0.0.1 free a moment ago.

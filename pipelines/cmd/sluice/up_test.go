@@ -228,3 +228,27 @@ func TestUpStopsEverythingWhenAPartDies(t *testing.T) {
 		t.Error("the broker still answers")
 	}
 }
+
+// A port of the defaults already taken (a demo, another sluice up) stops
+// sluice up before it starts anything, naming the flag: otherwise the
+// part's readiness would be asked of the program that holds its port.
+func TestUpRefusesAPortInUse(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: make test installs it (or: sudo apt-get install -y redis-server)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("TMPDIR", t.TempDir())
+	err = run([]string{"up", "-broker-port", "0", "-redis-port", "0", "-services-listen", "127.0.0.1:0",
+		"-admin-listen", "127.0.0.1:0", "-delivery-listen", l.Addr().String(), "-supervisor-listen", "127.0.0.1:0"})
+	if err == nil || !strings.Contains(err.Error(), "-delivery-listen "+l.Addr().String()) ||
+		!strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("sluice up with -delivery-listen taken: %v", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.Getenv("TMPDIR"), "*")); len(left) > 0 {
+		t.Errorf("sluice up left %v", left)
+	}
+}
