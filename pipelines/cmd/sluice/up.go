@@ -47,6 +47,8 @@ type upConfig struct {
 	self, selfShown, redisServer string
 }
 
+// upFlags parses the flags of `sluice up`, finds redis-server and this
+// binary, and settles the ports.
 func upFlags(args []string) (*upConfig, error) {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	c := &upConfig{}
@@ -215,8 +217,16 @@ func runUp(ctx context.Context, args []string) error {
 	return err
 }
 
+// makeDir makes the run's directory (-dir, or a new temporary one) and
+// its redis/ (redis-server's dir, resolved in the configuration file).
 func (c *upConfig) makeDir() error {
-	if c.dir == "" {
+	if c.dir != "" {
+		abs, err := filepath.Abs(c.dir)
+		if err != nil {
+			return fmt.Errorf("up: -dir: %w", err)
+		}
+		c.dir = abs
+	} else {
 		d, err := os.MkdirTemp("", "sluice-up-")
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
