@@ -77,3 +77,70 @@ func TestCaughtUpWaitsForRecordsTheSourceHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A partition paused for holding MaxUnsettledPerPartition readings while
+// they are on their way to the window (behind other partitions' after a
+// Redis stall, on a machine busy enough that the window sees none of them
+// for longer than IdleClose) is not idle, however long ago a minute of it
+// was written: closing its open minute would write it short and
+// dead-letter those readings, on time, as late. It is idle only when the
+// window holds every reading it has unsettled and those keep it paused
+// (its open minutes hold more than the limit allows).
+func TestCaughtUpWaitsForAPausedPartitionsReadingsOnTheirWay(t *testing.T) {
+	const limit = 100
+	brokers := testenv.Kfake(t, 1, DefaultTopic)
+	testenv.Produce(t, brokers, DefaultTopic, 3*limit, func(i int) []byte { return fmt.Appendf(nil, "%d", i) })
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	w, err := New(context.Background(), Config{Conn: kafka.Conn{Brokers: brokers}, Redis: rdb, InstanceID: "w1",
+		Namespace: "test", IdleClose: time.Second, MaxUnsettledPerPartition: limit, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.dl.Close()
+	defer w.src.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The pipes before the window: they hold what the source sent until
+	// release, so no reading reaches the window and none is settled.
+	release := make(chan struct{})
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, w.src), testenv.GatedSink[[]byte](release, nil), stream.Buffer(4*limit))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	w.src.Start(0, 0)
+
+	stats := func() kafka.PartitionStats {
+		for _, p := range w.src.Stats().Partitions {
+			if p.Partition == 0 {
+				return p
+			}
+		}
+		return kafka.PartitionStats{}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !stats().Paused {
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 0 not paused within 20 s: %+v", w.src.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// No minute of it was ever written: its last write is long past.
+	if w.caughtUp(DefaultTopic, 0, 0) {
+		t.Fatalf("paused partition 0 taken for idle with its %d unsettled readings on their way to the window, none held",
+			stats().Unsettled)
+	}
+	// Held by the window, the same readings keep the partition paused:
+	// only the idle close frees it.
+	for !w.caughtUp(DefaultTopic, 0, stats().Unsettled) {
+		if time.Now().After(deadline) {
+			t.Fatalf("paused partition 0 not idle with every unsettled reading held by the window: %+v", stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
