@@ -74,8 +74,9 @@ type Config struct {
 	Writers int
 	// MaxUnsettledPerPartition is the source's (default
 	// DefaultMaxUnsettled): it must exceed twice a minute and its lateness
-	// of a partition's readings, as a paused partition resumes only below
-	// half of it and its open minutes must fit there.
+	// of a partition's records, heartbeats included, as a paused partition
+	// resumes only below half of it and the records from its open minutes'
+	// first on must fit there.
 	MaxUnsettledPerPartition int
 	// Retention is how long a home's minutes are kept (default an hour).
 	Retention time.Duration
@@ -134,11 +135,6 @@ type Worker struct {
 	windows, written, kept, commands, retries       atomic.Int64
 	readingsWritten                                 atomic.Int64
 	storeDown, warnedPause                          atomic.Bool
-	writing                                         atomic.Int64 // window writes under way
-	lastFailure                                     atomic.Int64 // Unix ns of the last failed write
-
-	doneMu   sync.Mutex
-	lastDone map[int32]time.Time // when a minute of each partition was last written
 
 	g *stream.Graph // the pipeline Run builds and runs
 
@@ -193,7 +189,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, src: src, bal: bal, owners: owners, store: store, dl: dl, lat: make([]time.Duration, 4096),
-		lastDone: map[int32]time.Time{}, g: stream.New(stream.WithPipeline("sensors"), stream.WithLogger(cfg.Logger))}, nil
+		g: stream.New(stream.WithPipeline("sensors"), stream.WithLogger(cfg.Logger))}, nil
 }
 
 // Graph returns the worker's pipeline, built by Run, for observe's /status.

@@ -3,6 +3,8 @@ package sensors
 import (
 	"context"
 	"time"
+
+	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // caughtUp reports whether a partition's quiet is idleness, for the
@@ -24,12 +26,12 @@ import (
 // long, whatever waits in its input.
 //
 // A partition paused for holding MaxUnsettledPerPartition readings is
-// held by its minutes: while window writes are under way or failed
-// lately (Redis slow or down), or one of its own minutes was written
-// within IdleClose (its settles, which resume it, may still be on their
-// way), they are what frees it, so it waits. Otherwise its open minutes
-// hold more readings than the limit (a misconfiguration, logged): only
-// the idle close can free it.
+// idle only when the window holds every reading it has unsettled and
+// those keep it paused (pausedIdle). Wall time says nothing about it: on
+// a busy machine, or after a Redis stall, its written minutes' settles and
+// its readings on their way to the window may take longer than IdleClose,
+// and it is the partition's own counts, not the time since its last
+// write, that tell what still frees it.
 func (w *Worker) caughtUp(_ string, partition int32, held int) bool {
 	st := w.src.Stats()
 	if st.SinceContact > 2*time.Second {
@@ -37,7 +39,7 @@ func (w *Worker) caughtUp(_ string, partition int32, held int) bool {
 	}
 	for _, p := range st.Partitions {
 		if p.Partition == partition && p.Paused {
-			return w.pausedIdle(partition)
+			return w.pausedIdle(p, held)
 		}
 	}
 	if n, ok := w.unsent(partition); !ok || n != 0 {
@@ -54,21 +56,23 @@ func (w *Worker) caughtUp(_ string, partition int32, held int) bool {
 	return false
 }
 
-// pausedIdle is caughtUp for a paused partition.
-func (w *Worker) pausedIdle(partition int32) bool {
-	if w.writing.Load() > 0 || time.Since(time.Unix(0, w.lastFailure.Load())) < w.cfg.IdleClose {
-		return false
-	}
-	w.doneMu.Lock()
-	done := w.lastDone[partition]
-	w.doneMu.Unlock()
-	if time.Since(done) < w.cfg.IdleClose {
+// pausedIdle is caughtUp for a paused partition p of which the window
+// holds held readings open. Readings of it on their way to the window,
+// being written (Redis slow or down) or dead-lettered are unsettled and
+// not held: the window takes them in, or their settles resume the
+// partition once it is down to half the limit, so it waits, however long
+// that takes. One settled down to half is resuming (the source's answer
+// may come between the settle and the resume). Otherwise its open
+// minutes hold more readings than half the limit (a misconfiguration,
+// logged): nothing else will settle and only the idle close can free it.
+func (w *Worker) pausedIdle(p kafka.PartitionStats, held int) bool {
+	if p.Unsettled != held || p.Pending <= w.cfg.MaxUnsettledPerPartition/2 {
 		return false
 	}
 	if !w.warnedPause.Swap(true) {
 		w.cfg.Logger.Warn("sensors: a partition's open minutes hold more readings than MaxUnsettledPerPartition; "+
 			"closing them early, so their later readings are dead-lettered as late: raise MaxUnsettledPerPartition",
-			"partition", partition, "max_unsettled", w.cfg.MaxUnsettledPerPartition)
+			"partition", p.Partition, "max_unsettled", w.cfg.MaxUnsettledPerPartition)
 	}
 	return true
 }

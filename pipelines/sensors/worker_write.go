@@ -27,16 +27,11 @@ func (w *Worker) keep(m *stream.Message[Reading]) bool {
 // the source stops fetching once they fill the pipes, and the balancer,
 // which cannot renew its leases either, self-fences.
 func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (flow.Windows[string, Minute], error) {
-	w.writing.Add(1)
-	defer w.writing.Add(-1)
 	backoff := 50 * time.Millisecond
 	for {
 		res, err := w.storeWrite(ctx, &ws)
 		if err == nil {
 			w.storeDown.Store(false)
-			w.doneMu.Lock()
-			w.lastDone[ws.Partition] = time.Now()
-			w.doneMu.Unlock()
 			w.windows.Add(1)
 			w.written.Add(int64(res.Written))
 			w.kept.Add(int64(res.Kept))
@@ -50,7 +45,6 @@ func (w *Worker) write(ctx context.Context, ws flow.Windows[string, Minute]) (fl
 			return ws, ctx.Err() // shutdown: left unsettled, replayed
 		}
 		w.retries.Add(1)
-		w.lastFailure.Store(time.Now().UnixNano())
 		if backoff >= time.Second && !w.storeDown.Swap(true) {
 			w.cfg.Logger.Warn("sensors: Redis refuses window writes; the partition's readings wait unsettled",
 				"partition", ws.Partition, "minute", ws.Start.UTC().Format(time.RFC3339), "err", err)

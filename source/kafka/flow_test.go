@@ -83,6 +83,10 @@ func TestUnsettledCapPausesAndResumesAPartition(t *testing.T) {
 		if u := st.Partitions[0].Unsettled; u > 100+60 {
 			t.Fatalf("%d unsettled with a cap of 100", u)
 		}
+		// Pending is what the pause counts: at the cap while paused.
+		if p := st.Partitions[0]; p.Paused && (p.Pending < 100 || p.Pending < p.Unsettled) {
+			t.Fatalf("paused with %d pending and %d unsettled, cap 100", p.Pending, p.Unsettled)
+		}
 		before := src.Stats().Pauses
 		settled += h.settleAll()
 		if settled < 1000 {

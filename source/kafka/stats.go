@@ -10,10 +10,16 @@ type PartitionStats struct {
 	Partition int32
 	// Committed is the last offset this member committed (-1: none yet).
 	Committed int64
-	// Unsettled counts records delivered and not yet settled. (Pausing at
-	// MaxUnsettledPerPartition counts, too, the records settled after the
-	// oldest unsettled one: the ring that holds them until it is settled.)
+	// Unsettled counts records delivered and not yet settled.
 	Unsettled int
+	// Pending is what pausing at MaxUnsettledPerPartition counts: the
+	// unsettled records and those settled after the oldest of them (the
+	// ring that holds them until it is settled). A paused partition is
+	// fetched again once a settle brings it down to half the limit, so
+	// one paused with more pending, of which none is on its way to being
+	// settled, stays paused: its oldest records wait for whoever holds
+	// them (a window's open minutes).
+	Pending int
 	// Lag is the high watermark of the last fetch minus Committed (0 until
 	// this member commits: an Assigned source never does, its owner keeps
 	// the checkpoints).
@@ -73,7 +79,8 @@ func (s *Source) Stats() Stats {
 	s.mu.Unlock()
 	for _, p := range parts {
 		p.mu.Lock()
-		ps := PartitionStats{Topic: p.topic, Partition: p.partition, Committed: p.committed, Unsettled: p.n - p.doneN, Paused: p.paused.Load()}
+		ps := PartitionStats{Topic: p.topic, Partition: p.partition, Committed: p.committed, Unsettled: p.n - p.doneN, Pending: p.n,
+			Paused: p.paused.Load()}
 		if p.committed >= 0 {
 			ps.Lag = max(0, p.hwm-p.committed)
 		}
