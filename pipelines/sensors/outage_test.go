@@ -26,10 +26,16 @@ func TestSensorsRedisStallDoesNotCloseMinutesEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(brokers, rdb, "w1")
-	// Twice a minute and its lateness of a partition's readings (about
-	// 560): a paused partition resumes at half the limit. The stall's
-	// 8 simulated minutes fill it.
-	cfg.MaxUnsettledPerPartition = 1500
+	// Twice a minute and its lateness of a partition's records, with
+	// margin: a paused partition resumes at half the limit, counting the
+	// records from its oldest unsettled one on. That is up to about 780
+	// here (a minute and 30 s of readings, about 560, and the 125
+	// heartbeats sent at each fifth minute, with the malformed and late
+	// ones): at 1,500 a partition paused at a fifth minute stays paused
+	// with its open minutes, and only the idle close frees it, writing
+	// them short. The stall's 8 simulated minutes (3,000 readings a
+	// partition) fill it.
+	cfg.MaxUnsettledPerPartition = 2000
 	cfg.Expiration = time.Minute // the stall must not cost the leases
 	in := startInstance(t, cfg)
 	produced := make(chan struct{})
