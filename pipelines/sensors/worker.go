@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-streams/sluice/source/ownership"
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
 // Defaults of Config.
@@ -84,6 +85,14 @@ type Config struct {
 	Logger *slog.Logger
 	// OnChange, if set, is told of each partition started or stopped here.
 	OnChange func(ownership.Change)
+	// Pipeline names the pipeline in its metrics and on /status (default
+	// "sensors"): instances sharing a process need names of their own.
+	Pipeline string
+	// Metrics, if set, exports the pipeline's metrics (observe.New with
+	// the pipeline's name): its stages', the ownership balancer's and the
+	// Kafka source's (docs/metrics.md). Run registers the pipeline once
+	// built.
+	Metrics *observe.Metrics
 }
 
 func (c *Config) defaults() {
@@ -98,6 +107,9 @@ func (c *Config) defaults() {
 	}
 	if c.Group == "" {
 		c.Group = DefaultGroup
+	}
+	if c.Pipeline == "" {
+		c.Pipeline = "sensors"
 	}
 	if c.Interval == 0 {
 		c.Interval = 10 * time.Second
@@ -189,7 +201,7 @@ func New(ctx context.Context, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	return &Worker{cfg: cfg, src: src, bal: bal, owners: owners, store: store, dl: dl, lat: make([]time.Duration, 4096),
-		g: stream.New(stream.WithPipeline("sensors"), stream.WithLogger(cfg.Logger))}, nil
+		g: stream.New(stream.WithPipeline(cfg.Pipeline), stream.WithLogger(cfg.Logger))}, nil
 }
 
 // Graph returns the worker's pipeline, built by Run, for observe's /status.
@@ -236,7 +248,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return f, nil
 	}), stream.Name("raw"))
 	stream.To(raw, kafkasink.NewDeadLetter(w.dl, w.cfg.DeadLetterTopic), stream.Name("dead-letters"))
-	err := g.Run(ctx)
+	var err error
+	if w.cfg.Metrics != nil {
+		err = w.cfg.Metrics.Register(g)
+	}
+	if err == nil {
+		err = g.Run(ctx)
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if cerr := w.bal.Close(cctx); cerr != nil {

@@ -61,20 +61,26 @@ func runSensorsWorker(ctx context.Context, args []string) error {
 		return fmt.Errorf("-listen: %w", err)
 	}
 	defer ln.Close()
-	w, err := sensors.New(ctx, sensors.Config{Conn: f.cf.conn(), Topic: f.topic, DeadLetterTopic: f.dead, Redis: rc,
-		Namespace: f.namespace, Group: f.group, InstanceID: f.instance, Interval: f.interval, Expiration: f.expiration,
-		Lateness: f.lateness, IdleClose: f.idleClose, Writers: f.writers, MaxUnsettledPerPartition: f.maxUnsettled,
-		Retention: f.retention, Logger: f.logger})
+	// /metrics: the worker's own numbers, and its pipeline's (stages,
+	// ownership, Kafka source) that the dashboard and the alerts read.
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "sensors")
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
+	w, err := sensors.New(ctx, sensors.Config{Conn: f.cf.conn(), Topic: f.topic, DeadLetterTopic: f.dead, Redis: rc,
+		Namespace: f.namespace, Group: f.group, InstanceID: f.instance, Interval: f.interval, Expiration: f.expiration,
+		Lateness: f.lateness, IdleClose: f.idleClose, Writers: f.writers, MaxUnsettledPerPartition: f.maxUnsettled,
+		Retention: f.retention, Logger: f.logger, Metrics: m})
+	if err != nil {
+		return err
+	}
 	if err := reg.Register(sensorsCollector{w}); err != nil {
 		return err
 	}
 	hctx, stopHistory := context.WithCancel(ctx) // /status samples its history until the worker returns
 	defer stopHistory()
-	srv, served := serveSensors(hctx, ln, w, reg, rc, ropts, partitions)
+	srv, served := serveSensors(hctx, ln, w, m, reg, rc, ropts, partitions)
 	addr := ln.Addr().String()
 	f.logger.Info("sensors worker running", "topic", f.topic, "partitions", len(partitions), "namespace", f.namespace, "group", f.group,
 		"instance_id", f.instance, "redis", describeRedis(ropts), "page", "http://"+addr+"/homes", "metrics", "http://"+addr+"/metrics")
@@ -199,7 +205,7 @@ func (f *sensorsFlags) checkTopics(ctx context.Context) ([]int32, error) {
 // serveSensors serves the residents' page, the metrics and the health
 // endpoints on ln, and /status with the history it samples until hctx
 // ends; served gets the server's end.
-func serveSensors(hctx context.Context, ln net.Listener, w *sensors.Worker, reg *prometheus.Registry, rc *redis.Client, ropts *redis.Options,
+func serveSensors(hctx context.Context, ln net.Listener, w *sensors.Worker, m *observe.Metrics, reg *prometheus.Registry, rc *redis.Client, ropts *redis.Options,
 	partitions []int32) (*http.Server, <-chan error) {
 	ready := func(ctx context.Context) error {
 		if err := rc.Ping(ctx).Err(); err != nil {
@@ -212,7 +218,7 @@ func serveSensors(hctx context.Context, ln net.Listener, w *sensors.Worker, reg 
 	}
 	mux := sensors.PageMux(w.Store(), w.Owners(), partitions)
 	mux.Handle("/", observe.Handler(observe.ServerConfig{Gatherer: reg, Ready: ready,
-		Graphs: []*stream.Graph{w.Graph()}, Context: hctx}))
+		Graphs: []*stream.Graph{w.Graph()}, Metrics: []*observe.Metrics{m}, Context: hctx}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() {

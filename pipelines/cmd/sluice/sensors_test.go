@@ -213,6 +213,19 @@ func TestSensorsWorkerAndLoadgen(t *testing.T) {
 	if got, want := summaryOfScrape(t, metrics), fmt.Sprintf("outcomes aggregated=%d dead_lettered=%s filtered=%d", valid, m[3], oor+hb); got != want {
 		t.Errorf("the summary of the metrics says %q, want %q", got, want)
 	}
+	// Its pipeline's metrics are served too, those the dashboard's rows
+	// and the alert rules read: the ownership balancer's, the stages'
+	// and the Kafka source's (the summary above counts none of them
+	// twice).
+	for _, want := range []string{`sluice_ownership_owned_partitions{pipeline="sensors",stage="readings"} 4`,
+		`sluice_ownership_members{pipeline="sensors",stage="readings"} 1`, `sluice_ownership_self_fences_total{pipeline="sensors",stage="readings"} 0`,
+		`sluice_ownership_renewals_total{pipeline="sensors",stage="readings"}`, `sluice_ownership_checkpoints_total{outcome="accepted",pipeline="sensors",stage="readings"}`,
+		`sluice_stage_received_total{pipeline="sensors",stage="window"}`, `sluice_stage_settled_total{outcome="dead_lettered",pipeline="sensors",stage="dead-letters"}`,
+		`sluice_stage_processing_seconds_bucket{pipeline="sensors",stage="write",`, `sluice_kafka_records_total{pipeline="sensors",stage="readings"}`} {
+		if !strings.Contains(metrics, "\n"+want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, grep(metrics, `pipeline="sensors"`))
+		}
+	}
 	for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready", "/homes": "<html", "/homes/api/home/h000001": `"home"`,
 		"/metrics": `sluice_sensors_partitions_held 4`, "/status.json": `"name":"window"`} {
 		if code, body := get(t, "http://"+addr+path); code != http.StatusOK || !strings.Contains(body, want) {

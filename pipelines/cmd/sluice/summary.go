@@ -35,7 +35,13 @@ func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
 	c := summaryCounts{outcomes: map[string]float64{}, retries: map[string]float64{}, main: "completed"}
 	var parsed float64 // sensors readings parsed: aggregated, or in an open window
 	mfs, err := g.Gather()
+	// The sensors worker counts its readings itself: its pipeline's
+	// metrics, served too, would count them again.
+	own := slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool { return mf.GetName() == "sluice_sensors_readings_total" })
 	for _, mf := range mfs {
+		if own && countedBySensors[mf.GetName()] {
+			continue
+		}
 		for _, m := range mf.GetMetric() {
 			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			switch mf.GetName() {
@@ -85,6 +91,11 @@ func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
 	c.inFlight += parsed
 	return c, err
 }
+
+// countedBySensors are the pipeline's metrics that the sensors worker's
+// own count as well.
+var countedBySensors = map[string]bool{"sluice_kafka_records_total": true, "sluice_stage_settled_total": true,
+	"sluice_kafka_lag": true, "sluice_kafka_unsettled": true}
 
 func label(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
