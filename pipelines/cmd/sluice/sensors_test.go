@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -379,4 +380,43 @@ func summaryOfScrape(t *testing.T, text string) string {
 		}
 	}
 	return ""
+}
+
+// docs/metrics.md lists every sluice_sensors_* metric the worker serves,
+// and no other of that prefix.
+func TestSensorsMetricsAreDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| `sluice_sensors_") { // a row of a metrics table
+			for _, n := range regexp.MustCompile("`(sluice_sensors_[a-z0-9_]+)`").FindAllStringSubmatch(line, -1) {
+				documented[n[1]] = true
+			}
+		}
+	}
+	ch := make(chan *prometheus.Desc, 64)
+	sensorsCollector{}.Describe(ch)
+	close(ch)
+	served := map[string]bool{}
+	for d := range ch {
+		m := regexp.MustCompile(`fqName: "([^"]+)"`).FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		served[m[1]] = true
+		if !documented[m[1]] {
+			t.Errorf("%s is served but not in docs/metrics.md", m[1])
+		}
+	}
+	if len(served) < 10 {
+		t.Fatalf("read %d metrics of the worker's collector, want its 11", len(served))
+	}
+	for n := range documented {
+		if !served[n] {
+			t.Errorf("docs/metrics.md lists %s, which the sensors worker does not serve", n)
+		}
+	}
 }
