@@ -40,6 +40,13 @@ type ServerConfig struct {
 	Gatherer prometheus.Gatherer
 	// Graphs are drawn on /status and listed in /status.json.
 	Graphs []*stream.Graph
+	// GraphsFunc, if set, is asked for the graphs instead of Graphs at
+	// each request and history sample: for a process whose pipelines
+	// come and go (instances stopped and started). Each graph needs a
+	// name of its own; one no longer returned leaves /status,
+	// /status.json and /history.json, and its history is dropped once
+	// the window passed.
+	GraphsFunc func() []*stream.Graph
 	// Metrics, if given, add each pipeline's numbers by level of priority
 	// (Metrics.Levels) to /status and /status.json, matched to Graphs by
 	// pipeline name.
@@ -67,6 +74,7 @@ type ServerConfig struct {
 func Handler(cfg ServerConfig) http.Handler {
 	mux := http.NewServeMux()
 	hist := NewHistory(cfg.Graphs, cfg.Metrics, cfg.HistoryInterval, cfg.HistoryWindow)
+	hist.current = cfg.GraphsFunc
 	sample := func() {}
 	if cfg.Context != nil {
 		go hist.Run(cfg.Context.Done())
@@ -109,7 +117,7 @@ func Handler(cfg ServerConfig) http.Handler {
 	mux.HandleFunc("/status.json", func(w http.ResponseWriter, _ *http.Request) {
 		sample()
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(snapshot(cfg.Graphs, cfg.Metrics, hist))
+		_ = json.NewEncoder(w).Encode(snapshot(hist.pipelines(), cfg.Metrics, hist))
 	})
 	mux.HandleFunc("/history.json", func(w http.ResponseWriter, _ *http.Request) {
 		sample()

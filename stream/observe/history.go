@@ -53,6 +53,7 @@ const (
 // MaxHistorySeries. Counters are kept as rates over each interval.
 type History struct {
 	graphs   []*stream.Graph
+	current  func() []*stream.Graph // if set, the graphs now (ServerConfig.GraphsFunc)
 	metrics  []*Metrics
 	interval time.Duration
 	size     int
@@ -98,6 +99,14 @@ func NewHistory(gs []*stream.Graph, ms []*Metrics, interval, window time.Duratio
 		last: map[stageKey]float64{}}
 }
 
+// pipelines returns the graphs to sample and show now.
+func (h *History) pipelines() []*stream.Graph {
+	if h.current != nil {
+		return h.current()
+	}
+	return h.graphs
+}
+
 // Interval returns the time between samples.
 func (h *History) Interval() time.Duration { return h.interval }
 
@@ -122,7 +131,8 @@ func (h *History) Sample(now time.Time) {
 	vals := map[seriesKey]float64{}
 	counters := map[seriesKey]float64{}
 	hists := map[string]*dto.Histogram{}
-	for _, g := range h.graphs {
+	gs := h.pipelines()
+	for _, g := range gs {
 		p := g.Name()
 		var out [stream.DeadLettered + 1]int64
 		var failed int64
@@ -195,7 +205,7 @@ func (h *History) Sample(now time.Time) {
 	// New series in a stable order: by pipeline, kind, then the order of
 	// the pipeline's stages, then name.
 	rank := map[stageKey]int{}
-	for _, g := range h.graphs {
+	for _, g := range gs {
 		if len(added) == 0 {
 			break
 		}
@@ -435,6 +445,7 @@ func (vs *values) UnmarshalJSON(b []byte) error {
 
 // Snapshot returns the samples held, oldest first.
 func (h *History) Snapshot() HistoryStatus {
+	gs := h.pipelines()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := HistoryStatus{IntervalSeconds: h.interval.Seconds(), WindowSeconds: (time.Duration(h.size) * h.interval).Seconds(),
@@ -444,7 +455,7 @@ func (h *History) Snapshot() HistoryStatus {
 		st.Times = append(st.Times, h.times[(start+i)%h.size])
 	}
 	at := map[string]int{}
-	for _, g := range h.graphs {
+	for _, g := range gs {
 		if _, ok := at[g.Name()]; !ok {
 			at[g.Name()] = len(st.Pipelines)
 			st.Pipelines = append(st.Pipelines, HistoryPipeline{Name: g.Name(), Series: []HistorySeries{}})

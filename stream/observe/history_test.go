@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -296,5 +297,64 @@ func TestHistorySeriesAreBounded(t *testing.T) {
 	}
 	if v := series(st, "wide", observe.SeriesLag, "", "in/2"); len(v) != 3 || v[2] != 2 {
 		t.Errorf("lag of in/2: %v, want 2", v)
+	}
+}
+
+// With GraphsFunc, the endpoints follow the pipelines as they come and
+// go: one started after the handler was made is listed and sampled, one
+// gone leaves /status.json and /history.json.
+func TestHandlerFollowsGraphsThatChange(t *testing.T) {
+	pipeline := func(name string, n int) *stream.Graph {
+		g := stream.New(stream.WithPipeline(name), stream.WithLogger(quiet))
+		stream.To(stream.From(g, source.Slice(make([]int, n)), stream.Name("read")), sink.Discard[int](), stream.Name("store"))
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	var mu sync.Mutex
+	current := []*stream.Graph{pipeline("w1", 10), pipeline("w2", 20)}
+	srv := observe.Handler(observe.ServerConfig{HistoryInterval: time.Nanosecond, HistoryWindow: time.Minute,
+		GraphsFunc: func() []*stream.Graph {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(current)
+		}})
+	names := func(path string) []string {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, mustRequest(t, path))
+		var v struct {
+			Pipelines []struct{ Name string } `json:"pipelines"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, rec.Body.String())
+		}
+		var ns []string
+		for _, p := range v.Pipelines {
+			ns = append(ns, p.Name)
+		}
+		return ns
+	}
+	for _, path := range []string{"/status.json", "/history.json"} {
+		if got := fmt.Sprint(names(path)); got != "[w1 w2]" {
+			t.Errorf("%s lists %s, want [w1 w2]", path, got)
+		}
+	}
+	mu.Lock()
+	current = []*stream.Graph{current[0], pipeline("w3", 30)} // w2 stopped, w3 joined
+	mu.Unlock()
+	for _, path := range []string{"/status.json", "/history.json"} {
+		if got := fmt.Sprint(names(path)); got != "[w1 w3]" {
+			t.Errorf("after w2 stopped and w3 joined, %s lists %s, want [w1 w3]", path, got)
+		}
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, mustRequest(t, "/history.json"))
+	var hs observe.HistoryStatus
+	if err := json.Unmarshal(rec.Body.Bytes(), &hs); err != nil {
+		t.Fatal(err)
+	}
+	if v := series(hs, "w3", observe.SeriesInFlight, "store", ""); len(v) == 0 {
+		t.Errorf("w3, which joined after the handler was made, has no history: %+v", hs.Pipelines)
 	}
 }
