@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // demo is one run.
@@ -28,6 +29,8 @@ type demo struct {
 
 	instances []*demoInstance
 	ended     chan instanceEnd
+	liveMu    sync.Mutex
+	live      []*stream.Graph // the running instances' pipelines, for /status
 	dead      *deadLetterCount
 	changes   sync.Mutex
 	starts    int

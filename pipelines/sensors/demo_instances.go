@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // demoInstance is one worker of the demo.
@@ -37,7 +39,7 @@ func (d *demo) startInstance(ctx context.Context) error {
 	// An instance stops when the demo tells it (gracefully), not at once
 	// with the caller's context.
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := New(wctx, Config{Conn: kafka.Conn{Brokers: d.brokers}, Redis: d.rdb, InstanceID: id,
+	w, err := New(wctx, Config{Conn: kafka.Conn{Brokers: d.brokers}, Redis: d.rdb, InstanceID: id, Pipeline: "sensors-" + id,
 		Interval: d.cfg.Interval, Expiration: d.cfg.Expiration, IdleClose: d.cfg.IdleClose, Logger: d.cfg.Logger,
 		Retention: max(DefaultRetention, time.Duration(d.cfg.simMinutes())*time.Minute+10*time.Minute),
 		OnChange: func(c ownership.Change) {
@@ -55,6 +57,9 @@ func (d *demo) startInstance(ctx context.Context) error {
 	}
 	in := &demoInstance{id: id, w: w, cancel: cancel}
 	d.instances = append(d.instances, in)
+	d.liveMu.Lock()
+	d.live = append(d.live, w.Graph())
+	d.liveMu.Unlock()
 	go func() { d.ended <- instanceEnd{in, w.Run(wctx)} }()
 	return nil
 }
@@ -100,8 +105,7 @@ func (d *demo) waitHeld(ctx context.Context) error {
 // onEnd records an instance's end: one that was told to stop, or one that
 // failed, which ends the run.
 func (d *demo) onEnd(e instanceEnd) error {
-	st := e.in.w.Stats()
-	e.in.final = &st
+	d.stopped(e.in)
 	switch {
 	case !e.in.stopping && e.err != nil:
 		return fmt.Errorf("instance %s: %w", e.in.id, e.err)
@@ -135,8 +139,7 @@ func (d *demo) stopAll() error {
 		select {
 		case e := <-d.ended:
 			waiting--
-			st := e.in.w.Stats()
-			e.in.final = &st
+			d.stopped(e.in)
 			if e.err != nil {
 				errs = append(errs, fmt.Errorf("instance %s: %w", e.in.id, e.err))
 			}
@@ -145,4 +148,21 @@ func (d *demo) stopAll() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// stopped records the final counts of an instance that ended, and takes
+// its pipeline off /status.
+func (d *demo) stopped(in *demoInstance) {
+	st := in.w.Stats()
+	in.final = &st
+	d.liveMu.Lock()
+	d.live = slices.DeleteFunc(d.live, func(g *stream.Graph) bool { return g == in.w.Graph() })
+	d.liveMu.Unlock()
+}
+
+// liveGraphs returns the running instances' pipelines.
+func (d *demo) liveGraphs() []*stream.Graph {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	return slices.Clone(d.live)
 }

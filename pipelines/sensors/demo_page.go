@@ -8,19 +8,26 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
-// servePage serves the residents' page on cfg.Listen and prints its
-// address; the returned func stops it.
+// servePage serves the residents' page on cfg.Listen, and the live page
+// of the running instances' pipelines (/status, with its history until
+// the returned func stops the server), and prints their addresses.
 func (d *demo) servePage(store *Store, owners *redisstore.Store, partitions []int32) (func(), error) {
 	ln, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("serving the page on %s: %w", d.cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: PageMux(store, owners, partitions), ReadHeaderTimeout: 5 * time.Second}
+	hctx, stopHistory := context.WithCancel(context.Background())
+	mux := PageMux(store, owners, partitions)
+	// The instances stop and join during the run: /status follows them.
+	mux.Handle("/", observe.Handler(observe.ServerConfig{GraphsFunc: d.liveGraphs, Context: hctx}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
-	fmt.Fprintf(d.out, "residents' page: http://%s/homes\n", ln.Addr())
+	fmt.Fprintf(d.out, "residents' page: http://%s/homes; the instances' pipelines live: http://%s/status\n", ln.Addr(), ln.Addr())
 	return func() {
+		stopHistory()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)

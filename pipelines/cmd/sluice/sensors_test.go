@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/sensors"
+	"github.com/sluice-streams/sluice/stream/observe"
 )
 
 // sluice demo sensors, short: the three instances share the partitions,
@@ -49,11 +51,16 @@ func TestSensorsDemo(t *testing.T) {
 			base = m[1]
 		}
 	}
-	for _, path := range []string{"/homes", "/homes/api/overview"} {
+	for _, path := range []string{"/homes", "/homes/api/overview", "/status"} {
 		if code, body := get(t, base+path); code != http.StatusOK {
 			t.Errorf("GET %s: %d %s", path, code, body)
 		}
 	}
+	// /status shows the instances' pipelines: the three started first,
+	// before the second stops once the load runs a third of its time.
+	waitLive(t, base, done, &out, "the three instances started", func(live []string) bool {
+		return slices.Equal(live, []string{"sensors-w1", "sensors-w2", "sensors-w3"})
+	})
 	// Once its first minute is written, a home has its page's data.
 	for {
 		code, body := get(t, base+"/homes/api/home/h000007")
@@ -69,6 +76,11 @@ func TestSensorsDemo(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	// Then it follows them: the stopped one gone, the one that joined
+	// there.
+	waitLive(t, base, done, &out, "w2 stopped and w4 joined", func(live []string) bool {
+		return !slices.Contains(live, "sensors-w2") && slices.Contains(live, "sensors-w4")
+	})
 	var err error
 	select {
 	case err = <-done:
@@ -85,6 +97,32 @@ func TestSensorsDemo(t *testing.T) {
 		t.Fatal("the summary does not report the verification passed")
 	}
 	checkPartitionsMoved(t, text)
+}
+
+// waitLive polls the demo's /status.json until the pipelines it lists
+// satisfy ok, failing if the demo ends first.
+func waitLive(t *testing.T, base string, done <-chan error, out *testenv.Buffer, what string, ok func(live []string) bool) {
+	t.Helper()
+	var live []string
+	for {
+		code, body := get(t, base+"/status.json")
+		var st observe.Status
+		if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /status.json: %d %v\n%.400s", code, err, body)
+		}
+		live = live[:0]
+		for _, p := range st.Pipelines {
+			live = append(live, p.Name)
+		}
+		if ok(live) {
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the demo ended before /status showed %s (it lists %v): %v\n%s", what, live, err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 var (
