@@ -19,6 +19,9 @@ import (
 // partition still to come for it are dead-lettered as late; the stored
 // minutes miss them.
 func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a worker over simulated minutes of readings (seconds): make test runs it, -short does not")
+	}
 	rep, dl, gen := runWithOneRecord(t, func(gen *sensors.Generator) *kgo.Record {
 		now := gen.SimNow()
 		return &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: now.Add(time.Hour),
@@ -39,6 +42,9 @@ func TestSensorsOneRecordTimestampAheadCostsOnlyThatRecord(t *testing.T) {
 // must cost only itself: nothing can have arrived after the worker's own
 // clock.
 func TestSensorsOneRecordFromAClockAheadCostsOnlyThatRecord(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a worker over simulated minutes of readings (seconds): make test runs it, -short does not")
+	}
 	rep, dl, gen := runWithOneRecord(t, func(*sensors.Generator) *kgo.Record {
 		ahead := time.Now().Add(time.Hour)
 		return &kgo.Record{Topic: sensors.DefaultTopic, Key: []byte(sensors.HomeID(0)), Timestamp: ahead,

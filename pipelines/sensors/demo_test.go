@@ -16,6 +16,9 @@ import (
 // A small demo run verifies, and leaves nothing running behind it (the
 // package's TestMain checks for goroutines left over).
 func TestDemoSmallRunVerifies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo (seconds): make test runs it, -short does not")
+	}
 	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -80,6 +83,9 @@ func TestDemoSummaryVerdict(t *testing.T) {
 // second instance stops, every status line shows them all held, not "0/8
 // held" while readings pile up with nobody to read them.
 func TestDemoSendsTheLoadOnceEveryPartitionIsHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo (seconds): make test runs it, -short does not")
+	}
 	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -112,6 +118,9 @@ func TestDemoSendsTheLoadOnceEveryPartitionIsHeld(t *testing.T) {
 // back, and writes again the dead letters of the records it replays: the
 // status must not take those for more bad readings than were sent.
 func TestDemoStatusCountsEachDeadLetterOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo (seconds): make test runs it, -short does not")
+	}
 	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

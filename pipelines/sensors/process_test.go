@@ -112,6 +112,9 @@ func (w *workerProc) lastLine() string {
 // minute in Redis equals the recount of what was sent, and the malformed
 // and late readings are on the dead-letter topic.
 func TestSensorsWorkerProcessesSurviveSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes, one SIGKILLed and its leases waited out (tens of seconds): make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 16, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 	workersSurviveSIGKILL(t, brokers, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 }

@@ -20,6 +20,9 @@ import (
 // them). The workers read the new partitions too, and every home's every
 // minute is stored whole: the sum of its parts in each partition.
 func TestSensorsPartitionsAddedToALiveTopic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("partitions added while instances read and join (seconds): make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 	rdb, store := testStore(t, testenv.Redis(t))
 	gcfg := genConfig()

@@ -181,6 +181,9 @@ func produce(t *testing.T, brokers []string, gen *sensors.Generator, minutes int
 // minute in Redis equals the recount of what was sent, and the malformed
 // and late readings are on the dead-letter topic.
 func TestSensorsInstancesStopAndJoinWhileReadingsFlow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("instances stop and join while readings flow (tens of seconds): make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 16, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 	rdb, store := testStore(t, testenv.Redis(t))
 	gcfg := genConfig()

@@ -323,6 +323,9 @@ func TestPageHomesErrors(t *testing.T) {
 // With Redis down the data endpoints answer 503 with the reason; the
 // overview's page itself is served (its script shows the reason).
 func TestPageHomesRedisDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("its Redis calls retry against a stopped server (seconds): make test runs it, -short does not")
+	}
 	f := newPageFixture(t)
 	f.redis.Stop()
 	for _, path := range []string{"/homes/api/overview", "/homes/api/home/h000001"} {
@@ -360,6 +363,9 @@ func svgOf(t *testing.T, dom, name string) string {
 // alarms and the owner table. The screenshots go to the test's artifact
 // directory (go test -artifacts keeps them).
 func TestPageHomesInHeadlessChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("renders in headless chromium (seconds): make test runs it, -short does not")
+	}
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed: make test installs it (or: sudo apt-get install -y chromium)")

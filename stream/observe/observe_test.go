@@ -69,6 +69,9 @@ func total(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // TestMetricsMoveEndToEnd runs a Kafka pipeline with retries, a breaker and
 // a budget, and checks that the metrics appear, lint clean and move.
 func TestMetricsMoveEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a Kafka pipeline with retries and a breaker (seconds): make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 4, "in")
 	testenv.Produce(t, brokers, "in", 5000, func(i int) []byte { return []byte(strconv.Itoa(i)) })
 	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "obs",
@@ -400,6 +403,9 @@ func TestHandlerEndpoints(t *testing.T) {
 // The screenshot goes to the test's artifact directory (go test -artifacts
 // keeps it).
 func TestStatusPageInHeadlessChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("renders in headless chromium (seconds): make test runs it, -short does not")
+	}
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatal("chromium is not installed: make test installs it (or: sudo apt-get install -y chromium)")

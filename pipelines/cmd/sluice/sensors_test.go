@@ -32,6 +32,9 @@ import (
 // page answers while it runs, and the summary reports every minute of
 // every home stored as recounted and the dead letters as sent.
 func TestSensorsDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo (tens of seconds): make test runs it, -short does not")
+	}
 	var out testenv.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -187,6 +190,9 @@ func get(t *testing.T, url string) (int, string) {
 // (the worker's /metrics), the page and the health endpoints answer, and
 // the worker stops cleanly when its context (SIGTERM's) ends.
 func TestSensorsWorkerAndLoadgen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the worker and its load over a broker and Redis (seconds): make test runs it, -short does not")
+	}
 	brokers := testenv.Kfake(t, 4, sensors.DefaultTopic, sensors.DefaultDeadLetterTopic)
 	redisAddr := testenv.Redis(t)
 	addrs := make(chan string, 1)
