@@ -43,7 +43,8 @@ type DemoConfig struct {
 	// Drain bounds the wait, once the load is sent, for every partition's
 	// checkpoint to reach the end of its log (default 60 s).
 	Drain time.Duration
-	// Listen, if set, serves the residents' page (/homes) there.
+	// Listen, if set, serves the residents' page (/homes) and the live
+	// page of the running instances' pipelines (/status) there.
 	Listen string
 	// Logger receives the workers' logs (default: discarded).
 	Logger *slog.Logger

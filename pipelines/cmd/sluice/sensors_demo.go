@@ -28,7 +28,7 @@ func runSensorsDemo(ctx context.Context, args []string, out io.Writer) error {
 	interval := fs.Duration("interval", 500*time.Millisecond, "ownership renewal interval: a member claims a partition per round at start")
 	expiration := fs.Duration("expiration", 3*time.Second, "lease: a partition whose owner has not renewed it for this long is claimed by another")
 	drain := fs.Duration("drain", time.Minute, "once the load is sent, how long to wait at most for every checkpoint to reach its log's end")
-	listen := fs.String("listen", defaultListen["demo sensors"], `serve the residents' page (/homes) here ("" to turn off)`)
+	listen := fs.String("listen", defaultListen["demo sensors"], `serve the residents' page (/homes) and the instances' pipelines live (/status) here ("" to turn off)`)
 	if err := parseFlags("demo sensors", fs, args); err != nil {
 		return err
 	}
