@@ -132,7 +132,7 @@ func parseSensorsFlags(args []string) (*sensorsFlags, error) {
 	fs.IntVar(&f.maxUnsettled, "max-unsettled", sensors.DefaultMaxUnsettled, "readings of a partition held unsettled (in open minutes or waiting for Redis) "+
 		"before its reading pauses; it resumes at half, so this must exceed twice a minute and its -lateness of a partition's readings")
 	fs.DurationVar(&f.retention, "retention", sensors.DefaultRetention, "how long a home's minutes are kept in Redis")
-	fs.StringVar(&f.listen, "listen", defaultListen["run sensors"], "address of /metrics, /healthz, /readyz and the residents' page /homes")
+	fs.StringVar(&f.listen, "listen", defaultListen["run sensors"], "address of /metrics, /healthz, /readyz, the live page /status and the residents' page /homes")
 	fs.DurationVar(&f.every, "status-every", 5*time.Second, "how often a status line is logged: partitions held, rates, lag, write p99 (0: never)")
 	fs.DurationVar(&f.summaryEvery, "summary-every", 10*time.Second,
 		"log summary lines this often, read from the metrics: rates in and out, lag, in flight, outcomes and write retries since the last ones (0: none)")
