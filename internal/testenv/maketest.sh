@@ -53,11 +53,10 @@ if [ "$1" = full ]; then
 	phase 4 "unit and integration tests of $pkgs packages, race detector (~5-8 min on an idle 2-core machine, 15-20 on a busy one; the first results after a minute or two of compiling)"
 	args=(-race -count=1 ./...)
 else
-	# Long tests that do not check testing.Short() themselves (the others
-	# skip themselves).
-	skip='^TestSensorsRedisStallDoesNotCloseMinutesEarly$'
+	# The tests that take seconds of real time skip themselves
+	# (testing.Short()).
 	phase 4 "unit tests and the quick integration tests of $pkgs packages (go test -short), race detector (~1 min on an idle 2-core machine)"
-	args=(-short -race -count=1 -skip "$skip" ./...)
+	args=(-short -race -count=1 ./...)
 fi
 # go test prints a package's result when the package is done; the count
 # says how far the run is.
