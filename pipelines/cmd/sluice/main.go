@@ -124,27 +124,34 @@ func runDemo(ctx context.Context, args []string) error {
 		cfg.Redis = ""
 	}
 	cfg.HTTP = backends.value == "http"
-	if *overload {
-		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s for %v with %v at %.0f/s from %v (overload)\n",
-			cfg.Rate, cfg.Duration, cfg.BurstFor, cfg.BurstRate, cfg.BurstAt)
-	} else {
-		fmt.Printf("sluice demo: drone delivery scheduler on an embedded broker, %.0f req/s with bursts of %.0f/s for %v\n",
-			cfg.Rate, cfg.BurstRate, cfg.Duration)
-	}
-	fmt.Printf("  requests-high, -normal, -low (%s of the load) -> priority (%s) -> parse -> validate -> check_account -> prioritize (own priority, else tier)\n",
-		*mixFlag, cfg.Policy)
-	fmt.Println("  -> create_package -> check_third_party -> schedule_drone -> create_delivery -> checkpoint (every step served by level)")
-	fmt.Println("  failures after some steps -> supervisor (undo every side effect; parks and replays what fails for now,")
-	fmt.Println("  dead-letters what never can); bad input -> dead letters")
+	printDemoHeader(cfg, *overload, *mixFlag)
 	sum, err := demo.Run(ctx, cfg, os.Stdout)
-	fmt.Println(sum)
 	if err != nil {
+		// The run did not reach its verification: no verdict to print.
 		return err
 	}
+	fmt.Println(sum)
 	if !sum.OK() {
 		return fmt.Errorf("verification failed")
 	}
 	return nil
+}
+
+// printDemoHeader says what the demo runs, in lines of at most 120
+// columns.
+func printDemoHeader(cfg demo.Config, overload bool, mix string) {
+	fmt.Println("sluice demo: the drone delivery scheduler on an embedded broker")
+	if overload {
+		fmt.Printf("  load: %.0f req/s for %v, with %v at %.0f/s from %v (overload)\n",
+			cfg.Rate, cfg.Duration, cfg.BurstFor, cfg.BurstRate, cfg.BurstAt)
+	} else {
+		fmt.Printf("  load: %.0f req/s for %v, with bursts of %.0f/s\n", cfg.Rate, cfg.Duration, cfg.BurstRate)
+	}
+	fmt.Printf("  requests-high, -normal, -low (shares %s) -> priority (%s)\n", mix, cfg.Policy)
+	fmt.Println("  -> parse -> validate -> check_account -> prioritize (own priority, else tier) -> create_package")
+	fmt.Println("  -> check_third_party -> schedule_drone -> create_delivery -> checkpoint (every step served by level)")
+	fmt.Println("  failures after some steps -> supervisor (undo every side effect; parks and replays what fails for now,")
+	fmt.Println("  dead-letters what never can); bad input -> dead letters")
 }
 
 // runBroker is `sluice broker`: a standalone in-process Kafka-compatible
