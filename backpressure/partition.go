@@ -29,7 +29,7 @@ type PartitionLimit[T any] struct {
 	window int
 
 	mu       sync.Mutex
-	released []partKey // settled since the stage last looked
+	released []slot // settled since the stage last looked
 	notify   chan struct{}
 
 	waiting atomic.Int64
@@ -66,16 +66,28 @@ func (p *PartitionLimit[T]) Validate() error {
 // Waiting returns how many messages wait for their partition now.
 func (p *PartitionLimit[T]) Waiting() int64 { return p.waiting.Load() }
 
+// slot is what PartitionLimit counts against its limit: the unsettled
+// messages of one partition read under one assignment of it (a nil
+// assignment for a source without assignments). A stage may let go of a
+// message of an assignment that ended without settling it (a window or
+// flow.Delay does: whoever reads the partition now replays it), so those
+// messages stop counting when their assignment ends: else the partition,
+// given back to this reader, would wait for ever behind them.
+type slot struct {
+	key partKey
+	a   stream.Assignment
+}
+
 // settled is the handle of a message that passed: settling it frees a
 // place of its partition, then settles the original.
 type settled struct {
-	p      interface{ release(partKey) }
-	key    partKey
+	p      interface{ release(slot) }
+	slot   slot
 	parent stream.Handle
 }
 
 func (s *settled) Settle(_ int64, o stream.Outcome) {
-	s.p.release(s.key)
+	s.p.release(s.slot)
 	s.parent.Settle(o)
 }
 
@@ -83,9 +95,9 @@ func (s *settled) Settle(_ int64, o stream.Outcome) {
 // assignment is the message's still.
 func (s *settled) Wrapped() stream.Handle { return s.parent }
 
-func (p *PartitionLimit[T]) release(k partKey) {
+func (p *PartitionLimit[T]) release(s slot) {
 	p.mu.Lock()
-	p.released = append(p.released, k)
+	p.released = append(p.released, s)
 	p.mu.Unlock()
 	select {
 	case p.notify <- struct{}{}:
@@ -93,54 +105,78 @@ func (p *PartitionLimit[T]) release(k partKey) {
 	}
 }
 
+// ended reports whether assignment a has ended.
+func ended(a stream.Assignment) bool {
+	if a == nil {
+		return false
+	}
+	select {
+	case <-a.Ended():
+		return true
+	default:
+		return false
+	}
+}
+
+// limitRun is the state of one Run.
+type limitRun[T any] struct {
+	p         *PartitionLimit[T]
+	out       *stream.Outlet[T]
+	unsettled map[slot]int
+	queues    map[partKey][]stream.Message[T]
+	held      int
+
+	// over receives the slots whose assignment ended, from one watcher
+	// goroutine per assignment (watch), which end with wctx.
+	over     chan slot
+	watched  map[stream.Assignment]bool
+	wctx     context.Context
+	watchers sync.WaitGroup
+}
+
 // Run passes messages on within the per-partition limit.
 func (p *PartitionLimit[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream.Outlet[T]) error {
 	p.notify = make(chan struct{}, 1)
+	wctx, stopWatching := context.WithCancel(ctx)
+	r := &limitRun[T]{p: p, out: out, unsettled: map[slot]int{}, queues: map[partKey][]stream.Message[T]{},
+		over: make(chan slot), watched: map[stream.Assignment]bool{}, wctx: wctx}
+	defer func() {
+		stopWatching()
+		r.watchers.Wait()
+	}()
 	var (
-		unsettled = map[partKey]int{}
-		queues    = map[partKey][]stream.Message[T]{}
-		held      int
 		inputDone bool
-		spare     []partKey
+		spare     []slot
 	)
-	pass := func(k partKey, m stream.Message[T]) error {
-		unsettled[k]++
-		m.SetHandle(stream.NewHandle(&settled{p: p, key: k, parent: m.Handle()}, 0))
-		return out.Send(ctx, m)
-	}
 	for {
 		p.mu.Lock()
 		freed := p.released
 		p.released = spare[:0]
 		p.mu.Unlock()
-		for _, k := range freed {
-			unsettled[k]--
-			if q := queues[k]; len(q) > 0 {
-				m := q[0]
-				q[0] = stream.Message[T]{}
-				if len(q) == 1 {
-					delete(queues, k)
-				} else {
-					queues[k] = q[1:]
-				}
-				held--
-				if err := pass(k, m); err != nil {
-					return err
-				}
-			} else if unsettled[k] == 0 {
-				delete(unsettled, k)
+		for _, s := range freed {
+			n, ok := r.unsettled[s]
+			if !ok {
+				continue // its assignment ended: no longer counted
+			}
+			if n <= 1 {
+				delete(r.unsettled, s)
+			} else {
+				r.unsettled[s] = n - 1
+			}
+			if err := r.next(ctx, s.key); err != nil {
+				return err
 			}
 		}
 		spare = freed[:0]
-		p.waiting.Store(int64(held))
-		if inputDone && held == 0 {
+		p.waiting.Store(int64(r.held))
+		if inputDone && r.held == 0 {
 			return nil
 		}
 		if err := in.FlushOutputs(ctx); err != nil {
 			return err
 		}
 		var inC <-chan *stream.Batch[T]
-		if !inputDone && held < p.window {
+		if !inputDone && r.held < p.window {
 			inC = in.C()
 		}
 		select {
@@ -152,20 +188,89 @@ func (p *PartitionLimit[T]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 			in.Received(b)
 			for _, m := range b.Items {
 				k := partKey{m.Topic, m.Partition}
-				if unsettled[k] < p.limit && len(queues[k]) == 0 {
-					if err := pass(k, m); err != nil {
+				s := slot{k, m.Handle().Assignment()}
+				if len(r.queues[k]) == 0 && r.free(s) {
+					if err := r.pass(ctx, s, m); err != nil {
 						b.Release()
 						return err
 					}
 					continue
 				}
-				queues[k] = append(queues[k], m)
-				held++
+				r.queues[k] = append(r.queues[k], m)
+				r.held++
 			}
 			b.Release()
+		case s := <-r.over:
+			delete(r.watched, s.a)
+			delete(r.unsettled, s)
+			if err := r.next(ctx, s.key); err != nil {
+				return err
+			}
 		case <-p.notify:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// free reports whether a message of slot s may pass now: its slot is
+// below the limit, or its assignment ended (then it is not counted).
+func (r *limitRun[T]) free(s slot) bool {
+	return r.unsettled[s] < r.p.limit || ended(s.a)
+}
+
+// pass sends m on, counted against its slot unless its assignment ended
+// (its settles go nowhere then, and a stage may let go of it unsettled).
+func (r *limitRun[T]) pass(ctx context.Context, s slot, m stream.Message[T]) error {
+	if ended(s.a) {
+		return r.out.Send(ctx, m)
+	}
+	r.unsettled[s]++
+	r.watch(s)
+	m.SetHandle(stream.NewHandle(&settled{p: r.p, slot: s, parent: m.Handle()}, 0))
+	return r.out.Send(ctx, m)
+}
+
+// next passes the messages waiting at the head of partition k's queue
+// that may pass now.
+func (r *limitRun[T]) next(ctx context.Context, k partKey) error {
+	q := r.queues[k]
+	i := 0
+	for ; i < len(q); i++ {
+		s := slot{k, q[i].Handle().Assignment()}
+		if !r.free(s) {
+			break
+		}
+		if err := r.pass(ctx, s, q[i]); err != nil {
+			return err
+		}
+		q[i] = stream.Message[T]{}
+		r.held--
+	}
+	switch {
+	case i == len(q):
+		delete(r.queues, k)
+	case i > 0:
+		r.queues[k] = q[i:]
+	}
+	return nil
+}
+
+// watch starts, once per assignment, the goroutine that tells Run when
+// it ends, so that its messages stop counting then.
+func (r *limitRun[T]) watch(s slot) {
+	if s.a == nil || r.watched[s.a] {
+		return
+	}
+	r.watched[s.a] = true
+	r.watchers.Go(func() {
+		select {
+		case <-s.a.Ended():
+			select {
+			case r.over <- s:
+			case <-r.wctx.Done():
+			}
+		case <-r.wctx.Done():
+		}
+	})
 }

@@ -1,0 +1,56 @@
+package flow_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// A Delay behind a backpressure.PartitionLimit lets go of a message of an
+// assignment that ended without settling it: the PartitionLimit must not
+// go on counting it against the partition, or the partition, given back
+// to this reader, waits for ever behind a message nobody will settle.
+func TestPartitionLimitIsNotWedgedByADelayThatLetsGoOfAnEndedAssignment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		old, again := newAssignment(0), newAssignment(0)
+		msg := func(a *assignment, v int, due time.Duration) stream.Message[int] {
+			m := stream.NewMessage(v, stream.NewHandle(a, a.Track().ID()))
+			m.Topic, m.Partition, m.Timestamp = "retry", 0, start.Add(due)
+			return m
+		}
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			if err := out.Send(ctx, msg(old, 1, time.Minute)); err != nil {
+				return err
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			time.Sleep(time.Second)
+			close(old.ended) // the partition is taken away...
+			time.Sleep(time.Second)
+			return out.Send(ctx, msg(again, 2, 0)) // ... and given back
+		})
+		at := map[int]time.Duration{}
+		g := stream.New()
+		limited := stream.Via(stream.From(g, src), backpressure.NewPartitionLimit[int](1, 0))
+		s := stream.Via(limited, flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
+		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		err := g.Run(ctx)
+		if want := map[int]time.Duration{2: 2 * time.Second}; err != nil || !maps.Equal(at, want) {
+			t.Fatalf("handed on at %v (Run: %v), want %v: the new assignment's message at once", at, err, want)
+		}
+		if st := again.Stats(); st.Total() != 1 {
+			t.Fatalf("the new assignment's message was not settled: %+v", st)
+		}
+	})
+}
