@@ -60,10 +60,13 @@ func runCheckpoints(ctx context.Context, args []string, w, errw io.Writer) error
 		if sets, err = ownershipSets(ctx, rc); err != nil {
 			return fmt.Errorf("checkpoints: finding the namespace: %w", err)
 		}
+		// By the end of the keys' tag, not its fields: a stream, group or
+		// namespace may hold a slash, and a namespace missed here would
+		// let a write go to another that holds the same stream and group.
 		var found []string
 		for _, s := range sets {
-			if s.stream == *streamName && s.group == *group {
-				found = append(found, s.namespace)
+			if n, ok := strings.CutSuffix(s.tag, "/"+*streamName+"/"+*group); ok {
+				found = append(found, n)
 			}
 		}
 		switch len(found) {
@@ -208,8 +211,10 @@ func hasRecords(tb ownership.Table, cks []ownership.Checkpoint) bool {
 	return false
 }
 
-// ownershipSet is a namespace, stream and group with records in Redis.
-type ownershipSet struct{ namespace, stream, group string }
+// ownershipSet is a namespace, stream and group with records in Redis,
+// as read from tag, the keys' "namespace/stream/group" (the fields split
+// at the first two slashes: a name may hold one, so tag is what to match).
+type ownershipSet struct{ tag, namespace, stream, group string }
 
 // ownershipSets scans Redis for the keys of the ownership store
 // (redisstore: "sluice:own:{namespace/stream/group}:..."), in order.
@@ -222,7 +227,7 @@ func ownershipSets(ctx context.Context, rc *redis.Client) ([]ownershipSet, error
 		if !ok || len(parts) != 3 {
 			continue
 		}
-		seen[ownershipSet{parts[0], parts[1], parts[2]}] = true
+		seen[ownershipSet{inner, parts[0], parts[1], parts[2]}] = true
 	}
 	if err := iter.Err(); err != nil {
 		return nil, err

@@ -165,3 +165,38 @@ func TestCheckpointsListFindsTheWorkersNamespace(t *testing.T) {
 		t.Fatalf("two namespaces: %v, want an error asking for -namespace", err)
 	}
 }
+
+// Without -namespace, a write finds every namespace holding records of the
+// stream and group, slashes in their names or not: with two, it asks which
+// rather than moving the checkpoint of one it guessed.
+func TestCheckpointsSetAsksWhichNamespaceWhenTwoHoldTheStreamWithASlash(t *testing.T) {
+	for _, c := range []struct{ other, stream string }{
+		{"staging", "plant/readings"}, // a slash in the stream
+		{"team/a", "readings"},        // a slash in the namespace
+	} {
+		addr := testenv.Redis(t)
+		rc := redis.NewClient(&redis.Options{Addr: addr})
+		ctx := context.Background()
+		for i, ns := range []string{sensors.DefaultNamespace, c.other} {
+			store, err := redisstore.New(redisstore.Config{Client: rc, Namespace: ns, Stream: c.stream, Group: "g", Expiration: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			won, err := store.Claim(ctx, fmt.Sprintf("worker-%d", i), []ownership.Claim{{Partition: 0}})
+			if err != nil || len(won) != 1 {
+				t.Fatalf("claim: %v %v", won, err)
+			}
+			if outs, err := store.Checkpoint(ctx, fmt.Sprintf("worker-%d", i), []ownership.Write{{Lease: won[0], Offset: 1000, Sequence: -1}}); err != nil || outs[0] != ownership.Accepted {
+				t.Fatalf("checkpoint: %v %v", outs, err)
+			}
+		}
+		var out bytes.Buffer
+		err := runCheckpoints(ctx, []string{"set", "-redis", addr, "-stream", c.stream, "-group", "g", "-partitions", "4",
+			"-partition", "0", "-offset", "5"}, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "-namespace") || !strings.Contains(err.Error(), c.other) {
+			t.Fatalf("namespaces %q and %q both hold stream %q: set said %v (%q), want an error asking for -namespace",
+				sensors.DefaultNamespace, c.other, c.stream, err, out.String())
+		}
+		rc.Close()
+	}
+}
