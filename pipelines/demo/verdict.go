@@ -16,10 +16,15 @@ import (
 // target, the drain, and whether the machine was too busy for the
 // figures to mean much.
 func (s Summary) String() string {
-	if s.Sent == 0 && s.Unconfirmed == 0 && s.ExpectedDead == 0 && s.Deliverable == 0 {
+	if !s.Checked() {
 		// A run that ended before any request was acknowledged (its
-		// error says why) passed nothing.
-		return "no verification: no request was acknowledged, so none was checked"
+		// error says why), or whose requests all went unacknowledged
+		// and never reached the workers, passed nothing.
+		l := "no verification: no request was acknowledged, so none was checked"
+		if s.Unconfirmed > 0 {
+			l += fmt.Sprintf(" (%d sent without an acknowledgement, none of them reached the workers)", s.Unconfirmed)
+		}
+		return l
 	}
 	verdict := "PASS"
 	if !s.OK() {

@@ -120,3 +120,13 @@ func TestVerdictOfNothingIsNoPass(t *testing.T) {
 		t.Fatalf("the verdict of a run that checked nothing: %q", got)
 	}
 }
+
+// A run whose every request went unacknowledged, and none of which reached
+// the workers (a broker that took none), judged nothing either: it is no
+// PASS, and not OK (sluice demo exits 0 on OK).
+func TestVerdictOfOnlyUnconfirmedRequestsIsNoPass(t *testing.T) {
+	s := Summary{Unconfirmed: 500, DeadLettered: map[string]int{}, CompensatedBy: map[string]int{}}
+	if got := s.String(); strings.Contains(got, "PASS") || !strings.HasPrefix(got, "no verification") || s.OK() {
+		t.Fatalf("the verdict of 500 requests unacknowledged, none arrived (OK %v): %q", s.OK(), got)
+	}
+}

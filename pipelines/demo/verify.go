@@ -96,10 +96,19 @@ type LevelSummary struct {
 // OK reports whether the run kept every promise: every request has one
 // outcome (none lost, no valid one dead-lettered, none with two), nothing
 // applied twice, every compensation complete, and no deliverable request
-// compensated unless a service refused it for good.
+// compensated unless a service refused it for good; and it judged at
+// least one request (Checked).
 func (s Summary) OK() bool {
-	return s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0 &&
+	return s.Checked() && s.Lost == 0 && s.Twice == 0 && s.LeftoverAfterUndo == 0 && s.ValidDeadLettered == 0 && s.TwoOutcomes == 0 &&
 		s.Needless == 0 && s.Incomplete == 0
+}
+
+// Checked reports whether the run judged any request: one acknowledged,
+// or sent without an acknowledgement and seen by the workers. A run that
+// judged none is not OK: it shows nothing was lost only because nothing
+// was looked at.
+func (s Summary) Checked() bool {
+	return s.Sent > 0 || s.UnconfirmedArrived > 0 || s.ExpectedDead > 0 || s.Deliverable > 0
 }
 
 // CompletedShare is the share of deliverable requests that completed.
