@@ -192,3 +192,22 @@ func TestSummaryLinesFitTheWidth(t *testing.T) {
 		}
 	}
 }
+
+// A stage that starts retrying is a new failure even when another stage
+// retries for the same reason already: its first retry warning is logged,
+// naming it (the summary's retries by reason do not say which stage).
+func TestLoggingFoldsPerStage(t *testing.T) {
+	restoreLogging(t)
+	var out testenv.Buffer
+	lg, _, err := (&logFlags{format: "text", level: "info"}).workerLogger(&out, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stage := range []string{"create_package", "create_package", "schedule_drone"} {
+		lg.With("stage", stage).Warn(retryMessage, "reason", "timeout", "attempt", 1, "err", "deadline exceeded")
+	}
+	log := out.String()
+	if strings.Count(log, retryMessage) != 2 || !strings.Contains(log, "stage=schedule_drone") {
+		t.Fatalf("want the first retry warning of each stage, create_package's and schedule_drone's:\n%s", log)
+	}
+}

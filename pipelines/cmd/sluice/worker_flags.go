@@ -106,7 +106,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.session, "session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions move to the others")
 	fs.DurationVar(&f.summaryEvery, "summary-every", 10*time.Second,
 		"log summary lines this often: rates in and out, lag, in flight, outcomes and retries by reason since the last ones; "+
-			"the retry warnings after the first of each reason are folded into them (0: no summaries, every retry warning logged)")
+			"the retry warnings after the first of each stage and reason are folded into them (0: no summaries, every retry warning logged)")
 	fs.StringVar(&f.policiesFile, "retry-policies", "",
 		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
 	fs.StringVar(&f.policyName, "retry-policy", f.which,
