@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -176,5 +177,33 @@ func TestRunRecordsUnansweredRequestsAsUnconfirmed(t *testing.T) {
 		if _, ok := unconfirmed[id]; !ok {
 			t.Fatalf("%s in the topic, not recorded", id)
 		}
+	}
+}
+
+// A client that asks for no acknowledgement (RequiredAcks(NoAck)) hears
+// nothing from the brokers: a produce succeeds once written to the
+// connection, so Run would record as acknowledged requests the broker
+// refused. Run refuses such a client before it sends anything.
+func TestRunRefusesAClientThatWantsNoAcknowledgement(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "requests"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		return nil, errors.New("the broker takes nothing"), true
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RequiredAcks(kgo.NoAck()), kgo.DisableIdempotentWrite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sent := NewSent()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = Run(ctx, cl, Default("requests", 200, time.Second), sent)
+	if kinds, _ := sent.Kinds(); err == nil || sent.Total() != 0 || len(kinds) != 0 {
+		t.Fatalf("Run = %v with %d requests recorded as acknowledged; the broker took none", err, sent.Total())
 	}
 }

@@ -175,12 +175,19 @@ func SuspendedOwner(owner string) bool { return strings.HasPrefix(owner, "suspen
 // cfg.FlushTimeout for the brokers to acknowledge them. sent records
 // what they acknowledged; a request left unanswered is recorded apart
 // (Sent.Unconfirmed), and one they refused is not recorded. The first
-// refusal stops the load: Run returns it.
+// refusal stops the load: Run returns it. A client that asks for no
+// acknowledgement (kgo.RequiredAcks(kgo.NoAck())) is refused.
 func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
+	if acks, _ := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks == kgo.NoAck() {
+		// Its produces succeed once written to a connection: what the
+		// brokers took, or refused, it never hears.
+		return errors.New("loadgen: nothing sent: the client asks for no acknowledgement (RequiredAcks(NoAck)), " +
+			"so what the brokers took could not be told from what they refused")
+	}
 	if err := check(ctx, cl, cfg); err != nil {
 		return err
 	}
