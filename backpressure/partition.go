@@ -21,6 +21,12 @@ import (
 // the limit; one input batch may overshoot it). Partitions are told apart by
 // topic and partition number.
 //
+// A partition's messages count per assignment (stream.Assignment, the
+// Kafka sources'): once an assignment has ended, its messages stop
+// counting, since a stage may let go of them unsettled (a window, or
+// flow.Delay, does: whoever reads the partition now replays them), and
+// the partition, given back, does not wait behind them.
+//
 // Stages downstream must settle messages without waiting for the end of
 // their input: a flow.Batch without maxWait behind a PartitionLimit can wait
 // forever for a message that waits for it.
