@@ -54,3 +54,37 @@ func TestPartitionLimitIsNotWedgedByADelayThatLetsGoOfAnEndedAssignment(t *testi
 		}
 	})
 }
+
+// As a Delay, a window behind a PartitionLimit lets go of the open windows
+// of an assignment that ended, unsettled: the partition, given back, is
+// not held by PartitionLimit behind them.
+func TestPartitionLimitIsNotWedgedByAWindowThatLetsGoOfAnEndedAssignment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		old, again := newAssignment(0), newAssignment(10)
+		src := stream.SourceFunc[reading](func(ctx context.Context, out *stream.Outlet[reading]) error {
+			if err := out.Send(ctx, old.message(0, reading{"a", at(0, 0), 1})); err != nil {
+				return err
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			time.Sleep(time.Second)
+			close(old.ended) // the partition is taken away...
+			time.Sleep(time.Second)
+			return out.Send(ctx, again.message(10, reading{"a", at(0, 40), 1})) // ... and given back
+		})
+		g := stream.New()
+		out := &windowSink{}
+		limited := stream.Via(stream.From(g, src), backpressure.NewPartitionLimit[reading](1, 0))
+		stream.To(stream.Via(limited, sumWindow()), out)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		err := g.Run(ctx)
+		if ws := out.windows(); err != nil || len(ws) != 1 || ws[0].FirstOffset != 10 || again.Stats().Total() != 1 {
+			t.Fatalf("Run: %v; windows %+v, want the new assignment's reading alone, settled", err, ws)
+		}
+		if st := old.Stats(); st.Total() != 0 {
+			t.Fatalf("the old assignment's message was settled: %+v", st)
+		}
+	})
+}
