@@ -21,6 +21,9 @@ import (
 // the limit; one input batch may overshoot it). Partitions are told apart by
 // topic and partition number.
 //
+// When the pipeline is asked to stop, the limit is lifted: what waits
+// goes on, for the stages behind to finish or let go of.
+//
 // A partition's messages count per assignment (stream.Assignment, the
 // Kafka sources'): once an assignment has ended, its messages stop
 // counting, since a stage may let go of them unsettled (a window, or
@@ -131,6 +134,7 @@ type limitRun[T any] struct {
 	unsettled map[slot]int
 	queues    map[partKey][]stream.Message[T]
 	held      int
+	draining  bool // the pipeline is stopping: the limit is lifted
 
 	// over receives the slots whose assignment ended, from one watcher
 	// goroutine per assignment (watch), which end with wctx.
@@ -185,6 +189,10 @@ func (p *PartitionLimit[T]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 		if !inputDone && r.held < p.window {
 			inC = in.C()
 		}
+		var draining <-chan struct{}
+		if !r.draining {
+			draining = in.Draining()
+		}
 		select {
 		case b, ok := <-inC:
 			if !ok {
@@ -212,6 +220,17 @@ func (p *PartitionLimit[T]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 			if err := r.next(ctx, s.key); err != nil {
 				return err
 			}
+		case <-draining:
+			// What waits goes on: a stage behind may let go of the
+			// messages that hold its partition's places, unsettled (a
+			// Delay does of what is not due), and they would never be
+			// freed. The stages behind finish or let go of these too.
+			r.draining = true
+			for k := range r.queues {
+				if err := r.next(ctx, k); err != nil {
+					return err
+				}
+			}
 		case <-p.notify:
 		case <-ctx.Done():
 			return ctx.Err()
@@ -220,9 +239,10 @@ func (p *PartitionLimit[T]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 }
 
 // free reports whether a message of slot s may pass now: its slot is
-// below the limit, or its assignment ended (then it is not counted).
+// below the limit, its assignment ended (then it is not counted), or the
+// pipeline is stopping.
 func (r *limitRun[T]) free(s slot) bool {
-	return r.unsettled[s] < r.p.limit || ended(s.a)
+	return r.draining || r.unsettled[s] < r.p.limit || ended(s.a)
 }
 
 // pass sends m on, counted against its slot unless its assignment ended

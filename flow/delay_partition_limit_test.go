@@ -88,3 +88,40 @@ func TestPartitionLimitIsNotWedgedByAWindowThatLetsGoOfAnEndedAssignment(t *test
 		}
 	})
 }
+
+// Asked to stop, a Delay behind a PartitionLimit lets go of what is not
+// due, unsettled; the messages PartitionLimit still holds for that
+// partition must not keep the pipeline from stopping until the drain
+// timeout: they are left unsettled too, replayed later.
+func TestPartitionLimitLetsTheDrainEndBehindADelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		tr := stream.NewTracker(0)
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for v := range 3 {
+				m := stream.NewMessage(v, tr.Track())
+				m.Topic, m.Timestamp = "retry", start.Add(time.Minute)
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			if err := out.Flush(ctx); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return nil
+		})
+		g := stream.New()
+		limited := stream.Via(stream.From(g, src), backpressure.NewPartitionLimit[int](1, 0))
+		s := stream.Via(limited, flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
+		stream.To(s, sink.Func(func(context.Context, int) error { return nil }))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := g.Run(ctx); err != nil {
+			t.Fatalf("Run = %v, want a drain that ends, the messages left unsettled", err)
+		}
+		if st := tr.Stats(); st.Total() != 0 {
+			t.Fatalf("settled %+v, want none", st)
+		}
+	})
+}
