@@ -138,7 +138,10 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 // too, the pipeline stops with the message unsettled and an error naming
 // the topic, to be replayed from its source once the topic's
 // max.message.bytes is raised. A worker checks the topic at start for what
-// it will park (see the Compact type).
+// it will park (see the Compact type). A value that cannot be encoded at
+// all (its MarshalJSON fails), without a compact form, is parked as
+// headers only with the encoding error in its reason: that failure is in
+// the data and would stop the pipeline again at every restart.
 func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration, opts ...ParkingOption) *Sink[stream.Failure] {
 	return NewParkingFunc(cl, topic, func(*stream.Message[stream.Failure]) time.Duration { return replayAfter }, opts...)
 }

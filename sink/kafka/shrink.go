@@ -55,18 +55,47 @@ func shrinkFailure(topic string) Shrinker[stream.Failure] {
 
 // shrinkParking is the Shrinker of NewParking: the message's compact form,
 // if the parking has one, then nothing. Never a record with a value cut
-// short or dropped: it would be replayed as another message.
+// short: it would be replayed as another message. A value that could not
+// be encoded at all, without a compact form, is parked as headers only,
+// the encoding error in its reason: the failure is in the data, so
+// stopping would only replay it into the same stop at every restart; its
+// replay reads an empty value, failed as malformed with those headers.
 func shrinkParking(topic string, replayAfter delayFunc, compact Compact) Shrinker[stream.Failure] {
-	return func(m *stream.Message[stream.Failure], _ *kgo.Record, step int, _ error) *kgo.Record {
-		if compact == nil || step > 1 { // none, or the compact form was refused too
+	return func(m *stream.Message[stream.Failure], rec *kgo.Record, step int, err error) *kgo.Record {
+		if step > 1 { // the compact form or the headers were refused too
 			return nil
 		}
-		c := compact(m)
-		if c == nil {
-			return nil
+		if compact != nil {
+			if c := compact(m); c != nil {
+				return compactRecord(topic, m, c, replayAfter)
+			}
 		}
-		return compactRecord(topic, m, c, replayAfter)
+		if rec == nil { // the value could not be encoded
+			r := headersOnly(topic, m, valueSize(m.Value.Value))
+			setHeader(r, HeaderReason, capReason(reason(m.Value.Err)+"; not parked whole, its value could not be encoded: "+errText(err)))
+			return r
+		}
+		return nil
 	}
+}
+
+// errText is err's text, or "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// setHeader sets r's header key to v, in place of the one it has.
+func setHeader(r *kgo.Record, key, v string) {
+	for i := range r.Headers {
+		if r.Headers[i].Key == key {
+			r.Headers[i].Value = []byte(v)
+			return
+		}
+	}
+	r.Headers = append(r.Headers, kgo.RecordHeader{Key: key, Value: []byte(v)})
 }
 
 // compactRecord is the parked record of m in the compact form c: c's key,

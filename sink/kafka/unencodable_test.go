@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +83,30 @@ func TestParkingValueThatFailsToEncodeIsWrittenCompact(t *testing.T) {
 	r := readAll(t, brokers, "retry", 1)[0]
 	if string(r.Value) != `{"id":"r-1"}` || asked != 1 {
 		t.Fatalf("parked value %q (compact form asked %d times): want the compact form", r.Value, asked)
+	}
+}
+
+// A parking without a compact form, given a value that cannot be encoded
+// at all, parks it as headers only (its failure, its position, the
+// encoding error) instead of stopping the pipeline: the failure is in the
+// data, so a restart would replay it into the same stop, again and again.
+// Its replay reads an empty value, which the pipeline's parse fails as
+// malformed, with the parked record's headers saying why.
+func TestParkingValueThatFailsToEncodeWithoutCompactIsWrittenAsHeaders(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "retry")
+	tr, err := failJSON(t, kafkasink.NewParking(client(t, brokers), "retry", time.Minute))
+	if err != nil {
+		t.Fatalf("Run = %v, want nil: an unencodable value must not stop the pipeline", err)
+	}
+	if st := tr.Stats(); st.Settled[stream.Parked] != 1 {
+		t.Fatalf("settled %+v", st.Settled)
+	}
+	r := readAll(t, brokers, "retry", 1)[0]
+	h := headerMap(r)
+	if len(r.Value) != 0 || h[kafkasink.HeaderHeadersDropped] == "" || h[kafkasink.HeaderStage] != "check" || string(r.Key) != "k-1" {
+		t.Fatalf("value %q, key %q, headers %v: want headers only", r.Value, r.Key, h)
+	}
+	if reason := h[kafkasink.HeaderReason]; !strings.Contains(reason, "service unavailable") || !strings.Contains(reason, "cannot encode") {
+		t.Fatalf("reason %q: want the failure and the encoding error", reason)
 	}
 }
