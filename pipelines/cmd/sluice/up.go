@@ -330,9 +330,7 @@ func (r *upRun) redis() (*upPart, error) {
 	}
 	password := hex.EncodeToString(secret)
 	conf := filepath.Join(c.dir, "redis.conf")
-	text := fmt.Sprintf("bind 127.0.0.1\nport %d\nprotected-mode yes\nrequirepass %s\ndir %s\nappendonly yes\nappendfsync always\n"+
-		"save \"\"\ndaemonize no\nlogfile \"\"\n", c.redisPort, password, filepath.Join(c.dir, "redis"))
-	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(redisConf(c.redisPort, password, filepath.Join(c.dir, "redis"))), 0o600); err != nil {
 		return nil, fmt.Errorf("up: %w", err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", c.redisPort)
@@ -344,6 +342,34 @@ func (r *upRun) redis() (*upPart, error) {
 }
 
 // redisAnswers logs in to the server at addr and sends PING.
+// redisConf is the config of up's redis-server: loopback, a password,
+// every write synced to the append-only file in dir.
+func redisConf(port int, password, dir string) string {
+	return fmt.Sprintf("bind 127.0.0.1\nport %d\nprotected-mode yes\nrequirepass %s\ndir %s\nappendonly yes\nappendfsync always\n"+
+		"save \"\"\ndaemonize no\nlogfile \"\"\n", port, password, redisQuote(dir))
+}
+
+// redisQuote quotes s for a redis.conf line: a directory may hold spaces
+// (an unquoted one splits into two arguments and redis-server refuses to
+// start) or quotes.
+func redisQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
 func redisAnswers(ctx context.Context, addr, password string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)

@@ -4,7 +4,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluice-streams/sluice/internal/deployed"
+	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
 // upProcess is a `sluice up` started by a test, and what it printed.
@@ -250,5 +254,47 @@ func TestUpRefusesAPortInUse(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(os.Getenv("TMPDIR"), "*")); len(left) > 0 {
 		t.Errorf("sluice up left %v", left)
+	}
+}
+
+// up's redis-server starts with its data in a directory whose name holds
+// spaces, a quote and a backslash: the config quotes it. Found in review:
+// written bare, "dir /tmp/my data/redis" is two arguments and redis-server
+// refuses to start.
+func TestUpRedisConfQuotesItsDirectory(t *testing.T) {
+	server, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is needed (make test installs it): %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), `my data "x" \y`)
+	if err := os.MkdirAll(filepath.Join(dir, "redis"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := testenv.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "redis.conf")
+	if err := os.WriteFile(conf, []byte(redisConf(ports[0], "pw", filepath.Join(dir, "redis"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(server, conf)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	for redisAnswers(ctx, addr, "pw") != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("redis-server did not answer with its data in %q:\n%s", dir, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "redis", "appendonlydir")); err != nil {
+		t.Fatalf("no append-only data in %q: %v\n%s", dir, err, out.String())
 	}
 }
