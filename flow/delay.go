@@ -55,7 +55,8 @@ type delayOptions struct {
 // since?) can then bring messages forward, and they go on at once,
 // partitions still in order. Messages read later are asked when they
 // arrive, as always. A panic in due while rechecking keeps the message's
-// time. Default: due is asked once per message.
+// time. Closing ch asks once more, then no more. Default: due is asked
+// once per message.
 func Recheck(ch <-chan struct{}) DelayOption { return func(o *delayOptions) { o.recheck = ch } }
 
 type delayFlow[T any] struct {
@@ -113,6 +114,7 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 	t.Stop()
 	defer t.Stop()
 	inputDone := false
+	recheck := f.opts.recheck
 	for {
 		next, err := r.release(ctx, time.Now())
 		if err != nil {
@@ -153,7 +155,10 @@ func (f *delayFlow[T]) Run(ctx context.Context, in *stream.Inlet[T], out *stream
 				return err
 			}
 		case <-timer:
-		case <-f.opts.recheck:
+		case _, ok := <-recheck:
+			if !ok {
+				recheck = nil // closed: nothing more to hear from it
+			}
 			r.recheck()
 		case a := <-r.ended:
 			delete(r.watched, a)

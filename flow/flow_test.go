@@ -324,3 +324,39 @@ func TestFilterMessagesDecidesOnTheEnvelope(t *testing.T) {
 		t.Fatal("a nil keep was accepted")
 	}
 }
+
+// A Recheck channel that is closed asks due once more, not for ever:
+// a closed channel is always ready, and Delay spun on it, asking due again
+// for every message held, as fast as a core runs, until it stopped.
+func TestDelayRecheckClosedChannelDoesNotSpin(t *testing.T) {
+	var asked atomic.Int64
+	due := func(*stream.Envelope) time.Time { asked.Add(1); return time.Now().Add(time.Hour) }
+	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		if err := out.Send(ctx, stream.NewMessage(1, stream.Handle{})); err != nil {
+			return err
+		}
+		if err := out.Flush(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return nil
+	})
+	recheck := make(chan struct{})
+	close(recheck)
+	g := stream.New()
+	stream.To(stream.Via(stream.From(g, src), flow.Delay[int](due, flow.Recheck(recheck))), sink.Func(func(context.Context, int) error { return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	// Not a timing assertion: the count does not grow with the time given.
+	deadline := time.Now().Add(10 * time.Second)
+	for asked.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	if n := asked.Load(); n < 1 || n > 2 {
+		t.Fatalf("due asked %d times for one message held: want its arrival and at most one recheck", n)
+	}
+}
