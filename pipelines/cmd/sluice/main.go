@@ -77,7 +77,7 @@ func runDemo(ctx context.Context, args []string) error {
 	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
 	overload := fs.Bool("overload", false, fmt.Sprintf("in place of the bursts, one phase of %v at -overload-rate, %v into the load (which lasts %v at least): "+
 		"high-priority requests stay fast, low ones take the lag", demo.OverloadFor, demo.OverloadAt, 2*demo.OverloadAt+demo.OverloadFor))
-	overloadRate := fs.Float64("overload-rate", 25_000, "request rate of the -overload phase: twice the ~12,000/s this 2-core machine completes "+
+	overloadRate := fs.Float64("overload-rate", 25_000, "request rate of the -overload phase: twice the ~12,000/s a 2-core machine completes "+
 		"in one process with the demo's defaults (with -redis none it holds ~40,000/s: give 80000)")
 	parallelism := fs.Int("parallelism", delivery.DefaultParallelism, "calls in flight per step at most "+
 		"(with -overload 256 unless given: on 2 cores, calls beyond what the CPUs serve only queue for them, first come first served, "+
