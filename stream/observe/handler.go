@@ -195,8 +195,9 @@ func snapshot(gs []*stream.Graph, ms []*Metrics, h *History) Status {
 }
 
 // Serve serves Handler(cfg) until ctx is cancelled, then shuts down within
-// five seconds. It returns once the listener is closed; the error of a
-// failed listen is returned at once.
+// five seconds. It returns at once: the address it listens on, or the
+// error of a failed listen; done receives the server's error (nil after a
+// clean shutdown) once the listener is closed.
 func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan error, err error) {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:9464"
