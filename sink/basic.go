@@ -79,7 +79,11 @@ func (c *Collector[T]) Values() []T {
 // as completed when fn returns nil. An error from fn fails the message (it
 // goes to the failure stream with the reason); stream.Fatal(err) ends the
 // pipeline and leaves the message unsettled. A panic in fn fails the
-// message too.
+// message too. fn is called for one message at a time, on the sink's
+// goroutine. Func commits nothing: behind a Kafka source, do the work in a
+// flow and end the pipeline with sink/checkpoint, which commits what is
+// settled; a pipeline without it commits only on a rebalance and at the
+// source's Close.
 func Func[T any](fn func(ctx context.Context, v T) error) stream.Sink[T] {
 	return &funcSink[T]{fn: fn}
 }
