@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -106,6 +107,14 @@ func (cfg Config) validate() error {
 	}
 	if cfg.Untagged < 0 || cfg.Untagged > 1 {
 		return fmt.Errorf("loadgen: untagged share %v is outside [0, 1]", cfg.Untagged)
+	}
+	// The limiter never grants a request at a rate of 0 or below: the
+	// load would wait past its Duration for good.
+	if !(cfg.Rate > 0) || math.IsInf(cfg.Rate, 0) {
+		return fmt.Errorf("loadgen: rate %v: want requests per second above 0", cfg.Rate)
+	}
+	if !(cfg.BurstRate >= 0) || math.IsInf(cfg.BurstRate, 0) {
+		return fmt.Errorf("loadgen: burst rate %v: want requests per second, 0 or above (0: no bursts)", cfg.BurstRate)
 	}
 	return nil
 }

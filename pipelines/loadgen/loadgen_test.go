@@ -104,6 +104,30 @@ func TestBadMixOrTopics(t *testing.T) {
 	}
 }
 
+// A rate that cannot pace the load is refused before anything is sent:
+// at a rate of 0 or below the limiter never grants the next request, so
+// the load would outlast its Duration for good (sluice demo -rate -5 sent
+// its first burst, then nothing, and ran until interrupted).
+func TestRatesThatCannotPaceTheLoadAreRefused(t *testing.T) {
+	for _, mut := range []func(*Config){
+		func(c *Config) { c.Rate = -5 },
+		func(c *Config) { c.Rate = 0 },
+		func(c *Config) { c.Rate = math.NaN() },
+		func(c *Config) { c.Rate = math.Inf(1) },
+		func(c *Config) { c.BurstRate = -1 },
+		func(c *Config) { c.BurstRate = math.Inf(1) },
+	} {
+		cfg := Default("t", 1, time.Second)
+		mut(&cfg)
+		if err := cfg.validate(); err == nil {
+			t.Errorf("rate %v, burst rate %v: no error", cfg.Rate, cfg.BurstRate)
+		}
+	}
+	if err := Default("t", 0.5, time.Second).validate(); err != nil {
+		t.Errorf("rate 0.5: %v", err)
+	}
+}
+
 // With Topics, each request is produced to its level's topic: each topic
 // holds as many records as were sent at its level.
 func TestRunProducesToTheTopicOfTheLevel(t *testing.T) {

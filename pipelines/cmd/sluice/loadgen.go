@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,6 +46,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	recordTo := fs.String("record", "",
 		"when done, write what the brokers acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
+		return nil, err
+	}
+	if err := checkRates(*rate, *burst); err != nil {
 		return nil, err
 	}
 	var rec *recordFile
@@ -119,6 +123,18 @@ func printSent(w io.Writer, sent *loadgen.Sent, took time.Duration) {
 }
 
 // parseMix reads -mix: one share per level, highest first.
+// checkRates refuses a -rate that cannot pace a load (0 or below: the
+// load would never end) and a negative -burst, before anything starts.
+func checkRates(rate, burst float64) error {
+	if !(rate > 0) || math.IsInf(rate, 0) {
+		return fmt.Errorf("-rate %v: want requests per second above 0", rate)
+	}
+	if !(burst >= 0) || math.IsInf(burst, 0) {
+		return fmt.Errorf("-burst %v: want requests per second, 0 or above (0: no bursts)", burst)
+	}
+	return nil
+}
+
 func parseMix(s string) ([]float64, error) {
 	var mix []float64
 	for _, f := range splitComma(s) {

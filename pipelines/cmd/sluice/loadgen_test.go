@@ -107,3 +107,33 @@ func TestLoadgenFailsFastWithoutBrokerOrTopic(t *testing.T) {
 		}
 	}
 }
+
+// A rate that cannot pace the load stops demo and loadgen before they
+// start anything, naming the flag: at -rate 0 or below the load would
+// never end.
+func TestLoadRatesAreCheckedFirst(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	for _, c := range []struct {
+		run  func(context.Context, []string) error
+		args []string
+		want string
+	}{
+		{runDemo, []string{"-rate", "-5", "-listen", "", "-duration", "2s"}, "-rate -5: "},
+		{runDemo, []string{"-burst", "-1", "-listen", "", "-duration", "2s"}, "-burst -1: "},
+		{runLoadgen, []string{"-rate", "0", "-brokers", closed}, "-rate 0: "},
+		{runLoadgen, []string{"-rate", "100", "-burst", "-2", "-brokers", closed}, "-burst -2: "},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.run(ctx, c.args)
+		late := ctx.Err()
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) || late != nil {
+			t.Errorf("%v: %v, want an error naming %q at once", c.args, err, c.want)
+		}
+	}
+}

@@ -89,6 +89,9 @@ func runDemo(ctx context.Context, args []string) error {
 	if err := parseFlags("demo", fs, args); err != nil {
 		return err
 	}
+	if err := checkRates(*rate, *burst); err != nil {
+		return err
+	}
 	cfg := def
 	cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
 	var err error
