@@ -224,6 +224,7 @@ func startLoad(ctx context.Context, cfg Config, producer *kgo.Client) (sent *loa
 // latencies, lag, the drain, and how long the process waited for a CPU.
 func (sp *spawner) measured(sum *Summary, wt *watch, cfg Config, cpu cpuTimes) {
 	sum.MaxLag, sum.Drained, sum.DrainStalled, sum.DrainLimit = wt.maxLag, wt.drained, wt.stalled, cfg.Drain
+	sum.HeldParked, sum.HeldInStages = wt.heldParked, wt.heldInStages
 	qs := sp.lat.overall(0.5, 0.99)
 	sum.P50, sum.P99 = qs[0], qs[1]
 	done := sp.levels.Completed()

@@ -50,7 +50,8 @@ func (s Summary) String() string {
 	switch {
 	case s.DrainStalled:
 		lines = append(lines, fmt.Sprintf("  drain: given up %v after the load ended, %v without a new outcome; "+
-			"%d without one then, counted lost", s.Drained.Round(100*time.Millisecond), s.DrainLimit, s.Lost))
+			"%d without one then, counted lost (the scheduler held %d parked, %d in its stages)",
+			s.Drained.Round(100*time.Millisecond), s.DrainLimit, s.Lost, s.HeldParked, s.HeldInStages))
 	case s.Drained > 0:
 		lines = append(lines, fmt.Sprintf("  drain: every request accounted for %v after the load ended (highest lag %d)",
 			s.Drained.Round(100*time.Millisecond), s.MaxLag))

@@ -83,9 +83,10 @@ func TestVerdictIsShortAndJudgesLatency(t *testing.T) {
 			t.Errorf("a slow run on a busy machine: the verdict does not say %q:\n%s", want, out)
 		}
 	}
-	s.Lost, s.DrainStalled, s.DrainLimit = 336, true, 30*time.Second
+	s.Lost, s.DrainStalled, s.DrainLimit, s.HeldParked, s.HeldInStages = 336, true, 30*time.Second, 330, 6
 	if out := s.String(); !strings.HasPrefix(out, "verification FAIL") ||
-		!strings.Contains(out, "drain: given up 17.3s after the load ended, 30s without a new outcome; 336 without one then, counted lost") {
+		!strings.Contains(out, "drain: given up 17.3s after the load ended, 30s without a new outcome; 336 without one then, counted lost "+
+			"(the scheduler held 330 parked, 6 in its stages)") {
 		t.Errorf("a drain that gave up does not say so:\n%s", out)
 	}
 	s.Lost, s.DrainStalled = 0, false

@@ -67,6 +67,12 @@ type Summary struct {
 	Drained      time.Duration
 	DrainStalled bool
 	DrainLimit   time.Duration
+	// HeldParked and HeldInStages are, when the drain gave up, the
+	// records the scheduler held parked (on its park topic, or read and
+	// waiting for their replay time) and in its other stages: where the
+	// requests without an outcome were — parked ones replayed again and
+	// again point at a step that cannot finish, not at a slow worker.
+	HeldParked, HeldInStages int64
 	// Levels are the figures of each level of priority, highest first.
 	Levels [delivery.Levels]LevelSummary
 	// LatencyTarget is the end-to-end p99 the run should meet (Config's;

@@ -29,6 +29,10 @@ type watch struct {
 	drained     time.Duration // from the end of the load to every request accounted for
 	stalled     bool          // or to Config.Drain without a new outcome
 	loadErr     error
+
+	// heldParked and heldInStages are what the scheduler held when the
+	// drain gave up (incarnation.held).
+	heldParked, heldInStages int64
 }
 
 // run watches until the run is over; an error of a pipeline ends it.
@@ -77,6 +81,7 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		}
 		if time.Since(progressAt) > wt.cfg.Drain {
 			wt.drained, wt.stalled = time.Since(loadEnd), true
+			wt.heldParked, wt.heldInStages = wt.workers.current().held()
 			return nil
 		}
 	}
