@@ -68,8 +68,8 @@ type Summary struct {
 	DrainStalled bool
 	DrainLimit   time.Duration
 	// HeldParked and HeldInStages are, when the drain gave up, the
-	// records the scheduler held parked (on its park topic, or read and
-	// waiting for their replay time) and in its other stages: where the
+	// records the scheduler held parked (read back and waiting for their
+	// replay time) and in its other stages: where the
 	// requests without an outcome were — parked ones replayed again and
 	// again point at a step that cannot finish, not at a slow worker.
 	HeldParked, HeldInStages int64

@@ -40,13 +40,10 @@ func (inc *incarnation) lag() [delivery.Levels]int64 {
 	return lag
 }
 
-// held is what the scheduler holds: parked requests (on the park topic,
-// unread, or read and held until their replay time) and requests in its
-// other stages (in flight or buffered).
+// held is what the scheduler holds: parked requests read back and held
+// until their replay time, and requests in its other stages (in flight
+// or buffered).
 func (inc *incarnation) held() (parked, inStages int64) {
-	for _, p := range inc.parkedSrc.Stats().Partitions {
-		parked += p.Lag
-	}
 	for _, s := range inc.sch.Graph.Stats() {
 		if s.Name == "replay-delay" {
 			parked += s.InFlight()
