@@ -33,6 +33,7 @@ type partition struct {
 	nextOff   int64 // offset after the last delivered record
 	epoch     int32 // leader epoch of the last delivered record
 	committed int64 // last offset committed by this member, -1 if none
+	from      int64 // offset of the first record fetched in this assignment, -1 before it
 	hwm       int64 // high watermark seen in the last fetch
 
 	// sent is the offset after the last record sent downstream (or the
@@ -50,7 +51,7 @@ type entry struct {
 }
 
 func newPartition(s *Source, topic string, p int32, start int64) *partition {
-	st := &partition{src: s, topic: topic, partition: p, committed: -1, nextOff: -1, ring: make([]entry, 64),
+	st := &partition{src: s, topic: topic, partition: p, committed: -1, from: -1, nextOff: -1, ring: make([]entry, 64),
 		ended: make(chan struct{})}
 	st.sent.Store(start)
 	return st
@@ -76,6 +77,9 @@ func (p *partition) track(recs []*kgo.Record, hwm int64) (first int64, ok bool) 
 	}
 	p.nextSeq += int64(len(recs))
 	if len(recs) > 0 {
+		if p.from < 0 {
+			p.from = recs[0].Offset
+		}
 		last := recs[len(recs)-1]
 		p.nextOff, p.epoch = last.Offset+1, last.LeaderEpoch
 	}

@@ -20,9 +20,14 @@ type PartitionStats struct {
 	// settled, stays paused: its oldest records wait for whoever holds
 	// them (a window's open minutes).
 	Pending int
-	// Lag is the high watermark of the last fetch minus Committed (0 until
-	// this member commits: an Assigned source never does, its owner keeps
-	// the checkpoints).
+	// Lag counts the records of the partition the group has not committed
+	// yet, as of the last fetch: its high watermark minus Committed or,
+	// before this member commits, minus where the assignment started
+	// reading (the group's committed offset, or for a group that never
+	// committed the Start position: the first record fetched). So a
+	// pipeline that reads and never commits shows its whole backlog. 0
+	// before the first records, and always for an Assigned source: its
+	// owner keeps the checkpoints.
 	Lag int64
 	// Unread is the high watermark of the last fetch minus the offset
 	// after the last record delivered: the records waiting at the broker,
@@ -83,6 +88,8 @@ func (s *Source) Stats() Stats {
 			Paused: p.paused.Load()}
 		if p.committed >= 0 {
 			ps.Lag = max(0, p.hwm-p.committed)
+		} else if p.from >= 0 && s.direct == nil {
+			ps.Lag = max(0, p.hwm-p.from)
 		}
 		if p.nextOff >= 0 {
 			ps.Unread = max(0, p.hwm-p.nextOff)
