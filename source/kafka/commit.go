@@ -29,6 +29,7 @@ import (
 // pipeline stopping while its group rebalances still commits what it
 // settled, and a commit never holds a drain up for long.
 func (s *Source) Commit(ctx context.Context) error {
+	s.commitCalled.Store(true)
 	var until time.Time
 	for {
 		_, gen := s.cl.GroupMetadata()

@@ -120,6 +120,13 @@ type Config struct {
 	// a crash without bound. Until then each failed commit is covered by
 	// the next. Default 3 minutes; negative: never.
 	MaxCommitFailure time.Duration
+	// UncommittedWarning is how long records may stay settled with no call to
+	// Commit since the source started before it logs, once, a warning
+	// that nothing commits them: a pipeline that ends in a plain sink
+	// rather than sink/checkpoint (or that never calls Commit) commits
+	// only on a rebalance and at Close, so a crash replays everything it
+	// read. Default 30s; negative: never.
+	UncommittedWarning time.Duration
 	// OnCommit, if set, is called after each successful commit, per
 	// partition, with the committed offset (for tests and audit logs;
 	// default nil: none).
@@ -147,6 +154,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxCommitFailure == 0 {
 		c.MaxCommitFailure = 3 * time.Minute
+	}
+	if c.UncommittedWarning == 0 {
+		c.UncommittedWarning = 30 * time.Second
 	}
 }
 

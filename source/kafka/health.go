@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,7 +147,7 @@ func lastError(err error) error {
 // few times per limit, until stop is closed.
 func (s *Source) watch(cancel context.CancelCauseFunc, stop <-chan struct{}) {
 	every := time.Second
-	for _, d := range []time.Duration{s.cfg.MaxBrokerLoss, s.cfg.MaxCommitFailure} {
+	for _, d := range []time.Duration{s.cfg.MaxBrokerLoss, s.cfg.MaxCommitFailure, s.cfg.UncommittedWarning} {
 		if d > 0 {
 			every = min(every, max(d/10, 10*time.Millisecond))
 		}
@@ -158,6 +159,7 @@ func (s *Source) watch(cancel context.CancelCauseFunc, stop <-chan struct{}) {
 		case <-stop:
 			return
 		case now := <-t.C:
+			s.warnUncommitted(now)
 			if err := s.health.check(&s.cfg, now); err != nil {
 				s.log.Error("stopping the source", "err", err)
 				cancel(err)
@@ -165,6 +167,30 @@ func (s *Source) watch(cancel context.CancelCauseFunc, stop <-chan struct{}) {
 			}
 		}
 	}
+}
+
+// warnUncommitted logs, once, that settled records are not committed when
+// records have been settled for Config.UncommittedWarning and Commit has not
+// been called since the source started: the pipeline has no checkpoint
+// sink, and only a rebalance or Close commits. A revocation's commit does
+// not count: it happens whatever the pipeline ends in, and the records
+// settled between rebalances are still replayed after a crash. An
+// Assigned source commits nothing by design and never warns.
+func (s *Source) warnUncommitted(now time.Time) {
+	d := s.cfg.UncommittedWarning
+	if d <= 0 || s.direct != nil || s.commitCalled.Load() || s.warnedUncommitted.Load() {
+		return
+	}
+	first := s.firstSettle.Load()
+	if first == 0 || since(first, now) < d {
+		return
+	}
+	if !s.warnedUncommitted.CompareAndSwap(false, true) {
+		return
+	}
+	topics := strings.Join(s.Topics(), ", ")
+	s.log.Warn(fmt.Sprintf("settled records of %s have not been committed for %v: end the pipeline with checkpoint.New(src) or call src.Commit; a crash now replays them",
+		topics, d), "topics", topics)
 }
 
 // readyLoss is how long the cluster must have been failing (see health)

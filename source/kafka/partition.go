@@ -3,6 +3,7 @@ package kafka
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -133,6 +134,9 @@ func (p *partition) settle(seqs []int64) {
 	p.mu.Unlock()
 	if dups > 0 {
 		p.src.duplicates.Add(int64(dups))
+	}
+	if dups < len(seqs) && p.src.firstSettle.Load() == 0 {
+		p.src.firstSettle.CompareAndSwap(0, time.Now().UnixNano())
 	}
 	if p.paused.Load() && unsettled <= p.src.cfg.MaxUnsettledPerPartition/2 {
 		p.flow()

@@ -32,6 +32,8 @@ type Source struct {
 	assignedN, revokedN, lostN                      atomic.Int64
 	lastCommit                                      atomic.Int64 // ns
 	records                                         atomic.Int64
+	firstSettle                                     atomic.Int64 // unix ns of the first settle; 0: none yet
+	commitCalled, warnedUncommitted                 atomic.Bool  // see warnUncommitted
 	health                                          *health
 	reading                                         reading // PauseReading's state
 	direct                                          *direct // an Assigned source's pending changes; nil in a group

@@ -2,12 +2,17 @@ package kafka_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/sink/checkpoint"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -73,5 +78,77 @@ func TestLagCountsRecordsNeverCommitted(t *testing.T) {
 	})
 	if p := next.Stats().Partitions[0]; p.Committed != -1 || p.Lag != n {
 		t.Fatalf("next member, before its first commit: committed %d, lag %d; want -1 and %d (the records after the group's commit)", p.Committed, p.Lag, n)
+	}
+}
+
+// warnings is a slog handler that keeps the messages of warnings.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, r.Message)
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+// uncommitted returns the warnings that settled records are not committed.
+func (w *warnings) uncommitted() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, m := range w.msgs {
+		if strings.Contains(m, "have not been committed") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A pipeline that ends in a plain sink commits nothing while it runs; the
+// source says so, once, and how to fix it. One that ends in the checkpoint
+// sink commits and is not warned. The checkpoint pipeline settles and
+// commits its records before the other one starts, so it has held settled
+// records longer than the interval by the time the other one warns.
+func TestWarnsOnceWhenSettledRecordsAreNeverCommitted(t *testing.T) {
+	const n = 100
+	brokers := testenv.Kfake(t, 1, "in")
+	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return []byte(strconv.Itoa(i)) })
+	withWarnings := func(w *warnings) func(*kafka.Config) {
+		return func(c *kafka.Config) {
+			c.Logger = slog.New(w)
+			c.UncommittedWarning = 50 * time.Millisecond
+		}
+	}
+
+	var cw warnings
+	var committed atomic.Int64
+	cp := newSource(t, brokers, "warn-checkpoint", withWarnings(&cw), func(c *kafka.Config) {
+		c.OnCommit = func(_ string, _ int32, off int64) { committed.Store(off) }
+	})
+	stopCP := runInto(t, cp, checkpoint.New[[]byte](cp, checkpoint.Interval(10*time.Millisecond)))
+	eventually(t, "the checkpoint pipeline to commit every record", func() bool { return committed.Load() == n })
+
+	var fw warnings
+	var seen atomic.Int64
+	fn := newSource(t, brokers, "warn-func", withWarnings(&fw))
+	runInto(t, fn, sink.Func(func(context.Context, []byte) error { seen.Add(1); return nil }))
+	eventually(t, "the warning of the pipeline that never commits", func() bool { return len(fw.uncommitted()) > 0 })
+	want := "settled records of in have not been committed for 50ms: end the pipeline with checkpoint.New(src) or call src.Commit; a crash now replays them"
+	if got := fw.uncommitted(); got[0] != want {
+		t.Errorf("warning %q, want %q", got[0], want)
+	}
+
+	stopCP()
+	if got := cw.uncommitted(); len(got) > 0 {
+		t.Errorf("the checkpoint pipeline, which commits, was warned: %q", got)
+	}
+	if got := fw.uncommitted(); len(got) != 1 {
+		t.Errorf("%d warnings, want one: %q", len(got), got)
 	}
 }
