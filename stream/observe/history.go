@@ -366,18 +366,8 @@ func (w *historyWriter) Gauge(name, _ string, v float64, labels ...stream.Label)
 
 // level records a number of one level of priority of one stage.
 func (w *historyWriter) level(name string, v float64, labels []stream.Label, counter bool) {
-	var stage, prio string
-	for _, l := range labels {
-		switch l.Name {
-		case "stage":
-			stage = l.Value
-		case "priority":
-			prio = l.Value
-		default:
-			return
-		}
-	}
-	if prio == "" {
+	stage, prio, ok := levelLabels(labels)
+	if !ok {
 		return
 	}
 	w.levels = append(w.levels, levelValue{stage: stage, prio: prio, name: name, v: v, counter: counter})

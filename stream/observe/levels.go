@@ -163,8 +163,10 @@ func (w *levelWriter) Gauge(name, _ string, v float64, labels ...stream.Label) {
 	w.write(name, v, labels)
 }
 
-func (w *levelWriter) write(name string, v float64, labels []stream.Label) {
-	var stage, prio string
+// levelLabels returns the stage and level of a number of one level of
+// priority of one stage; ok is false for any other number (another
+// dimension, a partition or a result, or no level).
+func levelLabels(labels []stream.Label) (stage, prio string, ok bool) {
 	for _, l := range labels {
 		switch l.Name {
 		case "stage":
@@ -172,10 +174,15 @@ func (w *levelWriter) write(name string, v float64, labels []stream.Label) {
 		case "priority":
 			prio = l.Value
 		default:
-			return // another dimension (a partition, a result): not a level's own number
+			return "", "", false
 		}
 	}
-	if prio == "" {
+	return stage, prio, prio != ""
+}
+
+func (w *levelWriter) write(name string, v float64, labels []stream.Label) {
+	stage, prio, ok := levelLabels(labels)
+	if !ok {
 		return
 	}
 	w.raw = append(w.raw, levelValue{stage: stage, prio: prio, name: name, v: v})
