@@ -34,6 +34,10 @@ type Classification struct {
 	Transient  bool
 	Reason     Reason
 	RetryAfter time.Duration
+	// NotCalled says the attempt never reached the service (the error was
+	// marked with NotCalled): it tells nothing of the service's health,
+	// so a circuit breaker and a concurrency limiter leave it out.
+	NotCalled bool
 }
 
 // transientError marks an error as transient.
@@ -61,6 +65,35 @@ func Throttled(err error, retryAfter time.Duration) error {
 		return nil
 	}
 	return &transientError{err: err, reason: ReasonThrottled, retryAfter: retryAfter}
+}
+
+// notCalledError marks an error as one returned before the service was
+// called.
+type notCalledError struct{ err error }
+
+func (e *notCalledError) Error() string { return e.err.Error() }
+func (e *notCalledError) Unwrap() error { return e.err }
+
+// NotCalled marks err as returned before the service was called: the
+// attempt never reached it (a precondition was not met yet, a store that
+// guards the call answered late, another copy holds the call). Whether it
+// is retried is up to err (Transient, Throttled and the rest, as before);
+// but it says nothing of the service's health, so an asynchronous stage's
+// circuit breaker counts it neither as a success nor as a failure (a
+// half-open breaker's probe it held goes to another call), and its
+// concurrency limiter and latency measures leave it out. A call that was
+// made, and failed or was cut by a timeout, must not be marked.
+func NotCalled(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notCalledError{err: err}
+}
+
+// IsNotCalled reports whether err was marked with NotCalled.
+func IsNotCalled(err error) bool {
+	var nc *notCalledError
+	return errors.As(err, &nc)
 }
 
 // RetryAfterer is implemented by errors that carry the delay a service
@@ -99,8 +132,16 @@ func DefaultTransientStatus(code int) bool {
 // (of an error that is an HTTPStatuser and carries no transient marker of
 // its own) are transient. The reason of a transient status is throttled
 // for 429 and for 503 with Retry-After, timeout for 408 and 504, other
-// for the rest.
+// for the rest. NotCalled is set for an error marked with NotCalled.
 func ClassifyStatus(err error, transient func(code int) bool) Classification {
+	c := classifyStatus(err, transient)
+	if err != nil && IsNotCalled(err) {
+		c.NotCalled = true
+	}
+	return c
+}
+
+func classifyStatus(err error, transient func(code int) bool) Classification {
 	if err == nil {
 		return Classification{}
 	}

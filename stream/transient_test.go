@@ -58,3 +58,22 @@ func TestClassify(t *testing.T) {
 		t.Error("nil error classified")
 	}
 }
+
+// NotCalled marks an error without changing whether it is retried: a
+// Throttled error keeps its wait, a plain one stays permanent.
+func TestNotCalledKeepsTheClassification(t *testing.T) {
+	base := errors.New("not stale yet")
+	thr := stream.NotCalled(fmt.Errorf("step: %w", stream.Throttled(base, 3*time.Second)))
+	if c := stream.Classify(thr); !c.NotCalled || !c.Transient || c.Reason != stream.ReasonThrottled || c.RetryAfter != 3*time.Second {
+		t.Fatalf("a throttled error marked not called: %+v", c)
+	}
+	if !errors.Is(thr, base) || !stream.IsNotCalled(fmt.Errorf("wrapped: %w", thr)) {
+		t.Fatal("the marker hides the error it wraps, or is lost when wrapped")
+	}
+	if c := stream.Classify(stream.NotCalled(base)); !c.NotCalled || c.Transient {
+		t.Fatalf("a permanent error marked not called: %+v", c)
+	}
+	if c := stream.Classify(stream.Transient(base)); c.NotCalled || stream.IsNotCalled(base) || stream.NotCalled(nil) != nil {
+		t.Fatalf("an unmarked error: %+v", c)
+	}
+}
