@@ -49,7 +49,26 @@ const (
 	Open     = gobreaker.StateOpen
 )
 
-var errCallFailed = errors.New("call failed")
+var (
+	errCallFailed     = errors.New("call failed")
+	errCallNotReached = errors.New("call did not reach the dependency")
+)
+
+// Outcome is what a call that a Breaker allowed came to (AllowCall).
+type Outcome int
+
+const (
+	// Succeeded: the dependency answered; failures that say nothing of
+	// its health (a rejected request) count as successes too.
+	Succeeded Outcome = iota
+	// Failed: the dependency failed the call.
+	Failed
+	// NotReached: the call never reached the dependency (it failed on a
+	// precondition before being sent). It counts neither as a success nor
+	// as a failure, and a half-open breaker's probe slot it held goes to
+	// another call, without deciding anything.
+	NotReached
+)
 
 // ErrBreakerOpen is wrapped by the error of a call the breaker refused.
 var ErrBreakerOpen = errors.New("sluice: circuit breaker open")
@@ -135,8 +154,12 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 		BucketPeriod: cfg.Window / 10,
 		Timeout:      cfg.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.Requests >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(c.Requests)
+			// Calls that did not reach the dependency count for nothing,
+			// neither toward MinRequests nor in the ratio.
+			n := c.Requests - min(c.TotalExclusions, c.Requests)
+			return n >= cfg.MinRequests && float64(c.TotalFailures) >= cfg.FailureRatio*float64(n)
 		},
+		IsExcluded:    func(err error) bool { return err == errCallNotReached },
 		OnStateChange: b.changed,
 	})
 	return b, nil
@@ -166,6 +189,25 @@ func (b *Breaker) changed(name string, from, to gobreaker.State) {
 // succeeded (failures that say nothing about the dependency's health, such
 // as a rejected request, count as successes).
 func (b *Breaker) Allow() (done func(success bool), err error) {
+	d, err := b.AllowCall()
+	if err != nil {
+		return nil, err
+	}
+	return func(success bool) {
+		if success {
+			d(Succeeded)
+		} else {
+			d(Failed)
+		}
+	}, nil
+}
+
+// AllowCall is Allow whose done is told the call's Outcome, which may be
+// that the call never reached the dependency (NotReached): a call function
+// that found, before sending, that it could not call yet. Such a call is
+// left out of the failure ratio, and the half-open probe slot it held is
+// released for another call.
+func (b *Breaker) AllowCall() (done func(Outcome), err error) {
 	if h := b.holdUntil.Load(); h != 0 {
 		if hold := time.Until(time.Unix(0, h)); hold > 0 {
 			return nil, &OpenError{Name: b.cfg.Name, Until: hold}
@@ -175,10 +217,13 @@ func (b *Breaker) Allow() (done func(success bool), err error) {
 	if err != nil {
 		return nil, &OpenError{Name: b.cfg.Name, Until: b.cfg.OpenFor}
 	}
-	return func(success bool) {
-		if success {
+	return func(o Outcome) {
+		switch o {
+		case Succeeded:
 			d(nil)
-		} else {
+		case NotReached:
+			d(errCallNotReached)
+		default:
 			d(errCallFailed)
 		}
 	}, nil

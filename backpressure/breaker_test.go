@@ -116,3 +116,59 @@ func TestBreakerConfigErrorsNameTheArgument(t *testing.T) {
 		}
 	}
 }
+
+// A call that did not reach the dependency (NotReached) decides nothing:
+// closed, it is left out of MinRequests and of the failure ratio;
+// half-open, its probe slot goes to the next call.
+func TestBreakerNotReachedIsNeutral(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		br, err := backpressure.NewBreaker(backpressure.BreakerConfig{Name: "svc", MinRequests: 4, FailureRatio: 0.5, OpenFor: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(o backpressure.Outcome) error {
+			done, err := br.AllowCall()
+			if err != nil {
+				return err
+			}
+			done(o)
+			return nil
+		}
+		for range 100 {
+			if err := call(backpressure.NotReached); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// 100 not reached, then 4 real calls of which 2 fail: half of what
+		// reached the dependency failed, so it opens.
+		for _, o := range []backpressure.Outcome{backpressure.Succeeded, backpressure.Failed, backpressure.Succeeded} {
+			if err := call(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if br.State() != backpressure.Closed {
+			t.Fatalf("breaker %v after 3 calls that reached the dependency, MinRequests 4", br.State())
+		}
+		if err := call(backpressure.Failed); err != nil {
+			t.Fatal(err)
+		}
+		if br.State() != backpressure.Open {
+			t.Fatalf("breaker %v after 2 failures in 4 calls that reached the dependency (and 100 that did not)", br.State())
+		}
+		time.Sleep(time.Second + time.Millisecond)
+		// The probe does not reach the dependency: still half-open, and
+		// the one slot (Probes 1) is free for the next call.
+		if err := call(backpressure.NotReached); err != nil {
+			t.Fatalf("probe refused: %v", err)
+		}
+		if br.State() != backpressure.HalfOpen {
+			t.Fatalf("breaker %v after a probe that did not reach the dependency", br.State())
+		}
+		if err := call(backpressure.Succeeded); err != nil {
+			t.Fatalf("the next probe refused after one that did not reach the dependency: %v", err)
+		}
+		if br.State() != backpressure.Closed {
+			t.Fatalf("breaker %v after a successful probe", br.State())
+		}
+	})
+}

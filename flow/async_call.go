@@ -29,10 +29,10 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		}
 	}
 	j.err = nil
-	var done func(bool)
+	var done func(backpressure.Outcome)
 	if a.o.breaker != nil {
 		var err error
-		if done, err = a.o.breaker.Allow(); err != nil {
+		if done, err = a.o.breaker.AllowCall(); err != nil {
 			// Refused: no call is made, the message fails fast, and its
 			// retry waits for the breaker.
 			counts.refused++
@@ -78,9 +78,21 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 			}
 		}
 	}
+	// A call that says it failed before reaching the service (NotCalled)
+	// tells nothing of the service: the breaker counts it neither way, and
+	// its latency (a precondition checked, not the service's answer) is
+	// kept from the limiter, the adaptive timeouts and the call histogram.
+	notCalled := j.err != nil && (j.class.NotCalled || stream.IsNotCalled(j.err))
 	if done != nil {
 		j.breakerDone = nil
-		done(j.err == nil || !j.class.Transient)
+		switch {
+		case notCalled:
+			done(backpressure.NotReached)
+		case j.err == nil || !j.class.Transient:
+			done(backpressure.Succeeded)
+		default:
+			done(backpressure.Failed)
+		}
 	}
 	if now.IsZero() {
 		return now
@@ -93,18 +105,18 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if !sent.IsZero() {
 		lat, wait = end.Sub(sent), max(0, sent.Sub(now))
 	}
-	if a.adaptive != nil {
+	if a.adaptive != nil && !notCalled {
 		var limit time.Duration
 		if timedOut {
 			limit = r.clock.timeoutOf(ctx)
 		}
 		a.adaptive.observe(lat, limit)
 	}
-	if a.o.limiter != nil {
+	if a.o.limiter != nil && !notCalled {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if r.onCall != nil {
-		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err})
+		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err, NotCalled: notCalled})
 	}
 	return end
 }

@@ -77,7 +77,9 @@ func (a *Async[In, Out]) hooks() (func(CallInfo), func(DoneInfo)) {
 	ms := *p
 	return func(c CallInfo) {
 			for _, m := range ms {
-				m.call(c.Latency.Seconds())
+				if !c.NotCalled { // not the service's latency
+					m.call(c.Latency.Seconds())
+				}
 			}
 			if onCall != nil {
 				onCall(c)

@@ -131,6 +131,11 @@ type CallInfo struct {
 	Wait     time.Duration
 	InFlight int // calls in flight when it started, itself included
 	Err      error
+	// NotCalled says the call failed before reaching its service (Err was
+	// marked with stream.NotCalled, or the stage's classifier said so):
+	// its latency is not the service's. The stage's call histogram leaves
+	// it out.
+	NotCalled bool
 }
 
 // Retry retries calls that fail transiently (the policy's Classify: its

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -110,7 +111,7 @@ func (r *asyncRun[In, Out]) callPanicked(j *asyncJob[In, Out], p any) {
 		j.breakerDone = nil
 		func() {
 			defer func() { _ = recover() }() // its OnStateChange again: the message fails already
-			done(true)
+			done(backpressure.Succeeded)
 		}()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -26,7 +27,7 @@ type asyncJob[In, Out any] struct {
 	due       time.Time     // when a delayed job may run again
 	class     stream.Classification
 
-	breakerDone func(bool) // the breaker's, while a call's outcome is being reported
+	breakerDone func(backpressure.Outcome) // the breaker's, while a call's outcome is being reported
 
 	since, callStart time.Time // with Lanes: when its wait began (lanes.arrived), when its call started
 }

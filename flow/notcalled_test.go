@@ -105,3 +105,38 @@ func TestNotCalledProbeReleasesTheHalfOpenSlot(t *testing.T) {
 		}
 	})
 }
+
+// countingLimiter counts the calls it observes.
+type countingLimiter struct{ observed atomic.Int64 }
+
+func (l *countingLimiter) Limit() int                  { return 4 }
+func (l *countingLimiter) Observe(backpressure.Sample) { l.observed.Add(1) }
+
+// The latency of a call that did not reach its service is not the
+// service's: the limiter and OnCall's call histogram leave it out (OnCall
+// itself hears of it, marked).
+func TestNotCalledErrorsAreKeptFromTheLimiter(t *testing.T) {
+	lim := &countingLimiter{}
+	var notCalled, calls atomic.Int64
+	fn := func(_ context.Context, x int) (int, error) {
+		if x%2 == 0 {
+			return 0, stream.NotCalled(stream.Transient(errNotYet))
+		}
+		return x, nil
+	}
+	a := flow.MapAsync(2, fn, flow.WithLimiter(lim), flow.OnCall(func(c flow.CallInfo) {
+		calls.Add(1)
+		if c.NotCalled {
+			notCalled.Add(1)
+		}
+	}))
+	g := stream.New()
+	out := sink.Collect[int]()
+	stream.To(stream.Via(stream.From(g, source.Slice(ints(100))), a), out)
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }))
+	run(t, g)
+	if lim.observed.Load() != 50 || calls.Load() != 100 || notCalled.Load() != 50 {
+		t.Fatalf("limiter observed %d, OnCall heard of %d (%d not called), of 50 calls made and 50 not: want 50, 100 (50)",
+			lim.observed.Load(), calls.Load(), notCalled.Load())
+	}
+}

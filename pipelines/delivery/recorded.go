@@ -91,6 +91,13 @@ func (r *recordedStep) now() time.Time {
 // The step store may be down for a while (see storeWaiter): the request
 // waits for it, before the call and after it; a call that acted is never
 // forgotten because its record could not be written at once.
+//
+// Every error returned before the call is made (a mark not stale yet,
+// another copy's take-over, a store that answered late or not at all) is
+// marked stream.NotCalled: it is retried or parked as before, but the
+// step's breaker and limiter leave it out, since the service was not
+// asked. A call that was made and failed, or was cut by its deadline, is
+// the service's failure and is not marked.
 func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 	id, step := p.Request.ID, r.step
 	if p.mark == "" {
@@ -107,7 +114,7 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		return err
 	})
 	if err != nil {
-		return err // if the mark was written it is this copy's: its retry knows it called nothing
+		return stream.NotCalled(err) // if the mark was written it is this copy's: its retry knows it called nothing
 	}
 	switch {
 	case rec.Done:
@@ -138,8 +145,8 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		if !own {
 			// Begin (or a take-over) wrote a fresh mark but answered late:
 			// the retry reads it back, with its time, and renews it.
-			return stream.Transient(fmt.Errorf("%s of %s not called: the step store took %v to mark it started",
-				step, id, r.now().Sub(markedAt).Round(time.Millisecond)))
+			return stream.NotCalled(stream.Transient(fmt.Errorf("%s of %s not called: the step store took %v to mark it started",
+				step, id, r.now().Sub(markedAt).Round(time.Millisecond))))
 		}
 		// Renewed under a new mark: a copy that read the old one and tries
 		// to take it over concurrently must find it changed.
@@ -150,16 +157,16 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 			took, err = r.store.TakeOver(ctx, id, step, rec, mark)
 			return err
 		}); err != nil {
-			return err
+			return stream.NotCalled(err)
 		}
 		if !took {
-			return stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
+			return stream.NotCalled(stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown)))
 		}
 		p.mark = mark
 		deadline = renewedAt.Add(r.staleAfter / 2)
 	}
 	if err := ctx.Err(); err != nil {
-		return stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err))
+		return stream.NotCalled(stream.Transient(fmt.Errorf("%s of %s not called: %w", step, id, err)))
 	}
 	if r.clock != nil {
 		deadline = time.Now().Add(deadline.Sub(r.now())) // a test's clock: the context's is the real one
@@ -195,11 +202,11 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 	id, step := p.Request.ID, r.step
 	age := r.age(rec)
 	if age <= r.staleAfter {
-		return false, r.waitStale(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
-			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown), r.staleAfter-age)
+		return false, stream.NotCalled(r.waitStale(fmt.Errorf("%s of %s, started %v ago by a call not answered yet: %w",
+			step, id, age.Round(time.Millisecond), ErrOutcomeUnknown), r.staleAfter-age))
 	}
 	if r.lookup == nil {
-		return false, fmt.Errorf("%s of %s, started %v ago and never answered: %w", step, id, age.Round(time.Second), ErrOutcomeUnknown)
+		return false, stream.NotCalled(fmt.Errorf("%s of %s, started %v ago and never answered: %w", step, id, age.Round(time.Second), ErrOutcomeUnknown))
 	}
 	value, acted, err := r.lookup(ctx, p)
 	if err != nil {
@@ -223,10 +230,10 @@ func (r *recordedStep) resolve(ctx context.Context, p *Progress, rec StepState, 
 		took, err = r.store.TakeOver(ctx, id, step, rec, mark)
 		return err
 	}); err != nil {
-		return false, err
+		return false, stream.NotCalled(err)
 	}
 	if !took {
-		return false, stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown))
+		return false, stream.NotCalled(stream.Transient(fmt.Errorf("%s of %s: another copy took the step over: %w", step, id, ErrOutcomeUnknown)))
 	}
 	p.mark, p.unknown = mark, ""
 	return false, nil
