@@ -104,7 +104,8 @@ func TimeoutFromSend() AsyncOption { return func(o *asyncOptions) { o.fromSend =
 // WithLimiter lets l lower the number of calls in flight below the stage's
 // parallelism, e.g. a backpressure.Adaptive limiter that holds a latency
 // target. Default: the parallelism is the limit. l observes each call's
-// latency as OnCall does (from its send with TimeoutFromSend). A panic in
+// latency as OnCall does (from its send with TimeoutFromSend), except a
+// call that failed before reaching its service (stream.NotCalled). A panic in
 // l.Observe fails the message of the call it observed.
 func WithLimiter(l backpressure.Limiter) AsyncOption { return func(o *asyncOptions) { o.limiter = l } }
 
@@ -158,7 +159,10 @@ func Budget(b *backpressure.RetryBudget) AsyncOption { return func(o *asyncOptio
 // Breaker asks b before each call: while it is open, calls fail fast with a
 // transient *backpressure.OpenError whose wait a retry honours. Transient
 // failures count against the dependency's health; permanent ones (a
-// rejected request) do not. Default: no breaker, every call is made.
+// rejected request) do not, and failures marked stream.NotCalled (the call
+// function gave up before reaching the dependency) count neither way: a
+// half-open breaker's probe that ends so leaves its slot to another call.
+// Default: no breaker, every call is made.
 func Breaker(b *backpressure.Breaker) AsyncOption { return func(o *asyncOptions) { o.breaker = b } }
 
 // Classifier replaces stream.Classify for this stage. A panic in fn fails
