@@ -23,7 +23,7 @@ esac
 
 start=$SECONDS
 finish() {
-	local rc=$? t=$((SECONDS - start)) verdict=passed
+	local rc=${1:-$?} t=$((SECONDS - start)) verdict=passed
 	[ $rc -eq 0 ] || verdict="FAILED (exit $rc)"
 	printf '%s: %s in %dm%02ds\n' "$target" "$verdict" $((t / 60)) $((t % 60))
 }
@@ -58,6 +58,21 @@ else
 	phase 4 "unit tests and the quick integration tests of $pkgs packages (go test -short), race detector (~1 min on an idle 2-core machine)"
 	args=(-short -race -count=1 ./...)
 fi
-# go test prints a package's result when the package is done; the count
-# says how far the run is.
-$GO test "${args[@]}" 2>&1 | awk -v n="$pkgs" '/^(ok|FAIL|\?)[ \t]/ && $2 ~ /\// { i++; printf "(%d/%d) ", i, n } { print; fflush() }'
+# go test prints a package's result when the package is done, in the
+# order of the packages: a long one early holds back the lines of those
+# after it. The count says how far the run is; a line every minute with
+# none says what is still running, so that a quiet run is seen alive.
+done_file=$(mktemp)
+echo 0 >"$done_file"
+(
+	set +e # a line that finds nothing running must not end the loop
+	t0=$SECONDS
+	while sleep 60; do
+		running=$(ps -eo args= 2>/dev/null | grep -o '/[^/ ]*\.test ' | sed 's|^/||; s|\.test $||' | sort -u | tr '\n' ' ')
+		t=$((SECONDS - t0))
+		printf '  ... %dm%02ds: %s of %s packages reported; testing now: %s\n' $((t / 60)) $((t % 60)) "$(cat "$done_file")" "$pkgs" "${running:-(compiling)}"
+	done
+) &
+beat=$!
+trap 'rc=$?; kill $beat 2>/dev/null || true; rm -f "$done_file"; finish $rc' EXIT
+$GO test "${args[@]}" 2>&1 | awk -v n="$pkgs" -v f="$done_file" '/^(ok|FAIL|\?)[ \t]/ && $2 ~ /\// { i++; printf "(%d/%d) ", i, n; print i > f; close(f) } { print; fflush() }'
