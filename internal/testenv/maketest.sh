@@ -50,7 +50,7 @@ fi
 pkgs=$($GO list ./... | wc -l)
 pkgs=${pkgs// /}
 if [ "$1" = full ]; then
-	phase 4 "unit and integration tests of $pkgs packages, race detector (~5-8 min on an idle 2-core machine, 15-20 on a busy one; the first results after a minute or two of compiling)"
+	phase 4 "unit and integration tests of $pkgs packages, race detector (~7 min on a 2-core machine, up to 18 on a very busy one; the first results after a minute or two of compiling)"
 	args=(-race -count=1 ./...)
 else
 	# The tests that take seconds of real time skip themselves
