@@ -7,8 +7,8 @@ BENCHTIME ?= 1s
 # The main job on embedded defaults: the drone delivery scheduler with an
 # in-process broker, simulated backends and load: 30 s of load, then the
 # drain (until every request is accounted for, or 30 s without progress)
-# and a verdict of a few lines. 47 s in all in one run on a 2-core machine
-# shared with other jobs (docs/quick-start.md).
+# and a verdict of a few lines. 34 s in all in one run on a 2-core machine,
+# 47 s with the machine shared with other jobs (docs/quick-start.md).
 run:
 	$(GO) run ./pipelines/cmd/sluice demo -duration 30s
 
