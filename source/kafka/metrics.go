@@ -39,8 +39,10 @@ func (s *Source) Instrument(stage string, m stream.Meter) {
 			}
 			if p.Committed >= 0 {
 				w.Gauge("sluice_kafka_committed_offset", "Last offset this member committed for a partition.", float64(p.Committed), tp...)
-				w.Gauge("sluice_kafka_lag", "Records of the partition the group has not committed: high watermark of the last fetch minus the committed offset, or before a commit the offset the group started reading at.", float64(p.Lag), tp...)
 			}
+			// The lag with or without a commit: a member that never commits
+			// is the one whose backlog the lag alert must see.
+			w.Gauge("sluice_kafka_lag", "Records of the partition the group has not committed: high watermark of the last fetch minus the committed offset, or before a commit the offset the group started reading at.", float64(p.Lag), tp...)
 			w.Gauge("sluice_kafka_unsettled", "Records of a partition delivered and not yet settled.", float64(p.Unsettled), tp...)
 		}
 		w.Gauge("sluice_kafka_paused_partitions", "Assigned partitions not fetched now: over their unsettled cap, or paused with the whole source for a higher level.",

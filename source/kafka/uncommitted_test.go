@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -150,5 +151,65 @@ func TestWarnsOnceWhenSettledRecordsAreNeverCommitted(t *testing.T) {
 	}
 	if got := fw.uncommitted(); len(got) != 1 {
 		t.Errorf("%d warnings, want one: %q", len(got), got)
+	}
+}
+
+// gauges is a stream.Meter that reads a component's gauges.
+type gauges struct{ collect []func(stream.MetricWriter) }
+
+func (g *gauges) Collect(f func(stream.MetricWriter)) { g.collect = append(g.collect, f) }
+func (g *gauges) Histogram(string, string, []float64, ...stream.Label) func(float64) {
+	return func(float64) {}
+}
+func (g *gauges) Include(stream.Instrumented, string) {}
+
+// read returns the value of each gauge named name, by its labels.
+func (g *gauges) read(name string) map[string]float64 {
+	w := gaugeWriter{name: name, got: map[string]float64{}}
+	for _, f := range g.collect {
+		f(w)
+	}
+	return w.got
+}
+
+type gaugeWriter struct {
+	name string
+	got  map[string]float64
+}
+
+func (w gaugeWriter) Counter(string, string, float64, ...stream.Label) {}
+func (w gaugeWriter) Gauge(name, _ string, v float64, labels ...stream.Label) {
+	if name == w.name {
+		w.got[fmt.Sprint(labels)] = v
+	}
+}
+
+// The lag gauge reports what Stats reports before the member's first
+// commit: a pipeline that never commits is the one the lag alert exists
+// for, and a missing series never fires.
+func TestLagGaugeBeforeAnyCommit(t *testing.T) {
+	const n = 200
+	brokers := testenv.Kfake(t, 1, "in")
+	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return []byte(strconv.Itoa(i)) })
+	src := newSource(t, brokers, "lag-gauge-never-committed")
+	m := &gauges{}
+	src.Instrument("in", m)
+	var seen atomic.Int64
+	runInto(t, src, sink.Func(func(context.Context, []byte) error { seen.Add(1); return nil }))
+	eventually(t, "every record read", func() bool {
+		st := src.Stats()
+		return seen.Load() == n && len(st.Partitions) == 1 && st.Partitions[0].Unsettled == 0
+	})
+	if p := src.Stats().Partitions[0]; p.Lag != n {
+		t.Fatalf("Stats lag %d, want %d", p.Lag, n)
+	}
+	lag := m.read("sluice_kafka_lag")
+	if len(lag) != 1 {
+		t.Fatalf("sluice_kafka_lag before any commit: %v; want one series of %d (Stats says %d)", lag, n, n)
+	}
+	for _, v := range lag {
+		if v != n {
+			t.Fatalf("sluice_kafka_lag before any commit: %v, want %d", v, n)
+		}
 	}
 }
