@@ -31,13 +31,36 @@ func (f CommitterFunc) Commit(ctx context.Context) error { return f(ctx) }
 // replays) for its checkpoint sink. Each of cs is still never called
 // concurrently with itself.
 func Committers(cs ...Committer) Committer {
-	return CommitterFunc(func(ctx context.Context) error {
-		errs := make([]error, len(cs))
-		var wg sync.WaitGroup
-		for i, c := range cs {
-			wg.Go(func() { errs[i] = c.Commit(ctx) })
+	return committers(cs)
+}
+
+type committers []Committer
+
+func (cs committers) Commit(ctx context.Context) error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { errs[i] = c.Commit(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// CommitsScheduled tells each of cs that is a ScheduledCommitter.
+func (cs committers) CommitsScheduled() {
+	for _, c := range cs {
+		if s, ok := c.(ScheduledCommitter); ok {
+			s.CommitsScheduled()
 		}
-		wg.Wait()
-		return errors.Join(errs...)
-	})
+	}
+}
+
+// ScheduledCommitter is a Committer that wants to know that something
+// will call its Commit while the pipeline runs (a checkpoint sink, which
+// tells it when it starts, before its first commit is due): a source that
+// warns when nothing commits its records need not, however long the
+// checkpoint's interval.
+type ScheduledCommitter interface {
+	Committer
+	CommitsScheduled()
 }

@@ -108,6 +108,9 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	if log == nil {
 		log = in.Logger()
 	}
+	if sc, ok := s.c.(stream.ScheduledCommitter); ok {
+		sc.CommitsScheduled() // a commit is due within the interval: the source need not warn that none comes
+	}
 	go s.committer(ctx, log, trigger, stop, done)
 
 	count := 0

@@ -47,6 +47,12 @@ func (s *Source) Commit(ctx context.Context) error {
 	}
 }
 
+// CommitsScheduled tells the source that its Commit will be called while
+// the pipeline runs (sink/checkpoint says so when it starts): it does not
+// warn that settled records are never committed (Config.UncommittedWarning),
+// however long before the first commit.
+func (s *Source) CommitsScheduled() { s.commitCalled.Store(true) }
+
 // RejoinWait bounds how long Commit waits for the member to rejoin its
 // group when the coordinator refused a commit for a rebalance in progress.
 const RejoinWait = 2 * time.Second

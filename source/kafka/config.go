@@ -125,7 +125,9 @@ type Config struct {
 	// that nothing commits them: a pipeline that ends in a plain sink
 	// rather than sink/checkpoint (or that never calls Commit) commits
 	// only on a rebalance and at Close, so a crash replays everything it
-	// read. Default 30s; negative: never.
+	// read. A pipeline into sink/checkpoint is never warned, however long
+	// its Interval (the sink calls CommitsScheduled when it starts).
+	// Default 30s; negative: never.
 	UncommittedWarning time.Duration
 	// OnCommit, if set, is called after each successful commit, per
 	// partition, with the committed offset (for tests and audit logs;

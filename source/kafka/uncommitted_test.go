@@ -213,3 +213,36 @@ func TestLagGaugeBeforeAnyCommit(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline that ends in the checkpoint sink commits, however long its
+// Interval: it is not warned before its first commit comes due. The plain
+// pipeline started after it has settled its records serves as the clock:
+// once that one is warned, the checkpoint pipeline has held settled
+// records for longer.
+func TestNoWarningBeforeACheckpointsFirstCommit(t *testing.T) {
+	const n = 100
+	brokers := testenv.Kfake(t, 1, "in")
+	testenv.Produce(t, brokers, "in", n, func(i int) []byte { return []byte(strconv.Itoa(i)) })
+	warnAfter := func(w *warnings) func(*kafka.Config) {
+		return func(c *kafka.Config) {
+			c.Logger = slog.New(w)
+			c.UncommittedWarning = 50 * time.Millisecond
+		}
+	}
+	var cw warnings
+	cp := newSource(t, brokers, "warn-slow-checkpoint", warnAfter(&cw))
+	stopCP := runInto(t, cp, checkpoint.New[[]byte](cp, checkpoint.Interval(time.Hour)))
+	eventually(t, "the checkpoint pipeline to settle every record", func() bool {
+		st := cp.Stats()
+		return st.Records == n && len(st.Partitions) == 1 && st.Partitions[0].Unsettled == 0
+	})
+	var fw warnings
+	fn := newSource(t, brokers, "warn-slow-func", warnAfter(&fw))
+	runInto(t, fn, sink.Func(func(context.Context, []byte) error { return nil }))
+	eventually(t, "the warning of the pipeline that never commits", func() bool { return len(fw.uncommitted()) > 0 })
+	got := cw.uncommitted()
+	stopCP()
+	if len(got) > 0 {
+		t.Fatalf("the checkpoint pipeline, whose first commit is due in an hour, was warned: %q", got)
+	}
+}
