@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -332,5 +334,24 @@ func TestWorkerFlagsThatOnlyMatterSometimes(t *testing.T) {
 	err = runWorker(ctx, []string{"delivery", "-brokers", "127.0.0.1:1", "-default-horizon", "-1s"})
 	if err == nil || !strings.Contains(err.Error(), "-default-horizon -1s") || strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Errorf("-default-horizon -1s: %v, want an error naming it before connecting", err)
+	}
+}
+
+// The worker says at start which retry policy it runs with, as it stands
+// after the file, the variables and -transient-status: an operator reads
+// what the worker will do, not what the defaults say.
+func TestWorkerLogsItsEffectiveRetryPolicy(t *testing.T) {
+	var log bytes.Buffer
+	logOutput = &log
+	defer func() { logOutput = os.Stderr }()
+	t.Setenv("SLUICE_RETRY_DELIVERY_MAX_ATTEMPTS", "3")
+	err := runWorker(context.Background(), []string{"delivery", "-brokers", "127.0.0.1:1", "-transient-status", "429,503"})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("want the unreachable broker's error after the flags: %v", err)
+	}
+	out := log.String()
+	if !strings.Contains(out, "retry policy") || !strings.Contains(out, "policy=delivery") ||
+		!strings.Contains(out, `\"max_attempts\":3`) || !strings.Contains(out, `\"transient_status\":[429,503]`) {
+		t.Fatalf("no line of the effective retry policy in:\n%s", out)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,11 @@ func parseWorkerFlags(which string, args []string) (*workerFlags, error) {
 	}
 	if err := f.retryPolicy(fs); err != nil {
 		return nil, err
+	}
+	// What the worker will do, after the file, the variables and the
+	// flags: not what the defaults say.
+	if b, err := json.Marshal(f.retry); err == nil {
+		f.logger.Info("retry policy", "policy", f.policyName, "effective", string(b))
 	}
 	return f, f.topics()
 }
