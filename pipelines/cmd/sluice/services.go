@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -91,7 +94,7 @@ func serveServices(ctx context.Context, listen, adminListen, about string, backe
 	admin := http.NewServeMux()
 	admin.Handle("/ledger", lh)
 	admin.Handle("/ledger/", lh)
-	admin.Handle("/admin/faults", delivery.FaultsHandler(faults))
+	admin.Handle("/admin/faults", printFaultChanges(delivery.FaultsHandler(faults), os.Stdout))
 
 	adminLn, err := net.Listen("tcp", adminListen)
 	if err != nil {
@@ -192,4 +195,51 @@ func (f *faultFlags) parse() ([]delivery.Fault, error) {
 		out = append(out, fault)
 	}
 	return out, nil
+}
+
+// printFaultChanges serves h (the fault switches) and prints to out each
+// fault started, refused or cleared through it, with the time, beside the
+// services' own lines of going down and up.
+func printFaultChanges(h http.Handler, out io.Writer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost && r.Method != http.MethodDelete {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := &recordedAnswer{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		now := time.Now().Format(time.TimeOnly)
+		body := strings.TrimSpace(rec.body.String())
+		switch {
+		case rec.status >= 300:
+			fmt.Fprintf(out, "%s fault refused: %s\n", now, body)
+		case r.Method == http.MethodPost:
+			var sf delivery.ScheduledFault
+			if json.Unmarshal(rec.body.Bytes(), &sf) == nil {
+				fmt.Fprintf(out, "%s fault started: %s (%s)\n", now, sf.Spec, sf.State)
+			}
+		default:
+			var c struct{ Cleared int }
+			if json.Unmarshal(rec.body.Bytes(), &c) == nil {
+				fmt.Fprintf(out, "%s faults cleared: %d\n", now, c.Cleared)
+			}
+		}
+	})
+}
+
+// recordedAnswer passes an answer on and keeps its status and body.
+type recordedAnswer struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (a *recordedAnswer) WriteHeader(code int) {
+	a.status = code
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *recordedAnswer) Write(b []byte) (int, error) {
+	a.body.Write(b)
+	return a.ResponseWriter.Write(b)
 }

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"syscall"
@@ -236,5 +238,30 @@ func TestServicesFaultFlagRepeats(t *testing.T) {
 	if got, want := specs("-fault", "all:down:for=1m", "-fault", "packages:status=500"),
 		[]string{"all:down:for=1m", "packages:status=500"}; !slices.Equal(got, want) {
 		t.Errorf("with the variable and the command line: %q, want %q", got, want)
+	}
+}
+
+// A fault started or cleared through /admin/faults is printed where the
+// services print their state, so an operator reading the output sees why
+// the services began to fail; a refused one is printed with its reason.
+func TestServicesPrintFaultChanges(t *testing.T) {
+	var out bytes.Buffer
+	h := printFaultChanges(delivery.FaultsHandler(delivery.NewFaultSet(nil)), &out)
+	for _, req := range []struct{ method, body string }{
+		{"POST", `{"service":"drones","status":500,"for":"30s"}`},
+		{"POST", `{"service":"drone","status":500}`},
+		{"GET", ""},
+		{"DELETE", ""},
+	} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(req.method, "/admin/faults", strings.NewReader(req.body)))
+	}
+	got := out.String()
+	for _, want := range []string{"fault started: drones:status=500:for=30s", `fault refused: fault drone:status=500: service "drone"`, "faults cleared: 1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("printed %q, want a line with %q", got, want)
+		}
+	}
+	if n := strings.Count(got, "\n"); n != 3 {
+		t.Errorf("printed %d lines, want 3 (a GET changes nothing):\n%s", n, got)
 	}
 }
