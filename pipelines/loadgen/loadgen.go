@@ -211,6 +211,10 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	pctx, cancel := context.WithDeadline(ctx, start.Add(cfg.Duration+cfg.FlushTimeout))
 	defer cancel()
 	acks := newAcks(pctx, cl, sent)
+	// The limiter's waits end with the load: at a low rate the next grant
+	// may lie past it, and a request sent then would outlast Duration.
+	lctx, cancelLoad := context.WithDeadline(ctx, start.Add(cfg.Duration))
+	defer cancelLoad()
 	var chunk []made
 	for seq := 0; ; {
 		now := time.Now()
@@ -228,8 +232,8 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 		// A millisecond's worth at a time: one limiter wait and one lock
 		// per chunk rather than per request.
 		n := max(1, int(float64(want)/1000))
-		if err := lim.WaitN(ctx, n); err != nil {
-			break
+		if err := lim.WaitN(lctx, n); err != nil {
+			break // the load's end, or ctx's
 		}
 		chunk = chunk[:0]
 		for range n {

@@ -159,3 +159,24 @@ func TestRunProducesToTheTopicOfTheLevel(t *testing.T) {
 		}
 	}
 }
+
+// At a rate too low for the load's time to hold a second request, the
+// load sends one and ends with its Duration: it does not wait for the
+// limiter's next grant (5 s away at 0.2/s) and send it after its end.
+func TestRunDoesNotOutlastItsDurationAtALowRate(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "requests")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg := Default("requests", 0.2, time.Second)
+	cfg.Malformed, cfg.Invalid, cfg.Duplicate = 0, 0, 0
+	sent := NewSent()
+	if err := Run(context.Background(), cl, cfg, sent); err != nil {
+		t.Fatal(err)
+	}
+	if n := sent.Total(); n != 1 {
+		t.Fatalf("sent %d requests in a 1 s load at 0.2/s, want 1: the second was due after the load's end", n)
+	}
+}
