@@ -22,8 +22,10 @@ import (
 // assignment is never committed in a later one, where the partition may
 // belong to another member or start again from an older offset.
 //
-// A commit the coordinator refuses because the group is rebalancing is
-// made again once this member has rejoined (in the next generation, for
+// A commit the coordinator refuses because the group is rebalancing, or
+// because it has moved to a generation this member has not heard of yet
+// (ILLEGAL_GENERATION: another member joined or left meanwhile), is made
+// again once this member has rejoined (in the next generation, for
 // the partitions it still owns; the revoked ones were committed by their
 // revocation), if that happens within ctx and RejoinWait (2 s): a
 // pipeline stopping while its group rebalances still commits what it
@@ -34,7 +36,7 @@ func (s *Source) Commit(ctx context.Context) error {
 	for {
 		_, gen := s.cl.GroupMetadata()
 		err := s.commitOwned(ctx)
-		if errors.Is(err, kerr.RebalanceInProgress) {
+		if errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) {
 			if until.IsZero() {
 				until = time.Now().Add(RejoinWait)
 			}

@@ -125,3 +125,73 @@ func clusterWithHundred(t *testing.T) *kfake.Cluster {
 	}
 	return c
 }
+
+// A commit the coordinator refuses with ILLEGAL_GENERATION (the group
+// moved to a new generation before this member heard of it: a member
+// stopping gracefully while another joins or crashes) is made again once
+// the member has rejoined, as for REBALANCE_IN_PROGRESS, instead of
+// ending the pipeline's Run with that error. Seen in the churn test:
+// "final commit: ... commit (generation 12): churn/0: ILLEGAL_GENERATION".
+func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) {
+	c := clusterWithHundred(t)
+	var mu sync.Mutex
+	var commits []int64
+	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "regen", Topics: []string{"in"},
+		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
+			mu.Lock()
+			commits = append(commits, off)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	// The group really moves on: a second member joins, and the
+	// coordinator refuses this member's commit of the old generation.
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.IllegalGeneration, Count: 1})
+	defer h.Remove()
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("regen"), kgo.ConsumeTopics("in"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go func() {
+		for ctx.Err() == nil {
+			other.PollFetches(ctx)
+		}
+	}()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx); err != nil {
+		t.Fatalf("Commit = %v, want the commit made again after the rejoin", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(commits) == 0 || commits[len(commits)-1] != 100 { // by the commit made again, or by the revocation
+		t.Fatalf("committed %v, want 100 at last", commits)
+	}
+}
