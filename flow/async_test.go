@@ -40,7 +40,7 @@ func randomSleep(seed uint64) func(context.Context, int) (int, error) {
 
 func TestMapAsyncModesUnderRandomLatency(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs each mode through seconds of random service latency: make test runs it, -short does not")
 	}
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -315,7 +315,7 @@ func TestMapAsyncWithAdaptiveLimiterStaysWithinParallelism(t *testing.T) {
 
 func TestMapAsyncSettlesEveryMessageOnceUnderRandomFailures(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("tens of thousands of calls with random failures and retries: make test runs it, -short does not")
 	}
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

@@ -196,7 +196,7 @@ func TestGoStreamsWindowsSettleInputsAfterTheirWindow(t *testing.T) {
 
 func TestGoStreamsOneToOneSettlesInputAfterItsOutput(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs go-streams flows in real time: make test runs it, -short does not")
 	}
 	// Pipes of one message make the bridge hand on each output alone, so
 	// that an input settled with the previous output is caught at the sink.

@@ -92,7 +92,7 @@ func fastPolicy() flow.RetryPolicy {
 
 func TestFaultServerEveryPath(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("drives every fault path of a real HTTP server, with its timeouts: make test runs it, -short does not")
 	}
 	for _, c := range []struct {
 		fault     faultserver.Fault
@@ -142,7 +142,7 @@ func TestFaultServerDownThenUp(t *testing.T) {
 
 func TestFaultServerLoad1000Concurrent(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("1,000 concurrent calls against a real HTTP server for seconds: make test runs it, -short does not")
 	}
 	srv := faultServer(t)
 	srv.SetRetryAfter(0)

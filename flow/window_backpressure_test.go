@@ -44,7 +44,7 @@ func (s *slowSink) Run(ctx context.Context, in *stream.Inlet[flow.Windows[string
 // not find the partition idle.
 func TestTumblingSlowWriterDoesNotMakeABusyPartitionIdle(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out a slow writer in real time: make test runs it, -short does not")
 	}
 	var recs []rec
 	for min := range 30 {

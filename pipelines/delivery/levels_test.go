@@ -190,7 +190,7 @@ func TestSchedulerLevelFromRequestOrTier(t *testing.T) {
 // topic was fetched first.
 func TestSchedulerServesHighFirstUnderOverload(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("overloads the scheduler for seconds: make test runs it, -short does not")
 	}
 	const perLevel = 2000
 	brokers := levelsBroker(t, 2)

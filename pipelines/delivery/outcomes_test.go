@@ -237,7 +237,7 @@ func transientDrones(backends *delivery.Backends) *faultyDrones {
 // sixth failure of a request parked five times counted as permanent.
 func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out a service outage in real time: make test runs it, -short does not")
 	}
 	const n = 20
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
@@ -264,7 +264,7 @@ func TestLongOutageIsParkedUntilTheServiceIsBack(t *testing.T) {
 // meanwhile and complete when the service is back.
 func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for deadlines in real time: make test runs it, -short does not")
 	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
@@ -318,7 +318,7 @@ func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
 // (with its deadline deciding, it would never complete).
 func TestSlowServicesSlowTheSchedulerDown(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs against slowed services for seconds: make test runs it, -short does not")
 	}
 	const n = 200
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{MinLatency: 250 * time.Millisecond, MaxLatency: 255 * time.Millisecond})

@@ -25,7 +25,7 @@ import (
 // the drone service answered in milliseconds.
 func TestReplayCutToFitItsDeadlineIsScheduledInTime(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for replay delays in real time: make test runs it, -short does not")
 	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := &loggingDrones{Drones: backends.Drones, failing: true, calls: map[string][]time.Time{}, okAt: map[string]time.Time{}}
@@ -134,7 +134,7 @@ func lateReplayRecord(id string) *kgo.Record {
 // before their time.
 func TestLateReplayIsNoProbeOfTheFirstStepsService(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for replay delays in real time: make test runs it, -short does not")
 	}
 	const n = 25
 	brokers, producer, _, backends := parkingRig(t, delivery.SimConfig{})
@@ -222,7 +222,7 @@ func (d *windowDrones) Schedule(ctx context.Context, id string, at delivery.Loca
 // parkings.
 func TestRetryAfterLongerThanMaxReplayDelayIsHonoured(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out a long Retry-After in real time: make test runs it, -short does not")
 	}
 	const n = 5
 	const window = 20 * time.Second
@@ -276,7 +276,7 @@ func TestRetryAfterLongerThanMaxReplayDelayIsHonoured(t *testing.T) {
 // it), as the step's calls would.
 func TestOtherServicesRecoveryDoesNotShortenTheWaitForADownOne(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out a service outage in real time: make test runs it, -short does not")
 	}
 	const n = 3
 	const most = 6 * time.Second

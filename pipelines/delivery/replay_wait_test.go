@@ -66,7 +66,7 @@ func (d *throttlingDrones) Schedule(ctx context.Context, id string, at delivery.
 // of a parked request inside its 20 s comes from ReplayDue's recovery.
 func TestParkedThrottledRequestsWaitTheirRetryAfter(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out Retry-After in real time: make test runs it, -short does not")
 	}
 	const n = 20
 	const wait = 20 * time.Second
@@ -142,7 +142,7 @@ func (d *loggingDrones) Schedule(ctx context.Context, id string, at delivery.Loc
 // breaker's 20 calls), so no recovery brings anything forward.
 func TestReplayPastItsDeadlineIsNotScheduledLate(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for replay delays in real time: make test runs it, -short does not")
 	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := &loggingDrones{Drones: backends.Drones, failing: true, calls: map[string][]time.Time{}, okAt: map[string]time.Time{}}
@@ -204,7 +204,7 @@ func relative(ts []time.Time, ref time.Time) []string {
 // that could still be made, cancelled.
 func TestEarlyReplaysDoNotSpendParkings(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for replay delays in real time: make test runs it, -short does not")
 	}
 	const n = 20
 	const wait = 20 * time.Second

@@ -27,7 +27,7 @@ import (
 // the connections allow.
 func TestCallsWaitingForAConnectionDoNotTimeOut(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("holds calls waiting for connections for seconds: make test runs it, -short does not")
 	}
 	const n = 100
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(4, "requests"), kfake.SeedTopics(1, "failures"), kfake.SeedTopics(1, "dead"))

@@ -251,7 +251,7 @@ func TestUnstaleMarkAsksToWaitUntilStale(t *testing.T) {
 // and the drone was booked twice.
 func TestServerErrorLeavesTheOutcomeUnknown(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for step marks to turn stale: make test runs it, -short does not")
 	}
 	for _, code := range []int{500, 502, 504} {
 		ledger := NewLedger()

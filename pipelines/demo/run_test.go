@@ -33,7 +33,7 @@ func runDemo(t *testing.T, cfg demo.Config) (demo.Summary, string) {
 // compensation complete, every bad input dead-lettered.
 func TestDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs the demo for seconds: make test runs it, -short does not")
 	}
 	cfg := demo.Defaults(3 * time.Second)
 	cfg.Rate, cfg.BurstRate = 1000, 2000
@@ -66,7 +66,7 @@ func TestDemoEndToEnd(t *testing.T) {
 // counted as lost.
 func TestDemoWaitsForASlowDrainThatProgresses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs the demo through a slow drain: make test runs it, -short does not")
 	}
 	cfg := demo.Defaults(2 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 150, 0, 0
@@ -84,7 +84,7 @@ func TestDemoWaitsForASlowDrainThatProgresses(t *testing.T) {
 // servers on loopback.
 func TestDemoEndToEndHTTP(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs the demo over HTTP for seconds: make test runs it, -short does not")
 	}
 	cfg := demo.Defaults(2 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 500, 0, 0
@@ -102,7 +102,7 @@ func TestDemoEndToEndHTTP(t *testing.T) {
 // groups: the redone work must create nothing twice and lose nothing.
 func TestDemoSurvivesCrashes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("crashes the demo's workers during a run: make test runs it, -short does not")
 	}
 	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0
@@ -119,7 +119,7 @@ func TestDemoSurvivesCrashes(t *testing.T) {
 // the scheduler crashed three times, no drone is booked twice.
 func TestModeBStepRecordsInRedis(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs the demo with step records in redis-server: make test runs it, -short does not")
 	}
 	cfg := demo.Defaults(4 * time.Second)
 	cfg.Rate, cfg.BurstRate, cfg.BurstEvery = 1000, 0, 0

@@ -21,7 +21,7 @@ import (
 // thousands of requests lost and none dead-lettered.)
 func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("reads through a broker slowed in real time: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topicDead, topicSupervisorDead))
 	if err != nil {

@@ -140,7 +140,7 @@ func TestRunRecordsOnlyAcknowledgedRequests(t *testing.T) {
 // may hold it — as they do here once they answer, after Run has given up.
 func TestRunRecordsUnansweredRequestsAsUnconfirmed(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for unanswered produce requests to time out: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "requests"))
 	if err != nil {

@@ -59,7 +59,7 @@ func (d *throttlingCancels) Cancel(ctx context.Context, id string) error {
 // ("400 cancels of 20 parked compensations came before the Retry-After").
 func TestParkedThrottledCompensationsWaitTheirRetryAfter(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out Retry-After in real time: make test runs it, -short does not")
 	}
 	const n = 20
 	const wait = 20 * time.Second

@@ -204,7 +204,7 @@ func toStreamHeaders(hs []kgo.RecordHeader) []stream.Header {
 // past it.
 func TestRefusedParkingIsNotCommitted(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for refused parkings to be retried: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topicFailures), kfake.SeedTopics(1, topicRetry),
 		kfake.SeedTopics(1, topicDead))

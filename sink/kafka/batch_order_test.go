@@ -106,7 +106,7 @@ func (w *syncBuilder) Write(p []byte) (int, error) {
 // the last 5 records fit the topic as a batch.
 func TestBatchRefusedWholeIsWrittenAgainAndSaidOutOfOrder(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for refused batches to be retried: make test runs it, -short does not")
 	}
 	brokers := testenv.Kfake(t, 1, "out")
 	testenv.SetMaxMessageBytes(t, brokers, "out", smallTopicLimit)

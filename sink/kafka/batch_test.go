@@ -32,7 +32,7 @@ func smallValues(n int) []input {
 // written whole, as it came: none is cut, none fails.
 func TestBatchRefusedWholeIsWrittenRecordByRecord(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for refused batches to be retried: make test runs it, -short does not")
 	}
 	brokers := testenv.Kfake(t, 1, "retry", "out")
 	testenv.SetMaxMessageBytes(t, brokers, "retry", smallTopicLimit)

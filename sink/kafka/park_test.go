@@ -28,7 +28,7 @@ import (
 // to the failure topic. Nothing is lost.
 func TestParkAndReplay(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for parked records to be replayed: make test runs it, -short does not")
 	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(4, "in"), kfake.SeedTopics(2, "retry"), kfake.SeedTopics(1, "failed"))
 	const n = 2000

@@ -188,7 +188,7 @@ func readStore(t *testing.T, path string) map[int]int {
 
 func TestCrashSafetyKfake(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("crashes and restarts consumers for seconds: make test runs it, -short does not")
 	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(crashParts, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	crashTest(t, brokers, "in")

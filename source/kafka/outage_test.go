@@ -93,7 +93,7 @@ func closeSource(src *kafka.Source) {
 // says so and names the cause; the source turns unready before that.
 func TestBrokerLossEndsRun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for the client to give up on a lost broker: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
 	if err != nil {
@@ -125,7 +125,7 @@ func TestBrokerLossEndsRun(t *testing.T) {
 // A broker back before MaxBrokerLoss: the run goes on, and nothing is lost.
 func TestBrokerBackInTimeLosesNothing(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("stops and restarts a broker in real time: make test runs it, -short does not")
 	}
 	dir := t.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -186,7 +186,7 @@ func committedAll(t *testing.T, brokers []string, group, topic string, n int64) 
 // committed.
 func TestPriorityPausesLowTopicWhileHighLags(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("lets lag build on real topics: make test runs it, -short does not")
 	}
 	const n = 1500
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, "prio-high", "prio-low"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
@@ -225,7 +225,7 @@ func TestPriorityPausesLowTopicWhileHighLags(t *testing.T) {
 // eager range one, which revokes everything and assigns it again.
 func TestPriorityPauseSurvivesRebalance(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("rebalances a group while a level is paused: make test runs it, -short does not")
 	}
 	for _, c := range []struct {
 		name     string

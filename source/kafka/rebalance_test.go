@@ -116,7 +116,7 @@ func rebalanceTest(t *testing.T, brokers []string, topic string) {
 
 func TestRebalanceKfake(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("members join and leave a group for seconds: make test runs it, -short does not")
 	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(crashParts, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	rebalanceTest(t, brokers, "in")

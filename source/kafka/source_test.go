@@ -264,7 +264,7 @@ func TestBadConfigAndUnreachableBrokers(t *testing.T) {
 
 func TestInvalidSASLCredentials(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for the broker to refuse the credentials: make test runs it, -short does not")
 	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(1, "in"), kfake.EnableSASL(), kfake.Superuser("PLAIN", "admin", "secret"))
 	cfg := kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,
@@ -309,7 +309,7 @@ func TestRecordsProducedByKcat(t *testing.T) {
 
 func TestSASLAgainstAListenerWithoutSASL(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits for a SASL handshake to time out: make test runs it, -short does not")
 	}
 	brokers := testenv.Kfake(t, 1, "in")
 	_, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers, ConnectTimeout: 3 * time.Second,

@@ -25,7 +25,7 @@ import (
 // meanwhile and must wait for B. (Found in review.)
 func TestWatchdogQuietDuringSlowJoin(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("holds a group join for seconds: make test runs it, -short does not")
 	}
 	brokers := testenv.KfakeWith(t, kfake.SeedTopics(2, "in"), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	watchdogDuringSlowJoin(t, brokers, "in")

@@ -119,7 +119,7 @@ func (in *instance) crash() {
 // have checkpoints accepted under one epoch.
 func TestOwnedKafkaAcrossJoinsLeavesAndCrashes(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("members join, leave and crash for seconds: make test runs it, -short does not")
 	}
 	ownedAcrossMembers(t, testenv.Kfake(t, 8, "in"), "in")
 }
@@ -246,7 +246,7 @@ func ownedAcrossMembers(t *testing.T, brokers []string, topic string) {
 // goroutine left (goleak in TestMain).
 func TestOwnedSelfFencesUnderLoadAcrossRedisOutages(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("waits out Redis outages under load: make test runs it, -short does not")
 	}
 	brokers := testenv.Kfake(t, 4, "load")
 	rs := testenv.StartDurableRedis(t)

@@ -101,7 +101,7 @@ func (w *worker) log() string { return w.out.String() }
 // and no two members ever have a checkpoint accepted under one epoch.
 func TestOwnedWorkerProcessesAcrossKillPauseAndDataLoss(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("kills, pauses and restarts worker processes: make test runs it, -short does not")
 	}
 	brokers := testenv.Kfake(t, procParts, "in")
 	testenv.Produce(t, brokers, "in", procRecords, func(i int) []byte { return []byte(strconv.Itoa(i)) })

@@ -193,7 +193,7 @@ func (r *staticReader) crash() {
 // end.
 func TestStaticLayoutsReadEveryRecordByOneReader(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs every static layout against a broker: make test runs it, -short does not")
 	}
 	for _, perPartition := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d-per-partition", perPartition), func(t *testing.T) {

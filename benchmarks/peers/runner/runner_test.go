@@ -15,7 +15,7 @@ import (
 // read as a table row.
 func TestRunKfake(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs every peer against a broker: make test runs it, -short does not")
 	}
 	root, err := findRoot()
 	if err != nil {

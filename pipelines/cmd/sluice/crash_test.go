@@ -31,7 +31,7 @@ import (
 // must have left nothing behind.
 func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("SIGKILLs and restarts worker processes: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(8, "delivery-requests"),
 		kfake.SeedTopics(4, "delivery-failures"), kfake.SeedTopics(1, "delivery-dead-letters"),

@@ -30,7 +30,7 @@ import (
 // outcome and no second side effect.
 func TestDeployedSystemLevelsLoad(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("starts the deployed system, every part a process: make test runs it, -short does not")
 	}
 	s := deployment.Start(t, deployed.Build(t), deployed.Config{
 		Partitions: 8,

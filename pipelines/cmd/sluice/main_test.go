@@ -25,7 +25,7 @@ import (
 // worker's /metrics that requests flowed through every step.
 func TestWorkersAgainstABroker(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs both workers through a load: make test runs it, -short does not")
 	}
 	t.Run("one topic", func(t *testing.T) { workersAgainstABroker(t, nil) })
 	// A topic per level of priority: the load generator writes each

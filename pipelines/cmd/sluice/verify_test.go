@@ -30,7 +30,7 @@ import (
 // complete is not the point here).
 func TestSeparateCommandsVerifyARun(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes seconds of real time: make test runs it, -short does not")
+		t.Skip("runs the commands as processes through a load: make test runs it, -short does not")
 	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "delivery-requests", "delivery-failures",
 		"delivery-requests-retry", "delivery-failures-retry"), kfake.SeedTopics(1, "delivery-dead-letters", "delivery-compensation-dead-letters"))
