@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,33 +25,8 @@ import (
 // committed further already (the offset goes back).
 func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
 	c := clusterWithHundred(t)
-	var mu sync.Mutex
-	var commits []int64
-	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "fence", Topics: []string{"in"},
-		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
-			mu.Lock()
-			commits = append(commits, off)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close(context.Background())
 	// Consume and settle everything, commit nothing.
-	ctx, cancel := context.WithCancel(context.Background())
-	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
-	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			in.SettleAll(b.Items, stream.Completed)
-			b.Release()
-		}
-	}))
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
+	src, commits, stop := settlingSource(t, c, "fence")
 	var p *partition
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		src.mu.Lock()
@@ -68,8 +44,7 @@ func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
 			t.Fatal("records not consumed")
 		}
 	}
-	cancel()
-	<-done
+	stop()
 
 	// The snapshot a concurrent Commit took, then the revocation, whose
 	// own commit fails.
@@ -78,12 +53,10 @@ func TestCommitSkipsPartitionsRevokedAfterItsSnapshot(t *testing.T) {
 	src.revoked(context.Background(), src.cl, map[string][]int32{"in": {0}})
 	h.Remove()
 	src.commitMu.Lock()
-	err = src.commitParts(context.Background(), snapshot, false)
+	err := src.commitParts(context.Background(), snapshot, false)
 	src.commitMu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-	if err != nil || len(commits) > 0 {
-		t.Fatalf("the waiting commit committed the revoked partition at %v (err %v)", commits, err)
+	if got := commits(); err != nil || len(got) > 0 {
+		t.Fatalf("the waiting commit committed the revoked partition at %v (err %v)", got, err)
 	}
 }
 
@@ -134,33 +107,10 @@ func clusterWithHundred(t *testing.T) *kfake.Cluster {
 // "final commit: ... commit (generation 12): churn/0: ILLEGAL_GENERATION".
 func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) {
 	c := clusterWithHundred(t)
-	var mu sync.Mutex
-	var commits []int64
-	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: "regen", Topics: []string{"in"},
-		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
-			mu.Lock()
-			commits = append(commits, off)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close(context.Background())
+	src, commits, stop := settlingSource(t, c, "regen")
+	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
-	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
-		for {
-			b, err := in.Recv(ctx)
-			if err != nil {
-				return nil
-			}
-			in.SettleAll(b.Items, stream.Completed)
-			b.Release()
-		}
-	}))
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
 			break
@@ -178,20 +128,62 @@ func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer other.Close()
+	polled := make(chan struct{})
 	go func() {
+		defer close(polled)
 		for ctx.Err() == nil {
 			other.PollFetches(ctx)
 		}
 	}()
+	defer func() { cancel(); <-polled; other.Close() }()
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	if err := src.Commit(cctx); err != nil {
 		t.Fatalf("Commit = %v, want the commit made again after the rejoin", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(commits) == 0 || commits[len(commits)-1] != 100 { // by the commit made again, or by the revocation
-		t.Fatalf("committed %v, want 100 at last", commits)
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 { // by the commit made again, or by the revocation
+		t.Fatalf("committed %v, want 100 at last", got)
 	}
+}
+
+// settlingSource reads the topic "in" of c in group with a pipeline that
+// settles every record and commits none; commits returns the offsets
+// committed so far (OnCommit), stop ends the pipeline and waits for it.
+func settlingSource(t *testing.T, c *kfake.Cluster, group string) (src *Source, commits func() []int64, stop func()) {
+	t.Helper()
+	var mu sync.Mutex
+	var offs []int64
+	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: group, Topics: []string{"in"},
+		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
+			mu.Lock()
+			offs = append(offs, off)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			b.Release()
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	commits = func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(offs)
+	}
+	return src, commits, stop
 }
