@@ -24,23 +24,7 @@ func TestDelayDropsTheMessagesOfAnAssignmentThatEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		old, again := newAssignment(0), newAssignment(0)
-		msg := func(a *assignment, v int, due time.Duration) stream.Message[int] {
-			m := stream.NewMessage(v, stream.NewHandle(a, a.Track().ID()))
-			m.Topic, m.Partition, m.Timestamp = "retry", 0, start.Add(due)
-			return m
-		}
-		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-			if err := out.Send(ctx, msg(old, 1, time.Minute)); err != nil {
-				return err
-			}
-			if err := out.Flush(ctx); err != nil {
-				return err
-			}
-			time.Sleep(time.Second)
-			close(old.ended) // the partition is taken away...
-			time.Sleep(time.Second)
-			return out.Send(ctx, msg(again, 2, 0)) // ... and given back
-		})
+		src := takenAwayAndGivenBack(start, old, again)
 		at := map[int]time.Duration{}
 		g := stream.New()
 		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
@@ -52,5 +36,29 @@ func TestDelayDropsTheMessagesOfAnAssignmentThatEnded(t *testing.T) {
 		if st := old.Stats(); st.Total() != 0 {
 			t.Fatalf("the ended assignment's message was settled: %+v", st)
 		}
+	})
+}
+
+// takenAwayAndGivenBack sends message 1 of assignment old, due a minute
+// after start; one second later old ends (the partition is taken away),
+// and one second after that it sends message 2 of again, due at start
+// (the partition given back).
+func takenAwayAndGivenBack(start time.Time, old, again *assignment) stream.Source[int] {
+	msg := func(a *assignment, v int, due time.Duration) stream.Message[int] {
+		m := stream.NewMessage(v, stream.NewHandle(a, a.Track().ID()))
+		m.Topic, m.Partition, m.Timestamp = "retry", 0, start.Add(due)
+		return m
+	}
+	return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		if err := out.Send(ctx, msg(old, 1, time.Minute)); err != nil {
+			return err
+		}
+		if err := out.Flush(ctx); err != nil {
+			return err
+		}
+		time.Sleep(time.Second)
+		close(old.ended)
+		time.Sleep(time.Second)
+		return out.Send(ctx, msg(again, 2, 0))
 	})
 }

@@ -21,23 +21,7 @@ func TestPartitionLimitIsNotWedgedByADelayThatLetsGoOfAnEndedAssignment(t *testi
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		old, again := newAssignment(0), newAssignment(0)
-		msg := func(a *assignment, v int, due time.Duration) stream.Message[int] {
-			m := stream.NewMessage(v, stream.NewHandle(a, a.Track().ID()))
-			m.Topic, m.Partition, m.Timestamp = "retry", 0, start.Add(due)
-			return m
-		}
-		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-			if err := out.Send(ctx, msg(old, 1, time.Minute)); err != nil {
-				return err
-			}
-			if err := out.Flush(ctx); err != nil {
-				return err
-			}
-			time.Sleep(time.Second)
-			close(old.ended) // the partition is taken away...
-			time.Sleep(time.Second)
-			return out.Send(ctx, msg(again, 2, 0)) // ... and given back
-		})
+		src := takenAwayAndGivenBack(start, old, again)
 		at := map[int]time.Duration{}
 		g := stream.New()
 		limited := stream.Via(stream.From(g, src), backpressure.NewPartitionLimit[int](1, 0))
