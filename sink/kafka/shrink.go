@@ -38,7 +38,7 @@ func shrinkFailure(topic string) Shrinker[stream.Failure] {
 	return func(m *stream.Message[stream.Failure], rec *kgo.Record, step int, _ error) *kgo.Record {
 		switch {
 		case rec == nil: // the value could not be encoded
-			return headersOnly(topic, m, valueSize(m.Value.Value))
+			return headersOnly(topic, m, valueSize(m.Value.Value), reason(m.Value.Err))
 		case header(rec, HeaderHeadersDropped) != nil: // the smallest there is was refused
 			return nil
 		case step == 1 && len(rec.Value) > 1:
@@ -48,7 +48,7 @@ func shrinkFailure(topic string) Shrinker[stream.Failure] {
 			if v := header(rec, HeaderOriginalSize); v != nil {
 				size, _ = strconv.Atoi(string(v))
 			}
-			return headersOnly(topic, m, size)
+			return headersOnly(topic, m, size, reason(m.Value.Err))
 		}
 	}
 }
@@ -71,31 +71,11 @@ func shrinkParking(topic string, replayAfter delayFunc, compact Compact) Shrinke
 			}
 		}
 		if rec == nil { // the value could not be encoded
-			r := headersOnly(topic, m, valueSize(m.Value.Value))
-			setHeader(r, HeaderReason, capReason(reason(m.Value.Err)+"; not parked whole, its value could not be encoded: "+errText(err)))
-			return r
+			return headersOnly(topic, m, valueSize(m.Value.Value),
+				reason(m.Value.Err)+"; not parked whole, its value could not be encoded: "+reason(err))
 		}
 		return nil
 	}
-}
-
-// errText is err's text, or "" for nil.
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-// setHeader sets r's header key to v, in place of the one it has.
-func setHeader(r *kgo.Record, key, v string) {
-	for i := range r.Headers {
-		if r.Headers[i].Key == key {
-			r.Headers[i].Value = []byte(v)
-			return
-		}
-	}
-	r.Headers = append(r.Headers, kgo.RecordHeader{Key: key, Value: []byte(v)})
 }
 
 // compactRecord is the parked record of m in the compact form c: c's key,
@@ -143,9 +123,9 @@ func truncated(rec *kgo.Record) *kgo.Record {
 }
 
 // headersOnly is the smallest dead letter of m: the failure's headers with
-// the reason capped, the key if short, and what was left out. size is the
-// original value's length, or -1 if unknown.
-func headersOnly(topic string, m *stream.Message[stream.Failure], size int) *kgo.Record {
+// the reason why capped, the key if short, and what was left out. size is
+// the original value's length, or -1 if unknown.
+func headersOnly(topic string, m *stream.Message[stream.Failure], size int, why string) *kgo.Record {
 	r := &kgo.Record{Topic: topic}
 	if len(m.Key) <= maxHeadersOnlyKey {
 		r.Key = m.Key
@@ -156,7 +136,7 @@ func headersOnly(topic string, m *stream.Message[stream.Failure], size int) *kgo
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
 	}
-	r.Headers = failureHeaders(r.Headers, m, capReason(reason(m.Value.Err)), topic, nil)
+	r.Headers = failureHeaders(r.Headers, m, capReason(why), topic, nil)
 	r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderHeadersDropped, Value: strconv.AppendInt(nil, int64(len(m.Headers)), 10)})
 	if size >= 0 {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderOriginalSize, Value: strconv.AppendInt(nil, int64(size), 10)})
