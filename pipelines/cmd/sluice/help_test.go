@@ -192,13 +192,7 @@ func TestBadFlagValueIsOneLine(t *testing.T) {
 		if c.run == nil {
 			return
 		}
-		var fs *flag.FlagSet
-		onFlags = func(_ string, f *flag.FlagSet) { fs = f; f.SetOutput(&bytes.Buffer{}) }
-		err := run(append(append([]string{}, path...), "-h"))
-		onFlags = nil
-		if !errors.Is(err, flag.ErrHelp) || fs == nil {
-			t.Fatalf("%v -h: %v", path, err)
-		}
+		fs, _ := parsedFlags(t, path)
 		fs.VisitAll(func(f *flag.Flag) {
 			var want string
 			switch f.Value.(flag.Getter).Get().(type) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"net"
 	"os"
@@ -23,13 +21,7 @@ func TestDefaultPortsAreDistinct(t *testing.T) {
 		if c.run == nil {
 			return
 		}
-		var fs *flag.FlagSet
-		onFlags = func(_ string, f *flag.FlagSet) { fs = f; f.SetOutput(&bytes.Buffer{}) }
-		err := run(append(append([]string{}, path...), "-h"))
-		onFlags = nil
-		if !errors.Is(err, flag.ErrHelp) || fs == nil {
-			t.Fatalf("%v -h: %v", path, err)
-		}
+		fs, _ := parsedFlags(t, path)
 		name := strings.Join(path, " ")
 		fs.VisitAll(func(f *flag.Flag) {
 			var addr string
