@@ -114,7 +114,7 @@ func BackoffRestarting(parkTopic string, first, most time.Duration, recovered fu
 // fails or panics) is written as headers only at once. Only when the
 // broker refuses even that, or the broker or the topic fails, does the
 // pipeline stop.
-func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
+func NewDeadLetter(cl Producer, topic string) *Sink[stream.Failure] {
 	s := NewFailureSink(cl, failureRecord(topic, nil), WithShrinker(shrinkFailure(topic)))
 	s.name = "kafka-dead-letter"
 	return s
@@ -142,7 +142,7 @@ func NewDeadLetter(cl *kgo.Client, topic string) *Sink[stream.Failure] {
 // all (its MarshalJSON fails), without a compact form, is parked as
 // headers only with the encoding error in its reason: that failure is in
 // the data and would stop the pipeline again at every restart.
-func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration, opts ...ParkingOption) *Sink[stream.Failure] {
+func NewParking(cl Producer, topic string, replayAfter time.Duration, opts ...ParkingOption) *Sink[stream.Failure] {
 	return NewParkingFunc(cl, topic, func(*stream.Message[stream.Failure]) time.Duration { return replayAfter }, opts...)
 }
 
@@ -157,7 +157,7 @@ func NewParking(cl *kgo.Client, topic string, replayAfter time.Duration, opts ..
 // A topic read with flow.Delay(ReplayAt) replays in record order: a
 // record due later holds back the records behind it in its partition, so
 // with delays that differ the later ones set the pace.
-func NewParkingFunc(cl *kgo.Client, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration,
+func NewParkingFunc(cl Producer, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration,
 	opts ...ParkingOption) *Sink[stream.Failure] {
 	var p parking
 	for _, o := range opts {

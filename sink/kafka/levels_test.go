@@ -126,3 +126,14 @@ func ExampleTopicPerLevel() {
 	// orders-high: paying:3
 	// orders-low: free:2
 }
+
+func TestSinkRefusesNoProducer(t *testing.T) {
+	var nilClient *kgo.Client
+	for name, p := range map[string]kafkasink.Producer{"nil": nil, "nil client": nilClient} {
+		err := kafkasink.NewSink(p, kafkasink.Records("")).Validate()
+		var ce *stream.ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s producer: Validate = %v, want a *stream.ConfigError", name, err)
+		}
+	}
+}

@@ -99,9 +99,21 @@ type Shrinker[T any] func(m *stream.Message[T], rec *kgo.Record, step int, err e
 // could not be written, for one message.
 const MaxShrinkSteps = 8
 
+// Producer is what a sink writes its records through: a *kgo.Client, or
+// a writer to another transport that takes Kafka records (the Redis
+// Streams sink's Producer, which appends each record to the stream named
+// by its topic). Produce calls promise once with the record's outcome; an
+// error a record has of its own (kerr.MessageTooLarge, ErrUnproducible)
+// fails only its message. Flush returns once every record produced
+// before it has its outcome.
+type Producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+}
+
 // Sink produces one record per message.
 type Sink[T any] struct {
-	cl      *kgo.Client
+	cl      Producer
 	encode  Encoder[T]
 	shrink  Shrinker[T]
 	outcome stream.Outcome
@@ -122,7 +134,7 @@ type Sink[T any] struct {
 // or the topic is the problem. Options: WithShrinker (default: none),
 // TopicPerLevel and LevelHeader (write by level of priority; none by
 // default).
-func NewSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[T] {
+func NewSink[T any](cl Producer, encode Encoder[T], opts ...Option[T]) *Sink[T] {
 	s := &Sink[T]{cl: cl, encode: encode, outcome: stream.Completed, name: "kafka-producer"}
 	for _, o := range opts {
 		o(s)
@@ -134,7 +146,7 @@ func NewSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[
 // (failure events a supervisor reads, say), so it settles each message as
 // stream.DeadLettered once the broker acknowledged it, not as Completed.
 // NewDeadLetter is the failure queue of stream.Failure messages.
-func NewFailureSink[T any](cl *kgo.Client, encode Encoder[T], opts ...Option[T]) *Sink[T] {
+func NewFailureSink[T any](cl Producer, encode Encoder[T], opts ...Option[T]) *Sink[T] {
 	s := NewSink(cl, encode, opts...)
 	s.outcome = stream.DeadLettered
 	s.name = "kafka-failures"
@@ -170,7 +182,7 @@ func (s *Sink[T]) Validate() error {
 	switch {
 	case s.invalid != nil:
 		return s.invalid
-	case s.cl == nil:
+	case isNil(s.cl):
 		return stage.NilArg(s.name, "cl")
 	case s.encode == nil:
 		return stage.NilArg(s.name, "encode")
@@ -203,7 +215,9 @@ func (s *Sink[T]) Stats() Stats {
 // produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1)}
-	r.defaultTopic, _ = s.cl.OptValue(kgo.DefaultProduceTopic).(string)
+	if o, ok := s.cl.(interface{ OptValue(any) any }); ok {
+		r.defaultTopic, _ = o.OptValue(kgo.DefaultProduceTopic).(string)
+	}
 	for {
 		if _, err := r.handle(ctx); err != nil {
 			return err
@@ -254,4 +268,10 @@ func (r *run[T]) finish(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// isNil reports whether p is nil, or a nil *kgo.Client in the interface.
+func isNil(p Producer) bool {
+	c, ok := p.(*kgo.Client)
+	return p == nil || ok && c == nil
 }
