@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,10 +48,20 @@ func xadd(t *testing.T, rc redis.UniversalClient, r *kgo.Record) string {
 // The Redis reader reads a stream to the end it had when the read began,
 // page after page, each entry with its key, value and headers in order
 // (repeats kept) and its entry ID as its position; from a time on with
-// since; a stream that does not exist reads as empty.
+// since; a stream that does not exist reads as empty. The same on
+// redis-server and on the demo's embedded server.
 func TestRedisReaderReadsAStreamToItsEnd(t *testing.T) {
+	t.Run("redis-server", func(t *testing.T) { readStreamToItsEnd(t, redisClient(t), true) })
+	t.Run("embedded", func(t *testing.T) {
+		mr := miniredis.RunT(t)
+		rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		t.Cleanup(func() { rc.Close() })
+		readStreamToItsEnd(t, rc, false) // it does not count the entries removed
+	})
+}
+
+func readStreamToItsEnd(t *testing.T, rc redis.UniversalClient, countsRemoved bool) {
 	ctx := context.Background()
-	rc := redisClient(t)
 	rd := demo.RedisReader(rc)
 	const n = 2500 // more than one page
 	ids := make([]string, n)
@@ -103,6 +114,9 @@ func TestRedisReaderReadsAStreamToItsEnd(t *testing.T) {
 	}
 	if w, err := rd.Written(ctx, "none"); err != nil || w != 0 {
 		t.Fatalf("Written of no stream = %d, %v", w, err)
+	}
+	if !countsRemoved {
+		return
 	}
 	// Entries removed still count as written.
 	if err := rc.XTrimMaxLen(ctx, "s", 10).Err(); err != nil {
