@@ -29,10 +29,12 @@ import (
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
+	"github.com/sluice-streams/sluice/sink/redisstream"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/source/ownership"
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/source/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -118,7 +120,15 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		return v, nil
 	}), stream.Name("count"))
 	stream.To(s, ck, stream.Name("checkpoint"))
-	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }), stream.Name("dead-letter"))
+	// Failures go to a Redis stream (miniredis here), for the sink's
+	// metrics.
+	mr := miniredis.RunT(t)
+	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rc.Close()
+	reason := func(m *stream.Message[stream.Failure]) (redisstream.Entry, error) {
+		return redisstream.Entry{Value: []byte(m.Value.Err.Error())}, nil
+	}
+	stream.To(g.Failures(), redisstream.NewSink(rc, "dead-letters", reason), stream.Name("dead-letter"))
 	// One call finds every part: the source, the asynchronous stage with
 	// its breaker and budget, the checkpoint sink.
 	if err := m.Register(g); err != nil {
@@ -138,6 +148,8 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	// Redis ownership balancer (miniredis here), for its metrics.
 	bal := ownedPipeline(t, reg, brokers)
 	defer bal.Close(context.Background())
+	// A third reads a Redis stream (miniredis here), for its metrics.
+	redisStreamPipeline(t, reg)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +168,7 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		"sluice_lane_busy_seconds_total", "sluice_priority_received_total", "sluice_priority_emitted_total",
 		"sluice_ownership_owned_partitions", "sluice_ownership_members", "sluice_ownership_claims_total",
 		"sluice_ownership_renewals_total", "sluice_ownership_checkpoints_total", "sluice_ownership_renewal_seconds",
+		"sluice_redisstream_written_total", "sluice_redisstream_write_seconds",
 	} {
 		if v := total(t, reg, name); v <= 0 {
 			t.Errorf("%s = %v: absent or did not move", name, v)
@@ -667,4 +680,43 @@ func ownedPipeline(t *testing.T, reg *prometheus.Registry, brokers []string) *ow
 		t.Fatal(err)
 	}
 	return bal
+}
+
+// redisStreamPipeline runs a pipeline that reads a Redis stream through a
+// consumer group, registered with reg, until it has read every entry.
+func redisStreamPipeline(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	m, err := observe.New(reg, "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	const n = 100
+	for i := range n {
+		rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "events", Values: []any{"value", strconv.Itoa(i)}})
+	}
+	src, err := redisstream.New(context.Background(), redisstream.Config{Client: rdb, Streams: []string{"events"}, Group: "g",
+		Consumer: "obs", Create: true, Block: 20 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got atomic.Int64
+	g := stream.New(stream.WithPipeline("stream"), stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, src, stream.Name("events")), flow.Map(func(v []byte) ([]byte, error) {
+		if got.Add(1) == n {
+			cancel()
+		}
+		return v, nil
+	}), stream.Name("count"))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)), stream.Name("checkpoint"))
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
