@@ -5,10 +5,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
@@ -53,8 +52,10 @@ type SchedulerConfig struct {
 	// Producer writes compensation events (requests that failed for good,
 	// at any step or before the first) to FailuresTopic, malformed and
 	// invalid requests to DeadLetterTopic, and parked requests to
-	// ParkTopic.
-	Producer                       *kgo.Client
+	// ParkTopic: a *kgo.Client (franz-go's idempotent producer, its
+	// default), or a sink/redisstream Producer, which appends each record
+	// to the Redis stream of its topic's name.
+	Producer                       kafkasink.Producer
 	FailuresTopic, DeadLetterTopic string
 	// ParkTopic, with Replay and ReplayCommitter (a *kafka.Source reading
 	// ParkTopic in a consumer group of its own), parks the requests whose

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -62,9 +63,11 @@ type Config struct {
 	Notifier Notifier
 
 	// Producer writes parked compensations to RetryTopic and dead letters
-	// to DeadLetterTopic (use a client with the idempotent producer on,
-	// franz-go's default). Nil: no parking (see Config).
-	Producer *kgo.Client
+	// to DeadLetterTopic: a *kgo.Client (with the idempotent producer on,
+	// franz-go's default), or a sink/redisstream Producer, which appends
+	// each record to the Redis stream of its topic's name. Nil (a nil
+	// *kgo.Client too): no parking (see Config).
+	Producer kafkasink.Producer
 	// RetryTopic receives parked compensations: the event's bytes, key and
 	// headers as they came, plus the failure's reason, stage, attempts,
 	// times, original position, replay time and HeaderParkings.
@@ -103,8 +106,16 @@ type Config struct {
 	DrainTimeout time.Duration
 }
 
-// parks reports whether the configuration parks and dead-letters.
-func (c *Config) parks() bool { return c.Producer != nil }
+// parks reports whether the configuration parks and dead-letters: it has a
+// Producer, and not a nil *kgo.Client in the interface (a caller's client
+// variable left nil means no parking, as it did when the field was a
+// *kgo.Client).
+func (c *Config) parks() bool {
+	if cl, ok := c.Producer.(*kgo.Client); ok {
+		return cl != nil
+	}
+	return c.Producer != nil
+}
 
 // Validate reports every missing or bad field, by name.
 func (c *Config) Validate() error {

@@ -60,7 +60,12 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 			}
 		}
 	}
-	for name, cfg := range map[string]supervisor.Config{"without parking": good, "with parking": parking} {
+	// A nil client held in the interface is no producer: a caller that
+	// passes its *kgo.Client variable, left nil, asks for no parking.
+	var none *kgo.Client
+	nilClient := good
+	nilClient.Producer = none
+	for name, cfg := range map[string]supervisor.Config{"without parking": good, "with parking": parking, "nil client": nilClient} {
 		if _, err := supervisor.New(cfg); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
