@@ -128,11 +128,12 @@ func TestBadVariableIsNamed(t *testing.T) {
 	}
 }
 
-// Each worker takes only the flags it uses: the supervisor has no Redis,
-// no drone step and no request topic.
+// Each worker takes only the flags it uses: the supervisor has no drone
+// step and no request topic (its -redis is the server of the streams,
+// with -transport redis).
 func TestWorkersTakeOnlyTheirFlags(t *testing.T) {
 	fs, _ := parsedFlags(t, []string{"run", "supervisor"})
-	for _, name := range []string{"redis", "stale-after", "parallelism", "requests-topic", "dead-letter-topic", "level-topics"} {
+	for _, name := range []string{"stale-after", "parallelism", "requests-topic", "dead-letter-topic", "level-topics"} {
 		if fs.Lookup(name) != nil {
 			t.Errorf("sluice run supervisor takes -%s, which it does not use", name)
 		}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
@@ -52,12 +52,13 @@ func (c *connFlags) conn() kafka.Conn {
 var onListen func(which, addr string)
 
 // runWorker runs `sluice run delivery|supervisor` against a real cluster
-// until SIGINT/SIGTERM, then drains and commits.
+// (or, with -transport redis, a Redis server's streams) until
+// SIGINT/SIGTERM, then drains and commits.
 //
 // Everything the worker needs is checked before it joins its consumer
-// group — the topics it reads and writes, Redis, its listen address — so
+// groups — the topics it reads and writes, Redis, its listen address — so
 // that a misconfigured worker, restarted again and again, never holds
-// partitions away from the healthy ones.
+// partitions (or entries) away from the healthy ones.
 func runWorker(ctx context.Context, args []string) error {
 	// The command table (help.go) calls it with the pipeline first.
 	if len(args) == 0 || (args[0] != "delivery" && args[0] != "supervisor") {
@@ -81,21 +82,34 @@ func runWorker(ctx context.Context, args []string) error {
 	return w.run(ctx)
 }
 
+// input is a source the worker reads in a consumer group: a Kafka topic's
+// (*kafka.Source) or a Redis stream's (*redisstream.Source). It commits
+// what is settled, and says on /readyz whether it can work.
+type input interface {
+	stream.Source[[]byte]
+	stream.Committer
+	Ready(ctx context.Context) error
+}
+
 // worker is a delivery or supervisor worker being started: what each step
 // of runWorker made, and what it closes when it ends.
 type worker struct {
 	f        *workerFlags
 	backends delivery.Backends
-	producer *kgo.Client
-	rc       *redis.Client
+	producer kafkasink.Producer // the records the pipeline writes: failures, dead letters, parkings
+	rc       *redis.Client      // the drone step's records (delivery, with -redis)
+	streams  *redis.Client      // with -transport redis: the streams' server
 	ln       net.Listener
-	members  *membership
-	srcs     []*kafka.Source // the input: one source, or one per level of priority
-	replay   *kafka.Source   // the replays of what was parked
-	reg      *prometheus.Registry
-	m        *observe.Metrics
-	g        *stream.Graph
-	closers  []func()
+	srcs     []input // the input: one source, or one per level of priority
+	replay   input   // the replays of what was parked
+	// leave ends the sources' membership after the pipeline's run (failed:
+	// it ended with an error), once: a Kafka source's last commit and
+	// leaving its group. Nil: nothing to do.
+	leave   func(failed bool) error
+	reg     *prometheus.Registry
+	m       *observe.Metrics
+	g       *stream.Graph
+	closers []func()
 }
 
 // close closes what the steps opened, last first.
@@ -105,30 +119,22 @@ func (w *worker) close() {
 	}
 }
 
-// prepare checks, before the worker joins its group, the cluster and
-// every topic (and sizes the producer's batches to them), Redis and the
-// listen address.
+// prepare checks, before the worker joins its groups, the transport —
+// the Kafka cluster and every topic, or the Redis server of the streams —,
+// Redis for the step records and the listen address.
 func (w *worker) prepare(ctx context.Context) error {
 	f := w.f
 	w.backends = f.backends()
-	var limits topicLimits
-	producer, err := kgo.NewClient(append(f.cf.conn().ClientOpts(), kgo.WithLogger(kafka.NewLogger(f.logger)),
-		kgo.ProducerBatchMaxBytesFn(limits.batchMax))...)
+	var err error
+	if f.redisTransport() {
+		err = w.prepareStreams(ctx)
+	} else {
+		err = w.prepareKafka(ctx)
+	}
 	if err != nil {
 		return err
 	}
-	w.producer = producer
-	w.closers = append(w.closers, producer.Close)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = kafka.CheckTopics(cctx, producer, append(append(f.inputs, f.rf.retryTopic), f.outputs...)...)
-	if err == nil {
-		err = limits.check(cctx, producer, f.which, f.rf.retryTopic, f.failures, f.outputs)
-	}
-	cancel()
-	if err != nil {
-		return fmt.Errorf("the %s worker's topics: %w", f.which, err)
-	}
-	if f.ropts != nil {
+	if f.ropts != nil && f.which == "delivery" {
 		w.rc = redis.NewClient(f.ropts)
 		w.closers = append(w.closers, func() { w.rc.Close() })
 		if err := checkRedis(ctx, w.rc, f.ropts); err != nil {
@@ -145,41 +151,27 @@ func (w *worker) prepare(ctx context.Context) error {
 // join joins the consumer groups: the input's, one per level of priority
 // with -level-topics, and the replays'.
 func (w *worker) join(ctx context.Context) error {
-	f := w.f
-	groupOpts := func(suffix string) []kgo.Opt {
-		opts := []kgo.Opt{kgo.SessionTimeout(f.session), kgo.HeartbeatInterval(max(100*time.Millisecond, f.session/10))}
-		if f.instance != "" {
-			opts = append(opts, kgo.InstanceID(f.instance+suffix))
-		}
-		return opts
+	if w.f.redisTransport() {
+		return w.joinStreams(ctx)
 	}
-	replayGroup := f.rf.replayGroup
-	if replayGroup == "" {
-		replayGroup = f.group + "-replay"
+	return w.joinKafka(ctx)
+}
+
+// replayGroup is the consumer group of the replays.
+func (f *workerFlags) replayGroup() string {
+	if f.rf.replayGroup != "" {
+		return f.rf.replayGroup
 	}
-	w.members = &membership{cl: w.producer, logger: f.logger, instance: f.instance}
-	w.closers = append(w.closers, func() { w.members.close() })
-	for l, topic := range f.inputs {
-		grp, suffix := f.group, ""
-		if len(f.inputs) > 1 {
-			suffix = "-" + delivery.LevelNames[l]
-			grp += suffix
-		}
-		s, err := kafka.NewSource(ctx, kafka.Config{Conn: f.cf.conn(), Group: grp, Topics: []string{topic}, Logger: f.logger, Opts: groupOpts(suffix)})
-		if err != nil {
-			return err
-		}
-		w.members.add(s, grp, suffix)
-		w.srcs = append(w.srcs, s)
+	return f.group + "-replay"
+}
+
+// levelGroup is the consumer group of the input l of n: -group, and the
+// level's name with -level-topics; and the suffix it adds.
+func (f *workerFlags) levelGroup(l, n int) (group, suffix string) {
+	if n > 1 {
+		suffix = "-" + delivery.LevelNames[l]
 	}
-	replay, err := kafka.NewSource(ctx, kafka.Config{Conn: f.cf.conn(), Group: replayGroup, Topics: []string{f.rf.retryTopic},
-		Logger: f.logger, Opts: groupOpts("-replay")})
-	if err != nil {
-		return fmt.Errorf("the %s worker's retry topic: %w", f.which, err)
-	}
-	w.members.add(replay, replayGroup, "-replay")
-	w.replay = replay
-	return nil
+	return f.group + suffix, suffix
 }
 
 // build builds the pipeline, the scheduler's or the supervisor's, and its
@@ -224,7 +216,7 @@ func (w *worker) build() error {
 	return nil
 }
 
-// ready reports whether every source has joined and Redis answers.
+// ready reports whether every source can work and Redis answers.
 func (w *worker) ready(ctx context.Context) error {
 	for _, s := range w.srcs {
 		if err := s.Ready(ctx); err != nil {
@@ -253,8 +245,8 @@ func (w *worker) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.logger.Info("worker running", "pipeline", f.which, "topic", f.input, "group", f.group, "retry_topic", f.rf.retryTopic,
-		"instance_id", f.instance, "metrics", "http://"+addr+"/metrics")
+	f.logger.Info("worker running", append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
+		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")...)
 	if onListen != nil {
 		onListen(f.which, addr)
 	}
@@ -267,8 +259,10 @@ func (w *worker) run(ctx context.Context) error {
 	runErr := w.g.Run(ctx)
 	stopSummaries()
 	<-summarized
-	w.members.leave = runErr != nil // a worker that fails hands its partitions over at once, static member or not
-	closeErr := w.members.close()
+	var closeErr error
+	if w.leave != nil {
+		closeErr = w.leave(runErr != nil) // a worker that fails hands its partitions over at once, static member or not
+	}
 	stopSrv()
 	<-served
 	return errors.Join(runErr, closeErr)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,9 @@ type workerFlags struct {
 	failures, group, instance, backendsURL, listen string
 	pprof                                          bool
 	session, summaryEvery                          time.Duration
+	transport                                      *choiceFlag
+	consumer                                       string        // with -transport redis: the worker's name in its groups
+	reclaimAfter                                   time.Duration // with -transport redis: when a silent worker's entries move
 	policiesFile, policyName                       string
 	transient                                      flow.Statuses
 
@@ -65,6 +69,9 @@ func parseWorkerFlags(which string, args []string) (*workerFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	if err := f.consumerName(); err != nil {
+		return nil, err
+	}
 	if f.redisURL != "" {
 		if f.ropts, err = redisOptions(f.redisURL, f.redisCA); err != nil {
 			return nil, err
@@ -92,9 +99,9 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 			"topics of the levels of priority, high,normal,low (as sluice loadgen -level-topics writes them), read in place of -requests-topic: "+
 				"weighted 6:3:1, a consumer group each (-group and the level: sluice-delivery-high, ...), so that under overload the low topic takes the lag")
 		fs.StringVar(&f.dead, "dead-letter-topic", f.dead, "topic of the scheduler's dead letters: malformed and invalid requests")
-		fs.StringVar(&f.redisURL, "redis", "", "Redis for the step records of the drone step (mode b): redis://[user:password@]host:port[/db], "+
-			"rediss:// for TLS, or host:port; the password may come from $SLUICE_REDIS_PASSWORD instead. Empty: rely on idempotent backends")
-		fs.StringVar(&f.redisCA, "redis-ca", "", "PEM file of the CA that a rediss:// server's certificate chains to (default: the system's)")
+		fs.StringVar(&f.redisURL, "redis", "", "Redis for the step records of the drone step (mode b), and with -transport redis for the "+
+			"streams too: redis://[user:password@]host:port[/db], rediss:// for TLS, or host:port; the password may come from "+
+			"$SLUICE_REDIS_PASSWORD instead. Empty (Kafka only): rely on idempotent backends")
 		fs.IntVar(&f.parallelism, "parallelism", f.parallelism, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it")
 		fs.DurationVar(&f.staleAfter, "stale-after", f.staleAfter,
 			"with -redis: how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
@@ -102,6 +109,19 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 			"how long after its first failure a request without a deadline may still be parked and replayed (0: 1h); "+
 				"a request with one is replayed while it can still complete before it")
 	}
+	if f.which == "supervisor" {
+		fs.StringVar(&f.redisURL, "redis", "", "with -transport redis: the Redis server of the streams, redis://[user:password@]host:port[/db], "+
+			"rediss:// for TLS, or host:port; the password may come from $SLUICE_REDIS_PASSWORD instead")
+	}
+	fs.StringVar(&f.redisCA, "redis-ca", "", "PEM file of the CA that a rediss:// server's certificate chains to (default: the system's)")
+	f.transport = transportVar(fs)
+	fs.StringVar(&f.consumer, "consumer", "",
+		"with -transport redis: this worker's name in its consumer groups (default: -instance-id, else $HOSTNAME); "+
+			"restarted under the same name, a worker at once reads again what it had read and not finished; "+
+			"every worker running at once needs a name of its own")
+	fs.DurationVar(&f.reclaimAfter, "reclaim-after", 30*time.Second,
+		"with -transport redis: how long what a stopped or killed worker had read and not finished waits before the others "+
+			"take it over (a live worker keeps its own, however long it takes)")
 	fs.StringVar(&f.failures, "failures-topic", "delivery-failures", "topic of compensation events")
 	fs.StringVar(&f.group, "group", "sluice-"+f.which, "consumer group")
 	fs.StringVar(&f.instance, "instance-id", "",
@@ -109,7 +129,8 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.backendsURL, "backends", "sim", `"sim" (in-process simulated services) or the base URL of the HTTP services`)
 	fs.StringVar(&f.listen, "listen", defaultListen["run "+f.which], "metrics, health and /status address")
 	fs.BoolVar(&f.pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on the -listen address; they show the code, so keep the address private")
-	fs.DurationVar(&f.session, "session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions move to the others")
+	fs.DurationVar(&f.session, "session-timeout", 10*time.Second, "how long the group waits for a silent worker before its partitions "+
+		"move to the others (Kafka; on Redis, -reclaim-after)")
 	fs.DurationVar(&f.summaryEvery, "summary-every", 10*time.Second,
 		"log summary lines this often: rates in and out, lag, in flight, outcomes and retries by reason since the last ones; "+
 			"the retry warnings after the first of each stage and reason are folded into them (0: no summaries, every retry warning logged)")
@@ -127,6 +148,13 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 
 // check checks the flags that need no lookup.
 func (f *workerFlags) check() error {
+	if f.redisTransport() && f.redisURL == "" {
+		return errors.New("-transport redis: -redis is needed, the Redis server whose streams the worker reads and writes " +
+			"(redis://[user:password@]host:port[/db], rediss:// for TLS, or host:port)")
+	}
+	if f.redisTransport() && f.reclaimAfter <= 0 {
+		return fmt.Errorf("-reclaim-after %v: must be positive", f.reclaimAfter)
+	}
 	if f.parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", f.parallelism)
 	}
@@ -215,4 +243,36 @@ func (f *workerFlags) backends() delivery.Backends {
 		calls = supervisor.MaxCalls
 	}
 	return delivery.HTTPBackends(strings.TrimRight(f.backendsURL, "/"), delivery.NewHTTPClient(calls))
+}
+
+// redisTransport reports whether the worker reads and writes Redis
+// streams (-transport redis) rather than Kafka topics.
+func (f *workerFlags) redisTransport() bool { return f.transport.value == transportRedis }
+
+// consumerName sets -consumer's default: -instance-id, else the host's
+// name ($HOSTNAME: a pod's name).
+func (f *workerFlags) consumerName() error {
+	if !f.redisTransport() || f.consumer != "" {
+		return nil
+	}
+	if f.consumer = f.instance; f.consumer == "" {
+		f.consumer = os.Getenv("HOSTNAME")
+	}
+	if f.consumer == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return fmt.Errorf("-consumer: the host has no name to default to (%v): name the worker", err)
+		}
+		f.consumer = h
+	}
+	return nil
+}
+
+// transportAttrs are the worker's first log line's attributes that say
+// where it reads and writes.
+func (f *workerFlags) transportAttrs() []any {
+	if f.redisTransport() {
+		return []any{"transport", transportRedis, "redis", describeRedis(f.ropts), "consumer", f.consumer}
+	}
+	return []any{"transport", transportKafka, "instance_id", f.instance}
 }
