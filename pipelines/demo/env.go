@@ -10,7 +10,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -28,26 +27,24 @@ func (c *cleanups) run() {
 	}
 }
 
-// startBroker returns the brokers to run against: the configured cluster,
-// its topics created if missing, or an embedded one with the topics seeded.
-func startBroker(ctx context.Context, cfg Config, cl *cleanups) ([]string, error) {
-	if len(cfg.Brokers) > 0 {
-		topics := map[string]int32{topicFailures: 4, topicDead: 1, topicParked: 4, topicRetry: 4, topicSupervisorDead: 1}
-		for _, t := range topicLevels {
-			topics[t] = cfg.Partitions
-		}
-		return cfg.Brokers, createTopics(ctx, cfg.Brokers, topics)
+// startEmbeddedRedis starts the embedded Redis (miniredis) if cfg.Redis
+// asks for it, once, and sets cfg.Redis to its address.
+func startEmbeddedRedis(cfg *Config, w io.Writer, cl *cleanups) error {
+	if cfg.Redis != EmbeddedRedis {
+		return nil
 	}
-	// Each level's topic has the partitions of the requests: each can take
-	// the whole load.
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(cfg.Partitions, topicLevels[:]...),
-		kfake.SeedTopics(4, topicFailures), kfake.SeedTopics(1, topicDead), kfake.SeedTopics(4, topicParked),
-		kfake.SeedTopics(4, topicRetry), kfake.SeedTopics(1, topicSupervisorDead))
+	mr, err := miniredis.Run()
 	if err != nil {
-		return nil, fmt.Errorf("starting the embedded broker: %w", err)
+		return fmt.Errorf("starting the embedded Redis: %w", err)
 	}
-	cl.add(cluster.Close)
-	return cluster.ListenAddrs(), nil
+	cl.add(mr.Close)
+	cfg.Redis, cfg.redisEmbedded = mr.Addr(), true
+	what := "step records"
+	if cfg.Transport == TransportRedis {
+		what = "streams and step records"
+	}
+	fmt.Fprintf(w, "%s: embedded Redis (miniredis) on %s\n", what, cfg.Redis)
+	return nil
 }
 
 // startBackends returns the services the workers call (simulated,
@@ -57,15 +54,8 @@ func startBroker(ctx context.Context, cfg Config, cl *cleanups) ([]string, error
 func startBackends(ctx context.Context, cfg *Config, ledger *delivery.Ledger, w io.Writer, cl *cleanups) (delivery.Backends, delivery.StepStore, error) {
 	backends := delivery.Simulated(cfg.Sim, ledger, loadgen.SuspendedOwner)
 	var steps delivery.StepStore
-	embedded := cfg.Redis == EmbeddedRedis
-	if embedded {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return backends, nil, fmt.Errorf("starting the embedded Redis: %w", err)
-		}
-		cl.add(mr.Close)
-		cfg.Redis = mr.Addr()
-		fmt.Fprintf(w, "step records: embedded Redis (miniredis) on %s\n", cfg.Redis)
+	if err := startEmbeddedRedis(cfg, w, cl); err != nil {
+		return backends, nil, err
 	}
 	if cfg.Redis != "" {
 		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
@@ -76,7 +66,7 @@ func startBackends(ctx context.Context, cfg *Config, ledger *delivery.Ledger, w 
 		rs := delivery.NewRedisSteps(rc, time.Hour)
 		cl.add(rs.Close)
 		steps = rs
-		if embedded {
+		if cfg.redisEmbedded {
 			steps = newAgedSteps(rs, time.Now) // its own clock leaves every mark 0 s old
 		}
 		backends = delivery.SimulatedNonIdempotent(cfg.Sim, ledger, loadgen.SuspendedOwner)

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -57,14 +57,23 @@ type Config struct {
 	// during the load (without draining; new ones take over), to prove that
 	// nothing is lost or applied twice. Metrics are off when set.
 	Restarts int
+	// Transport is where the requests and every other topic travel:
+	// TransportKafka (the default: Brokers, or an embedded broker) or
+	// TransportRedis (the Redis streams of the same names, on the server
+	// of Redis, read in consumer groups).
+	Transport string
 	// Brokers, if set, are a real cluster to run against instead of the
 	// embedded one; the topics are created if missing.
 	Brokers []string
 	// Redis, if set, makes the drone service non-idempotent (every call
 	// books a drone) and keeps durable step records in Redis so that
 	// replayed requests do not book twice (mode b): host:port of a server,
-	// or EmbeddedRedis for an in-process one (miniredis).
+	// or EmbeddedRedis for an in-process one (miniredis). With
+	// TransportRedis the streams are there too (default EmbeddedRedis).
 	Redis string
+	// redisEmbedded says that Redis is the embedded server, started by
+	// the run.
+	redisEmbedded bool
 	// HTTP puts the simulated services behind real HTTP servers on
 	// loopback (JSON, PUT create-or-update) and calls them through a pooled
 	// HTTP client, instead of calling them in-process.
@@ -144,13 +153,13 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 		go sp.crashes(ctx, w8, w)
 	}
 	cpu := sampleCPU()
-	sent, start, loadDone := startLoad(ctx, cfg, sp.producer)
+	sent, start, loadDone := startLoad(ctx, cfg, sp.tr.producer)
 	st := &status{w: w8, ledger: ledger, notes: sp.notes, sent: sent, lat: sp.lat, levels: sp.levels, start: start}
-	wt := watch{cfg: cfg, w: w, workers: w8, status: st, sent: sent, ledger: ledger, brokers: sp.brokers}
+	wt := watch{cfg: cfg, w: w, workers: w8, status: st, sent: sent, ledger: ledger, tr: sp.tr}
 	if err := wt.run(ctx, loadDone, sp.errs); err != nil {
 		return Summary{}, err
 	}
-	sum, err := Verify(sent, ledger, sp.brokers)
+	sum, err := Verify(sent, ledger, sp.tr.brokers, sp.tr.verify...)
 	if err != nil {
 		return sum, err
 	}
@@ -159,11 +168,11 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	return sum, wt.loadErr
 }
 
-// startSystem starts the broker, the services and the producer the
-// workers share, and returns the spawner of the workers and the
-// services' ledger.
+// startSystem starts the transport (the broker, or Redis), the services
+// and the producer the workers share, and returns the spawner of the
+// workers and the services' ledger.
 func startSystem(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (*spawner, *delivery.Ledger, error) {
-	brokers, err := startBroker(ctx, *cfg, cl)
+	tr, err := startTransport(ctx, cfg, w, cl)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,12 +181,7 @@ func startSystem(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (*
 	if err != nil {
 		return nil, nil, err
 	}
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
-	}
-	cl.add(producer.Close)
-	sp := &spawner{cfg: *cfg, brokers: brokers, backends: backends, steps: steps, producer: producer, reg: prometheus.NewRegistry(),
+	sp := &spawner{cfg: *cfg, tr: tr, backends: backends, steps: steps, reg: prometheus.NewRegistry(),
 		notes: supervisor.NewNotifications(), lat: newLatencies(), levels: delivery.NewLevelStats(true), errs: make(chan error, 8)}
 	// Restarts need abrupt drains and cannot re-register metrics: the
 	// metrics are on when the run does not restart.
@@ -209,7 +213,7 @@ func serveMetrics(addr string, sp *spawner, first *incarnation, w io.Writer) (st
 }
 
 // startLoad starts the load generator; loadDone gets its result.
-func startLoad(ctx context.Context, cfg Config, producer *kgo.Client) (sent *loadgen.Sent, start time.Time, loadDone <-chan error) {
+func startLoad(ctx context.Context, cfg Config, producer kafkasink.Producer) (sent *loadgen.Sent, start time.Time, loadDone <-chan error) {
 	sent = loadgen.NewSent()
 	start = time.Now()
 	lg := loadgen.Default("", cfg.Rate, cfg.Duration)
@@ -252,6 +256,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportKafka
+	}
+	if cfg.Transport == TransportRedis && cfg.Redis == "" {
+		cfg.Redis = EmbeddedRedis
 	}
 	return cfg
 }

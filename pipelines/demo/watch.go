@@ -22,7 +22,7 @@ type watch struct {
 	status  *status
 	sent    *loadgen.Sent
 	ledger  *delivery.Ledger
-	brokers []string
+	tr      *transport
 
 	maxLag      int64
 	maxLevelLag [delivery.Levels]int64
@@ -75,7 +75,7 @@ func (wt *watch) run(ctx context.Context, loadDone <-chan error, errs <-chan err
 		if n := wt.ledger.LiveCount("deliveries") + wt.ledger.UndoneCount("packages") + dead; n != outcomes {
 			outcomes, progressAt = n, time.Now()
 		}
-		if Accounted(wt.sent, wt.ledger, dead, wt.brokers) {
+		if Accounted(wt.sent, wt.ledger, dead, wt.tr.brokers, wt.tr.verify...) {
 			wt.drained = time.Since(loadEnd)
 			return nil
 		}

@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/supervisor"
 	"github.com/sluice-streams/sluice/source"
-	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -33,9 +31,7 @@ func deadLettered(sch *delivery.Scheduler) int {
 func (inc *incarnation) lag() [delivery.Levels]int64 {
 	var lag [delivery.Levels]int64
 	for l, src := range inc.levels {
-		for _, p := range src.Stats().Partitions {
-			lag[l] += p.Lag
-		}
+		lag[l] = src.behind()
 	}
 	return lag
 }
@@ -58,7 +54,7 @@ func (inc *incarnation) held() (parked, inStages int64) {
 func (inc *incarnation) received() [delivery.Levels]int64 {
 	var n [delivery.Levels]int64
 	for l, src := range inc.levels {
-		n[l] = src.Stats().Records
+		n[l] = src.records()
 	}
 	return n
 }
@@ -77,9 +73,9 @@ func (inc *incarnation) ready(ctx context.Context) error {
 type incarnation struct {
 	sch               *delivery.Scheduler
 	sup               *stream.Graph
-	levels            [delivery.Levels]*kafka.Source // the requests, a source per level
-	supSrc, replaySrc *kafka.Source
-	parkedSrc         *kafka.Source // the scheduler's replays
+	levels            [delivery.Levels]input // the requests, a source per level
+	supSrc, replaySrc input
+	parkedSrc         input // the scheduler's replays
 	stop              context.CancelFunc
 	done              chan struct{}
 	crashed           atomic.Bool
@@ -92,11 +88,11 @@ func (inc *incarnation) shutdown(crash bool) {
 	inc.stop()
 	<-inc.done
 	for _, src := range inc.levels {
-		src.Close(context.Background())
+		src.stop()
 	}
-	inc.supSrc.Close(context.Background())
-	inc.replaySrc.Close(context.Background())
-	inc.parkedSrc.Close(context.Background())
+	inc.supSrc.stop()
+	inc.replaySrc.stop()
+	inc.parkedSrc.stop()
 }
 
 // workers holds the current incarnation and what earlier ones
@@ -129,13 +125,12 @@ func (w *workers) deadLettered() int {
 }
 
 // spawner starts incarnations of the scheduler and the supervisor, all
-// against the same brokers, backends and step records.
+// on the same transport, backends and step records.
 type spawner struct {
 	cfg      Config
-	brokers  []string
+	tr       *transport
 	backends delivery.Backends
 	steps    delivery.StepStore
-	producer *kgo.Client
 	reg      *prometheus.Registry // the metrics' registry
 	notes    *supervisor.Notifications
 	lat      *latencies
@@ -152,10 +147,9 @@ type spawner struct {
 // metrics.
 func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, error) {
 	inc := &incarnation{done: make(chan struct{})}
-	var srcs []*kafka.Source
-	open := func(group, topic string) (*kafka.Source, error) {
-		s, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: sp.brokers}, Group: group,
-			Topics: []string{topic}, Logger: sp.cfg.Logger})
+	var srcs []input
+	open := func(group, topic string) (input, error) {
+		s, err := sp.tr.open(ctx, group, topic)
 		if err == nil {
 			srcs = append(srcs, s)
 		}
@@ -163,7 +157,7 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 	}
 	fail := func(err error) (*incarnation, error) {
 		for _, s := range srcs {
-			s.Close(ctx)
+			s.stop()
 		}
 		return nil, err
 	}
@@ -188,13 +182,13 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 		levels = append(levels, source.Level[[]byte]{Source: src})
 	}
 	scfg := delivery.SchedulerConfig{Levels: levels, Policy: cfg.Policy, Parallelism: cfg.Parallelism,
-		LevelStats: sp.levels, Backends: sp.backends, Producer: sp.producer,
+		LevelStats: sp.levels, Backends: sp.backends, Producer: sp.tr.producer,
 		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: sp.lat, Logger: cfg.Logger, DrainTimeout: sp.drain,
 		Steps: sp.steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
 		ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,
 		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, StaleAfter: staleAfter}
 	pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: sp.backends, Notifier: sp.notes,
-		Logger: cfg.Logger, DrainTimeout: sp.drain, Producer: sp.producer, RetryTopic: topicRetry,
+		Logger: cfg.Logger, DrainTimeout: sp.drain, Producer: sp.tr.producer, RetryTopic: topicRetry,
 		DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
 		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
 	if withMetrics {

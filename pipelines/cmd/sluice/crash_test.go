@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // TestWorkerProcessesSurviveSIGKILL runs the scheduler and the supervisor
@@ -42,18 +43,47 @@ func TestWorkerProcessesSurviveSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	killWorkers(t, c.ListenAddrs())
+	killWorkers(t, kafkaTopics(t, c.ListenAddrs()))
 }
 
-// killWorkers is TestWorkerProcessesSurviveSIGKILL against brokers that
-// hold the five topics (the scheduler's three, the supervisor's retry and
-// dead-letter topics).
-func killWorkers(t *testing.T, brokers []string) {
+// topicsAt is where killWorkers' processes find the topics.
+type topicsAt struct {
+	// args are the flags of the n-th incarnation (from 1) of the worker
+	// which that say where its topics are (and, for the scheduler, its
+	// step records).
+	args func(which string, n int) []string
+	// producer writes the load; verify reads the topics back for the
+	// verification (with brokers, on Kafka).
+	producer kafkasink.Producer
+	brokers  []string
+	verify   []demo.VerifyOption
+}
+
+// kafkaTopics are the topics on brokers that hold the five topics (the
+// scheduler's three, the supervisor's retry and dead-letter topics), the
+// scheduler's step records in a redis-server of their own.
+func kafkaTopics(t *testing.T, brokers []string) topicsAt {
+	redisAddr := testenv.Redis(t)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(producer.Close)
+	return topicsAt{producer: producer, brokers: brokers, args: func(which string, _ int) []string {
+		args := []string{"-brokers", strings.Join(brokers, ","), "-session-timeout", "1s"}
+		if which == "delivery" {
+			args = append(args, "-redis", redisAddr)
+		}
+		return args
+	}}
+}
+
+// killWorkers is TestWorkerProcessesSurviveSIGKILL with the topics at.
+func killWorkers(t *testing.T, at topicsAt) {
 	bin := filepath.Join(t.TempDir(), "sluice")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("building sluice: %v\n%s", err, out)
 	}
-	redisAddr := testenv.Redis(t)
 
 	// The services live in this process, so that their ledger can be
 	// checked whatever happens to the workers.
@@ -72,10 +102,10 @@ func killWorkers(t *testing.T, brokers []string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { log.Close() })
-		args := []string{"run", which, "-brokers", strings.Join(brokers, ","), "-backends", srv.URL,
-			"-listen", "127.0.0.1:0", "-session-timeout", "1s", "-replay-after", "200ms", "-max-replay-delay", "2s"}
+		args := append([]string{"run", which, "-backends", srv.URL, "-listen", "127.0.0.1:0", "-replay-after", "200ms",
+			"-max-replay-delay", "2s"}, at.args(which, incarnation[which])...)
 		if which == "delivery" {
-			args = append(args, "-redis", redisAddr, "-parallelism", "128", "-stale-after", "2s")
+			args = append(args, "-parallelism", "128", "-stale-after", "2s")
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = log, log
@@ -109,17 +139,12 @@ func killWorkers(t *testing.T, brokers []string) {
 		}
 	}()
 
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(2*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
 	const load = 8 * time.Second
 	sent := loadgen.NewSent()
 	cfg := loadgen.Default("delivery-requests", 1500, load)
 	cfg.Undeliverable = 0.02 // compensations to crash in the middle of
 	loadDone := make(chan error, 1)
-	go func() { loadDone <- loadgen.Run(context.Background(), producer, cfg, sent) }()
+	go func() { loadDone <- loadgen.Run(context.Background(), at.producer, cfg, sent) }()
 
 	// Kill each worker twice while the load runs, alternating, once it has
 	// done some work, and start a new one in its place.
@@ -134,13 +159,13 @@ func killWorkers(t *testing.T, brokers []string) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for !demo.Accounted(sent, ledger, -1, brokers) {
+	for !demo.Accounted(sent, ledger, -1, at.brokers, at.verify...) {
 		if time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	sum, err := demo.Verify(sent, ledger, brokers)
+	sum, err := demo.Verify(sent, ledger, at.brokers, at.verify...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,5 +23,5 @@ func TestRealKafkaWorkerProcessesSurviveSIGKILL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	killWorkers(t, brokers)
+	killWorkers(t, kafkaTopics(t, brokers))
 }

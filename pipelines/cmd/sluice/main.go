@@ -74,7 +74,8 @@ func runDemo(ctx context.Context, args []string) error {
 		choice{"sim", "called in-process"}, choice{"http", "the same services behind HTTP servers on loopback"})
 	var sim simFlags
 	sim.register(fs, def.Sim)
-	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b): "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a)`)
+	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b), and with -transport redis the streams: "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a; Kafka only)`)
+	transport := transportVar(fs)
 	overload := fs.Bool("overload", false, fmt.Sprintf("in place of the bursts, one phase of %v at -overload-rate, %v into the load (which lasts %v at least): "+
 		"high-priority requests stay fast, low ones take the lag", demo.OverloadFor, demo.OverloadAt, 2*demo.OverloadAt+demo.OverloadFor))
 	overloadRate := fs.Float64("overload-rate", 25_000, "request rate of the -overload phase: twice the ~12,000/s a 2-core machine completes "+
@@ -124,8 +125,12 @@ func runDemo(ctx context.Context, args []string) error {
 		return err
 	}
 	if cfg.Redis == "none" {
+		if transport.value == transportRedis {
+			return errors.New(`-redis none: -transport redis keeps the streams on Redis: give "embedded" or the host:port of a server`)
+		}
 		cfg.Redis = ""
 	}
+	cfg.Transport = transport.value
 	cfg.HTTP = backends.value == "http"
 	printDemoHeader(cfg, *overload, *mixFlag)
 	sum, err := demo.Run(ctx, cfg, os.Stdout)
@@ -143,7 +148,11 @@ func runDemo(ctx context.Context, args []string) error {
 // printDemoHeader says what the demo runs, in lines of at most 120
 // columns.
 func printDemoHeader(cfg demo.Config, overload bool, mix string) {
-	fmt.Println("sluice demo: the drone delivery scheduler on an embedded broker")
+	if cfg.Transport == demo.TransportRedis {
+		fmt.Println("sluice demo: the drone delivery scheduler on Redis streams")
+	} else {
+		fmt.Println("sluice demo: the drone delivery scheduler on an embedded broker")
+	}
 	if overload {
 		fmt.Printf("  load: %.0f req/s for %v, with %v at %.0f/s from %v (overload)\n",
 			cfg.Rate, cfg.Duration, cfg.BurstFor, cfg.BurstRate, cfg.BurstAt)
