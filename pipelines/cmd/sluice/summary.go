@@ -15,7 +15,7 @@ import (
 // summaryCounts are the figures of a worker's summary lines, read from its
 // metrics registry, so that the lines and /metrics always agree.
 type summaryCounts struct {
-	in, out       float64 // records read from Kafka (replays included); messages settled
+	in, out       float64 // records read from Kafka or Redis streams (replays included); messages settled
 	replayed      float64 // records read from the retry topic
 	lag, inFlight float64 // gauges: consumer lag, records read and not yet settled
 	outcomes      map[string]float64
@@ -45,7 +45,7 @@ func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
 		for _, m := range mf.GetMetric() {
 			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			switch mf.GetName() {
-			case "sluice_kafka_records_total":
+			case "sluice_kafka_records_total", "sluice_redisstream_read_total":
 				c.in += v
 				if label(m, "stage") == "replays" {
 					c.replayed += v
@@ -57,9 +57,9 @@ func gatherSummary(g prometheus.Gatherer) (summaryCounts, error) {
 					o = s
 				}
 				c.outcomes[o] += v
-			case "sluice_kafka_lag":
+			case "sluice_kafka_lag", "sluice_redisstream_lag":
 				c.lag += v
-			case "sluice_kafka_unsettled":
+			case "sluice_kafka_unsettled", "sluice_redisstream_in_flight":
 				c.inFlight += v
 			case "sluice_retries_total":
 				c.retries[label(m, "reason")] += v

@@ -211,3 +211,28 @@ func TestLoggingFoldsPerStage(t *testing.T) {
 		t.Fatalf("want the first retry warning of each stage, create_package's and schedule_drone's:\n%s", log)
 	}
 }
+
+// A worker on Redis streams reads its records, lag and in-flight entries
+// from the Redis stream sources' metrics: its summary lines said in/s=0
+// lag=0 in_flight=0 whatever it did, as they read only the Kafka
+// source's.
+func TestSummaryCountsRedisStreams(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	read := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_redisstream_read_total", Help: "read"}, []string{"stage", "stream"})
+	lag := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_redisstream_lag", Help: "lag"}, []string{"stage", "stream"})
+	inFlight := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_redisstream_in_flight", Help: "in flight"}, []string{"stage", "stream"})
+	reg.MustRegister(read, lag, inFlight)
+	read.WithLabelValues("requests", "delivery-requests").Add(120)
+	read.WithLabelValues("replays", "delivery-requests-retry").Add(7)
+	lag.WithLabelValues("requests", "delivery-requests").Set(40)
+	lag.WithLabelValues("replays", "delivery-requests-retry").Set(2)
+	inFlight.WithLabelValues("requests", "delivery-requests").Set(9)
+	c, err := gatherSummary(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.in != 127 || c.replayed != 7 || c.lag != 42 || c.inFlight != 9 {
+		t.Fatalf("summary of a worker on Redis streams: in %v replayed %v lag %v in flight %v; want 127, 7, 42, 9",
+			c.in, c.replayed, c.lag, c.inFlight)
+	}
+}
