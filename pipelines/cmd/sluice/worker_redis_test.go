@@ -47,13 +47,23 @@ func TestWorkerOnRedisNamesAnUnreachableServer(t *testing.T) {
 	}
 }
 
-// streamsPending is how many entries the workers' groups have read and
-// not acknowledged, over every stream they read.
-func streamsPending(ctx context.Context, rc *redis.Client) (int64, error) {
+// groupRead is a stream and the consumer group that reads it.
+type groupRead struct{ stream, group string }
+
+// workersReads are the streams the workers read by default, each with its
+// group; requests are the scheduler's input, replaced by the level
+// streams with -level-topics.
+var (
+	requests     = groupRead{"delivery-requests", "sluice-delivery"}
+	workersReads = []groupRead{{"delivery-requests-retry", "sluice-delivery-replay"}, {"delivery-failures", "sluice-supervisor"},
+		{"delivery-failures-retry", "sluice-supervisor-replay"}}
+)
+
+// streamsPending is how many entries the groups have read and not
+// acknowledged, over every stream of reads.
+func streamsPending(ctx context.Context, rc *redis.Client, reads []groupRead) (int64, error) {
 	var n int64
-	for _, r := range []struct{ stream, group string }{{"delivery-requests", "sluice-delivery"},
-		{"delivery-requests-retry", "sluice-delivery-replay"}, {"delivery-failures", "sluice-supervisor"},
-		{"delivery-failures-retry", "sluice-supervisor-replay"}} {
+	for _, r := range reads {
 		groups, err := rc.XInfoGroups(ctx, r.stream).Result()
 		if err != nil {
 			if strings.Contains(err.Error(), "no such key") {
@@ -95,11 +105,19 @@ func stageCount(t *testing.T, addr, metric, pipeline, stage string) int {
 // every call for 1.5 s mid-load: the requests and compensations that meet
 // it are parked and replayed. Every request must end in exactly one
 // outcome, nothing twice, and every stream entry read must be
-// acknowledged at the end.
+// acknowledged at the end. The requests come on one stream, or on a
+// stream per level of priority (-level-topics: a group each).
 func TestWorkersOnRedisStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs both workers on Redis streams through a load: make test runs it, -short does not")
 	}
+	t.Run("one stream", func(t *testing.T) { workersOnRedisStreams(t, nil) })
+	t.Run("level streams", func(t *testing.T) {
+		workersOnRedisStreams(t, []string{"delivery-requests-high", "delivery-requests-normal", "delivery-requests-low"})
+	})
+}
+
+func workersOnRedisStreams(t *testing.T, levels []string) {
 	addr := testenv.Redis(t)
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
@@ -118,9 +136,16 @@ func TestWorkersOnRedisStreams(t *testing.T) {
 	done := make(chan error, 2)
 	common := []string{"-transport", "redis", "-redis", addr, "-backends", srv.URL, "-listen", "127.0.0.1:0",
 		"-replay-after", "200ms", "-max-replay-delay", "1s", "-summary-every", "0"}
-	go func() {
-		done <- runWorker(ctx, append([]string{"delivery", "-parallelism", "64", "-stale-after", "2s"}, common...))
-	}()
+	scheduler := []string{"delivery", "-parallelism", "64", "-stale-after", "2s"}
+	reads := append([]groupRead{requests}, workersReads...)
+	if levels != nil {
+		scheduler = append(scheduler, "-level-topics", strings.Join(levels, ","))
+		reads = workersReads
+		for _, l := range []string{"high", "normal", "low"} {
+			reads = append(reads, groupRead{"delivery-requests-" + l, "sluice-delivery-" + l})
+		}
+	}
+	go func() { done <- runWorker(ctx, append(scheduler, common...)) }()
 	go func() { done <- runWorker(ctx, append([]string{"supervisor"}, common...)) }()
 	listening := map[string]string{}
 	for len(listening) < 2 {
@@ -144,6 +169,7 @@ func TestWorkersOnRedisStreams(t *testing.T) {
 	sent := loadgen.NewSent()
 	cfg := loadgen.Default("delivery-requests", 500, 3*time.Second)
 	cfg.Undeliverable = 0.02
+	cfg.Topics = levels
 	if err := loadgen.Run(ctx, producer, cfg, sent); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +198,7 @@ func TestWorkersOnRedisStreams(t *testing.T) {
 	// Everything read is acknowledged once settled (within the
 	// checkpoints' interval): nothing stays pending.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		n, err := streamsPending(ctx, rc)
+		n, err := streamsPending(ctx, rc, reads)
 		if err == nil && n == 0 {
 			break
 		}
