@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// -transport redis needs the server: without -redis the command stops at
+// once with a message naming both flags; -redis without -transport redis
+// would be ignored, and is refused too.
+func TestToolsOnRedisNeedTheServer(t *testing.T) {
+	for _, c := range []struct {
+		run  func(context.Context, []string) error
+		args []string
+		want string
+	}{
+		{runLoadgen, []string{"-transport", "redis"}, "-transport redis: -redis must name"},
+		{runVerify, []string{"-transport", "redis", "-record", "x"}, "-transport redis: -redis must name"},
+		{runDeadLetters, []string{"-transport", "redis"}, "-transport redis: -redis must name"},
+		{runDeadLetters, []string{"replay", "-transport", "redis"}, "-transport redis: -redis must name"},
+		{runLoadgen, []string{"-redis", "127.0.0.1:1"}, "-redis is set, but -transport is kafka"},
+		{runDeadLetters, []string{"-redis", "127.0.0.1:1"}, "-redis is set, but -transport is kafka"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.run(ctx, c.args)
+		late := ctx.Err()
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) || late != nil {
+			t.Errorf("%v: %v, want %q at once", c.args, err, c.want)
+		}
+	}
+}
+
+// The commands that read or write the topics themselves take -transport,
+// list its choices, and take -redis and -redis-ca beside it.
+func TestToolsHelpShowsTheTransport(t *testing.T) {
+	for _, cmd := range [][]string{{"loadgen"}, {"verify"}, {"deadletters"}, {"deadletters", "replay"}} {
+		fs, help := parsedFlags(t, cmd)
+		for _, name := range []string{"transport", "redis", "redis-ca"} {
+			if fs.Lookup(name) == nil {
+				t.Errorf("%v has no -%s", cmd, name)
+			}
+		}
+		for _, w := range []string{`"kafka" (`, `"redis" (`, "-redis string"} {
+			if !strings.Contains(help, w) {
+				t.Errorf("%v -h does not show %q:\n%s", cmd, w, help)
+			}
+		}
+	}
+}
