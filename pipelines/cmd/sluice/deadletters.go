@@ -261,10 +261,14 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
-// headerSourceID is on the dead letters a Redis stream's reader writes
-// itself (an entry delivered too often, or without a value): the entry ID
-// it had.
-const headerSourceID = "sluice-source-id"
+// The headers the Redis Streams source adds to the dead letters it writes
+// itself (an entry delivered too often, or without a value), besides
+// those of every dead letter: the entry ID it had, and how often it was
+// delivered.
+const (
+	headerSourceID   = "sluice-source-id"
+	headerDeliveries = "sluice-deliveries"
+)
 
 // dlJSON is a dead letter in -json output. On Redis, ID and SourceID are
 // the entry IDs of the dead letter and of the message as it was read

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/internal/redisentry"
@@ -106,5 +107,42 @@ func TestDeadLettersOnRedisStreams(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "3 dead letters, 2 replayed") || !strings.Contains(out.String(), "[replayed to delivery-requests]") {
 		t.Fatalf("the list after the replay:\n%s", out.String())
+	}
+}
+
+// A dead letter the Redis Streams source writes itself (an entry
+// delivered more often than MaxDeliveries: its fields as they were, then
+// the reason, the deliveries and the entry ID) is replayed to its stream
+// as the message came: the headers of its dead-lettering stay behind, so
+// that the entry, failing again, is not taken for one delivered that
+// often already or read at its old ID.
+func TestReplayOfAPoisonEntryLeavesItsDeadLetteringBehind(t *testing.T) {
+	ctx := context.Background()
+	addr := testenv.Redis(t)
+	rc := newRedisClient(t, addr)
+	id, err := rc.XAdd(ctx, &redis.XAddArgs{Stream: "requests", Values: []any{"value", "v", "key", "k", "h:traceparent", "00-1-01"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _ := redisentry.Offset(id)
+	if err := rc.XAdd(ctx, &redis.XAddArgs{Stream: "requests-dead-letters", Values: []any{"value", "v", "key", "k", "h:traceparent", "00-1-01",
+		"h:sluice-reason", "delivered 11 times, more than MaxDeliveries 10", "h:sluice-deliveries", "11",
+		"h:sluice-source-topic", "requests", "h:sluice-source-offset", fmt.Sprint(off), "h:sluice-source-id", id,
+		"h:sluice-stage", "source", "h:sluice-failed-at", time.Now().UTC().Format(time.RFC3339)}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runReplay(ctx, []string{"-transport", "redis", "-redis", addr, "-topic", "requests-dead-letters"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	recs := streamRecords(t, rc, "requests")
+	if len(recs) != 2 {
+		t.Fatalf("requests holds %d entries, want the entry and its replay; the replay said:\n%s", len(recs), out.String())
+	}
+	dead := streamRecords(t, rc, "requests-dead-letters")[0]
+	want := []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-1-01")},
+		{Key: kafkasink.HeaderReplayedFrom, Value: []byte("requests-dead-letters/" + redisentry.ID(dead.Offset))}}
+	if r := recs[1]; string(r.Key) != "k" || string(r.Value) != "v" || !reflect.DeepEqual(r.Headers, want) {
+		t.Fatalf("replayed as key %q value %q headers %q; want k, v, headers %q", r.Key, r.Value, r.Headers, want)
 	}
 }

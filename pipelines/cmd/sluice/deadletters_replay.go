@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,10 +119,16 @@ func selectReplays(t *dlTopic, to string, again bool) replays {
 }
 
 // replayRecord is d.Replay(to) (d is replayable: selectReplays kept it),
-// with where it came from as the transport names it: on Redis
-// "<stream>/<entry ID>".
+// with where it came from as the transport names it (on Redis
+// "<stream>/<entry ID>"), and without the headers the Redis Streams
+// source adds to the dead letters it writes itself (the deliveries and
+// the entry ID it had), which describe the dead-lettering, not the
+// message.
 func (t *dlTopic) replayRecord(d kafkasink.DeadLetterRecord, to string) *kgo.Record {
 	r, _ := d.Replay(to)
+	r.Headers = slices.DeleteFunc(r.Headers, func(h kgo.RecordHeader) bool {
+		return h.Key == headerSourceID || h.Key == headerDeliveries
+	})
 	for i, h := range r.Headers {
 		if h.Key == kafkasink.HeaderReplayedFrom && t.position(d) != d.Position() {
 			r.Headers[i].Value = []byte(d.Record.Topic + "/" + t.position(d))
