@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/logx"
 )
 
 // topicsFlags are -transport, -redis and -redis-ca of the commands that
@@ -52,6 +55,10 @@ func (f *topicsFlags) parse() error {
 // connect returns a client of -redis once the server answers (an error
 // naming it and what is wrong, authentication or certificate, if not).
 func (f *topicsFlags) connect(ctx context.Context) (*redis.Client, error) {
+	// go-redis's own lines (a dial failing, again and again in an
+	// outage) go through the process's logger, a few at a time, as the
+	// workers' do.
+	redis.SetLogger(logx.NewPrintf(slog.Default(), "go-redis"))
 	rc := redis.NewClient(f.ropts)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
