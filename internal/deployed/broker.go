@@ -12,6 +12,9 @@ import (
 // Lag is the scheduler group's lag on the requests topic: records
 // produced and not yet committed.
 func (s *System) Lag(ctx context.Context) (int64, error) {
+	if s.OnRedis() {
+		return s.streamLag(ctx, RequestsTopic, Group)
+	}
 	return s.lag(ctx, RequestsTopic, Group)
 }
 
@@ -20,7 +23,22 @@ func (s *System) Lag(ctx context.Context) (int64, error) {
 // once every record produced so far, parked ones and compensations
 // included, has been processed and committed.
 func (s *System) LagAll(ctx context.Context) (int64, error) {
-	return s.lag(ctx, "", Group, Group+"-replay", "sluice-supervisor", "sluice-supervisor-replay")
+	if s.OnRedis() {
+		var sum int64
+		for _, r := range groupReads {
+			n, err := s.streamLag(ctx, r.topic, r.group)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	}
+	groups := make([]string, len(groupReads))
+	for i, r := range groupReads {
+		groups[i] = r.group
+	}
+	return s.lag(ctx, "", groups...)
 }
 
 // lag sums the lag of groups on topic ("": every topic).
@@ -52,11 +70,17 @@ func (s *System) lag(ctx context.Context, topic string, groups ...string) (int64
 // Produce writes records to the broker (e.g. a request again, as a
 // client's retry would).
 func (s *System) Produce(ctx context.Context, recs ...*kgo.Record) error {
+	if s.OnRedis() {
+		return s.appendEntries(ctx, recs)
+	}
 	return s.kcl.ProduceSync(ctx, recs...).FirstErr()
 }
 
 // Requests reads the requests topic from its start up to its end.
 func (s *System) Requests(ctx context.Context) ([]*kgo.Record, error) {
+	if s.OnRedis() {
+		return s.readStream(ctx, RequestsTopic)
+	}
 	ends, err := s.adm.ListEndOffsets(ctx, RequestsTopic)
 	if err != nil {
 		return nil, err

@@ -2,10 +2,12 @@
 // sluice binary in a process per part — `sluice broker`, `sluice
 // services`, `sluice run delivery`, `sluice run supervisor`, and any
 // other subcommand run to its end (`sluice loadgen`) — and a real
-// redis-server for the drone step's records (mode b). Its System can kill
-// and restart a worker, stop Redis for an outage, sample the consumer
-// lag of the workers' groups, produce and read requests, and scrape a
-// worker's metrics.
+// redis-server for the drone step's records (mode b). With Config.Transport
+// "redis" there is no broker: the topics are the Redis streams of the
+// same names on that redis-server, which the workers read in consumer
+// groups. Its System can kill and restart a worker, stop Redis for an
+// outage, sample the consumer lag of the workers' groups, produce and read
+// requests, and scrape a worker's metrics.
 //
 // It is a harness of processes, broker and metrics that imports no app:
 // what needs the apps' types (the load generator's record, the
@@ -26,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,7 +50,14 @@ type Config struct {
 	// workers. Required: the services are an app, which this package
 	// does not import.
 	ServicesUp func(base string) error
+	// Transport is where the topics are: "kafka" (the default: a `sluice
+	// broker`) or "redis" (the streams of the same names on Redis).
+	Transport string
 }
+
+// TransportRedis as Config.Transport puts the topics on the Redis streams
+// of the same names.
+const TransportRedis = "redis"
 
 // The scheduler's consumer group, its input topic and its failures
 // topic (the worker's defaults).
@@ -56,6 +66,14 @@ const (
 	RequestsTopic = "delivery-requests"
 	FailuresTopic = "delivery-failures"
 )
+
+// groupReads are the topics every group of both workers reads (the
+// workers' defaults): the scheduler's requests and replays, the
+// supervisor's compensation events and replays.
+var groupReads = []struct{ topic, group string }{
+	{RequestsTopic, Group}, {"delivery-requests-retry", Group + "-replay"},
+	{FailuresTopic, "sluice-supervisor"}, {"delivery-failures-retry", "sluice-supervisor-replay"},
+}
 
 // System is a running system. Its methods may be called from one
 // goroutine at a time, except Lag, LagAll and Name, which a sampler or a
@@ -70,6 +88,7 @@ type System struct {
 	Redis    *testenv.RedisServer
 	adm      *kadm.Client
 	kcl      *kgo.Client
+	rc       *redis.Client // the streams' client, with Config.Transport "redis"
 
 	mu      sync.Mutex
 	workers map[string]*Worker
@@ -91,11 +110,17 @@ func Start(tb testing.TB, bin string, cfg Config) *System {
 	s := &System{tb: tb, bin: bin, dir: tb.TempDir(), cfg: cfg, workers: map[string]*Worker{}, n: map[string]int{}}
 	tb.Cleanup(s.stop)
 	ps := ports(tb, 3)
-	s.startBroker(ps[0])
+	if !s.OnRedis() {
+		s.startBroker(ps[0])
+	}
 	s.startServices(ps[1], ps[2])
 	s.Redis = testenv.StartDurableRedis(tb)
-	s.connect()
-	s.await("the broker and its topics", 30*time.Second, s.topicsUp)
+	if s.OnRedis() {
+		s.rc = redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+	} else {
+		s.connect()
+		s.await("the broker and its topics", 30*time.Second, s.topicsUp)
+	}
 	s.await("the services", 30*time.Second, s.servicesUp)
 	s.StartWorker("delivery")
 	s.StartWorker("supervisor")
@@ -177,6 +202,9 @@ func (s *System) stop() {
 	if s.kcl != nil {
 		s.kcl.Close()
 	}
+	if s.rc != nil {
+		s.rc.Close()
+	}
 	if s.tb.Failed() {
 		entries, _ := os.ReadDir(s.dir)
 		for _, e := range entries {
@@ -185,4 +213,17 @@ func (s *System) stop() {
 			}
 		}
 	}
+}
+
+// OnRedis reports whether the topics are Redis streams (Config.Transport
+// "redis").
+func (s *System) OnRedis() bool { return s.cfg.Transport == TransportRedis }
+
+// Transport are the flags that point a command at the topics: -brokers,
+// or -transport redis and -redis.
+func (s *System) Transport() []string {
+	if s.OnRedis() {
+		return []string{"-transport", TransportRedis, "-redis", s.Redis.Addr}
+	}
+	return []string{"-brokers", s.Brokers}
 }

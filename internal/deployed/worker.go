@@ -21,10 +21,14 @@ func (s *System) StartWorker(which string) *Worker {
 	s.tb.Helper()
 	name := s.Name(which)
 	listen := fmt.Sprintf("127.0.0.1:%d", ports(s.tb, 1)[0])
-	args := []string{"run", which, "-brokers", s.Brokers, "-backends", s.Services, "-listen", listen,
-		"-instance-id", which + "-0"}
+	// The same instance id for every incarnation: static membership on
+	// Kafka; on Redis, the same consumer, which reads again at its start
+	// what the one before had read and not finished.
+	args := append([]string{"run", which, "-backends", s.Services, "-listen", listen, "-instance-id", which + "-0"}, s.Transport()...)
 	if which == "delivery" {
-		args = append(args, "-redis", s.Redis.Addr)
+		if !s.OnRedis() {
+			args = append(args, "-redis", s.Redis.Addr)
+		}
 		args = append(args, s.cfg.Delivery...)
 	}
 	args = append(args, s.cfg.Worker...)

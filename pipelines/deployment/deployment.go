@@ -11,8 +11,11 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 )
 
 // System is a running system (deployed.System: its processes, broker and
@@ -20,6 +23,7 @@ import (
 // and the faults of the services.
 type System struct {
 	*deployed.System
+	rc *redis.Client // reads the streams, with Config.Transport "redis"
 }
 
 // Start starts the system as deployed.Start does, the services ready
@@ -27,7 +31,20 @@ type System struct {
 func Start(tb testing.TB, bin string, cfg deployed.Config) *System {
 	tb.Helper()
 	cfg.ServicesUp = servicesUp
-	return &System{deployed.Start(tb, bin, cfg)}
+	s := &System{System: deployed.Start(tb, bin, cfg)}
+	if s.OnRedis() {
+		s.rc = redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+		tb.Cleanup(func() { s.rc.Close() })
+	}
+	return s
+}
+
+// reader reads the topics back: the broker's, or the Redis streams.
+func (s *System) reader() demo.Reader {
+	if s.rc != nil {
+		return demo.RedisReader(s.rc)
+	}
+	return demo.KafkaReader([]string{s.Brokers})
 }
 
 // servicesUp says whether the services serve their ledger on base.

@@ -12,12 +12,13 @@ import (
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
-// Load runs `sluice loadgen` with args (besides -brokers and -record) to
-// its end and returns what it sent.
+// Load runs `sluice loadgen` with args (besides where the topics are and
+// -record) to its end and returns what it sent.
 func (s *System) Load(ctx context.Context, args ...string) (*loadgen.Sent, error) {
 	name := s.Name("loadgen")
 	record := filepath.Join(s.Dir(), name+".jsonl")
-	if err := s.Run(ctx, name, append([]string{"loadgen", "-brokers", s.Brokers, "-record", record}, args...)...); err != nil {
+	cmd := append(append([]string{"loadgen"}, s.Transport()...), "-record", record)
+	if err := s.Run(ctx, name, append(cmd, args...)...); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	f, err := os.Open(record)
@@ -46,7 +47,7 @@ func (s *System) Settle(ctx context.Context, sent *loadgen.Sent, limit time.Dura
 	cl := &http.Client{}
 	for {
 		final := time.Since(start) >= limit
-		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Admin, sent, []string{s.Brokers}, final)
+		sum, accounted, err := demo.VerifyRemote(ctx, cl, s.Admin, sent, []string{s.Brokers}, final, demo.ReadFrom(s.reader()))
 		if final || err == nil && accounted && sum.OK() {
 			if err != nil {
 				return demo.Summary{}, time.Since(start), err

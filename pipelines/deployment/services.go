@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
-	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // LedgerTotals reads the services' ledger totals (from their admin
@@ -25,7 +24,7 @@ func (s *System) LedgerTotals(ctx context.Context) (delivery.LedgerTotals, error
 // how many events were written before t.
 func (s *System) UndoWait(ctx context.Context, t time.Time) (time.Duration, int, error) {
 	written := map[string]time.Time{} // request id -> its (first) compensation event
-	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(s.Brokers)}, deployed.FailuresTopic, time.Time{}, func(r *kgo.Record) bool {
+	err := s.reader().ReadToEnd(ctx, deployed.FailuresTopic, time.Time{}, func(r *kgo.Record) bool {
 		id := string(r.Key)
 		if c, err := delivery.DecodeEvent(r); err == nil && c.Progress.Request.ID != "" {
 			id = c.Progress.Request.ID

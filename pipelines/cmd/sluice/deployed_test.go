@@ -32,12 +32,31 @@ func TestDeployedSystemLevelsLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the deployed system, every part a process: make test runs it, -short does not")
 	}
+	deployedLevelsLoad(t, "")
+}
+
+// TestDeployedSystemOnRedisStreams is TestDeployedSystemLevelsLoad with the
+// topics on the Redis streams of the same names (-transport redis): no
+// broker, the workers in consumer groups on the redis-server that also
+// keeps the step records. Redis down for 5 s is then the whole transport
+// down: the workers and the load generator wait for it and go on.
+func TestDeployedSystemOnRedisStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the deployed system on Redis streams, every part a process: make test runs it, -short does not")
+	}
+	deployedLevelsLoad(t, deployed.TransportRedis)
+}
+
+// deployedLevelsLoad runs TestDeployedSystemLevelsLoad with the topics on
+// transport ("": Kafka).
+func deployedLevelsLoad(t *testing.T, transport string) {
 	s := deployment.Start(t, deployed.Build(t), deployed.Config{
 		Partitions: 8,
 		Services: []string{"-min-latency", "1ms", "-max-latency", "5ms", "-transient", "0.05", "-throttle", "0.01",
 			"-retry-after", "20ms", "-permanent", "0"},
-		Worker:   []string{"-replay-after", "200ms", "-max-replay-delay", "2s"},
-		Delivery: []string{"-stale-after", "3s"},
+		Worker:    []string{"-replay-after", "200ms", "-max-replay-delay", "2s"},
+		Delivery:  []string{"-stale-after", "3s"},
+		Transport: transport,
 	})
 	ctx := context.Background()
 	events := make(chan string, 8)
