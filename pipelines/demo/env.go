@@ -47,6 +47,21 @@ func startEmbeddedRedis(cfg *Config, w io.Writer, cl *cleanups) error {
 	return nil
 }
 
+// redisClient returns a client of the server of cfg.Redis, with
+// cfg.RedisOptions if set, and connections for the workers' 64 calls at
+// once.
+func (cfg *Config) redisClient() *redis.Client {
+	opts := &redis.Options{Addr: cfg.Redis}
+	if cfg.RedisOptions != nil && !cfg.redisEmbedded {
+		o := *cfg.RedisOptions
+		opts = &o
+	}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = 64
+	}
+	return redis.NewClient(opts)
+}
+
 // startBackends returns the services the workers call (simulated,
 // in-process or behind HTTP) and, with Redis, the step records that make
 // the drone step safe to redo (mode b). An embedded Redis sets cfg.Redis
@@ -58,7 +73,7 @@ func startBackends(ctx context.Context, cfg *Config, ledger *delivery.Ledger, w 
 		return backends, nil, err
 	}
 	if cfg.Redis != "" {
-		rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
+		rc := cfg.redisClient()
 		cl.add(func() { _ = rc.Close() })
 		if err := delivery.CheckRedis(ctx, rc); err != nil {
 			return backends, nil, fmt.Errorf("redis at %s: %w", cfg.Redis, err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -71,6 +72,10 @@ type Config struct {
 	// or EmbeddedRedis for an in-process one (miniredis). With
 	// TransportRedis the streams are there too (default EmbeddedRedis).
 	Redis string
+	// RedisOptions, if set, say how to reach the server of Redis (its
+	// user, password, TLS and database; redis.ParseURL reads them from a
+	// URL); Redis is then its address.
+	RedisOptions *redis.Options
 	// redisEmbedded says that Redis is the embedded server, started by
 	// the run.
 	redisEmbedded bool

@@ -87,7 +87,7 @@ func startStreams(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (
 	}
 	// Each source's blocking read holds a connection: six an incarnation,
 	// twelve while one takes over from another.
-	rc := redis.NewClient(&redis.Options{Addr: cfg.Redis, PoolSize: 64})
+	rc := cfg.redisClient()
 	cl.add(func() { _ = rc.Close() })
 	if err := rc.Ping(ctx).Err(); err != nil {
 		return nil, fmt.Errorf("redis at %s: %w", cfg.Redis, err)

@@ -74,7 +74,8 @@ func runDemo(ctx context.Context, args []string) error {
 		choice{"sim", "called in-process"}, choice{"http", "the same services behind HTTP servers on loopback"})
 	var sim simFlags
 	sim.register(fs, def.Sim)
-	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b), and with -transport redis the streams: "embedded" (an in-process Redis-compatible server), host:port of a Redis server, or "none" (every service idempotent, mode a; Kafka only)`)
+	redisAddr := fs.String("redis", demo.EmbeddedRedis, `where the step records of the non-idempotent drone step go (mode b), and with -transport redis the streams: "embedded" (an in-process Redis-compatible server), a Redis server (host:port, or redis://[user:password@]host:port[/db], rediss:// for TLS; the password may come from $SLUICE_REDIS_PASSWORD), or "none" (every service idempotent, mode a; Kafka only)`)
+	redisCA := fs.String("redis-ca", "", "PEM file of the CA that a rediss:// server's certificate chains to (default: the system's)")
 	transport := transportVar(fs)
 	overload := fs.Bool("overload", false, fmt.Sprintf("in place of the bursts, one phase of %v at -overload-rate, %v into the load (which lasts %v at least): "+
 		"high-priority requests stay fast, low ones take the lag", demo.OverloadFor, demo.OverloadAt, 2*demo.OverloadAt+demo.OverloadFor))
@@ -131,6 +132,12 @@ func runDemo(ctx context.Context, args []string) error {
 		cfg.Redis = ""
 	}
 	cfg.Transport = transport.value
+	if cfg.Redis != "" && cfg.Redis != demo.EmbeddedRedis {
+		if cfg.RedisOptions, err = redisOptions(cfg.Redis, *redisCA); err != nil {
+			return err
+		}
+		cfg.Redis = cfg.RedisOptions.Addr
+	}
 	cfg.HTTP = backends.value == "http"
 	printDemoHeader(cfg, *overload, *mixFlag)
 	sum, err := demo.Run(ctx, cfg, os.Stdout)

@@ -242,21 +242,34 @@ func TestWorkerProcessesOnRedisSurviveSIGKILL(t *testing.T) {
 }
 
 // `sluice demo -transport redis` runs the whole system on the streams of
-// an embedded Redis and verifies it: PASS.
+// an embedded Redis and verifies it: PASS. With -redis a URL, it runs on
+// that server, with its password and database.
 func TestDemoOnRedisStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for seconds: make test runs it, -short does not")
 	}
+	t.Run("embedded", func(t *testing.T) { demoOnRedis(t, "on Redis streams", "embedded Redis (miniredis)") })
+	t.Run("a server with a password", func(t *testing.T) {
+		srv := testenv.StartRedisWith(t, testenv.RedisAuth{Password: "s3cret"})
+		demoOnRedis(t, "on Redis streams", "transport: Redis streams on "+srv.Addr, "-redis", "redis://:s3cret@"+srv.Addr+"/2")
+	})
+}
+
+// demoOnRedis runs sluice demo -transport redis briefly with args and
+// wants a PASS and each of want in what it prints.
+func demoOnRedis(t *testing.T, want1, want2 string, args ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "demo", "-transport", "redis", "-duration", "2s", "-rate", "300", "-burst", "0",
-		"-listen", "")
+	args = append([]string{"demo", "-transport", "redis", "-duration", "2s", "-rate", "300", "-burst", "0", "-listen", ""}, args...)
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "GO_TEST_BE_SLUICE=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
-	t.Logf("sluice demo -transport redis:\n%s", out.String())
-	if err != nil || !strings.Contains(out.String(), "verification PASS") || !strings.Contains(out.String(), "on Redis streams") {
-		t.Fatalf("sluice demo -transport redis: %v, want a run on Redis streams and PASS", err)
+	t.Logf("sluice %s:\n%s", strings.Join(args, " "), out.String())
+	for _, w := range []string{"verification PASS", want1, want2} {
+		if err != nil || !strings.Contains(out.String(), w) {
+			t.Fatalf("sluice demo -transport redis: %v, want a PASS and %q", err, w)
+		}
 	}
 }
