@@ -50,11 +50,11 @@ var commandTable []*command
 func init() {
 	commandTable = []*command{
 		{name: "demo", group: groupRun, flags: "[flags]", run: runDemo,
-			purpose: "try the delivery scheduler: all in one process on an embedded broker, verified at the end",
+			purpose: "try the delivery scheduler: all in one process on an embedded broker (or Redis streams), verified at the end",
 			subs: []*command{{name: "sensors", flags: "[flags]", run: func(ctx context.Context, args []string) error {
 				return runSensorsDemo(ctx, args, os.Stdout)
 			}, purpose: "try the sensors workload: instances sharing partitions, one stopped, one added, verified"}}},
-		{name: "run", group: groupRun, purpose: "run one worker against a Kafka cluster", subs: []*command{
+		{name: "run", group: groupRun, purpose: "run one worker against a Kafka cluster (delivery and supervisor: or Redis streams)", subs: []*command{
 			{name: "delivery", flags: "[flags]", run: func(ctx context.Context, args []string) error {
 				return runWorker(ctx, append([]string{"delivery"}, args...))
 			}, purpose: "schedule deliveries: each request through its steps, parking what fails for now"},
