@@ -55,6 +55,13 @@ func (w *worker) joinStreams(ctx context.Context) error {
 		}
 		return s, nil
 	}
+	reads := make([]groupRead, 0, len(f.inputs)+1)
+	for l, name := range f.inputs {
+		group, _ := f.levelGroup(l, len(f.inputs))
+		reads = append(reads, groupRead{name, group})
+	}
+	reads = append(reads, groupRead{f.rf.retryTopic, f.replayGroup()})
+	w.warnIfNameInUse(ctx, reads, time.Second+time.Second/2)
 	for l, name := range f.inputs {
 		group, _ := f.levelGroup(l, len(f.inputs))
 		s, err := open(group, name)
@@ -69,4 +76,55 @@ func (w *worker) joinStreams(ctx context.Context) error {
 	}
 	w.replay = replay
 	return nil
+}
+
+// groupRead is a stream a worker reads and the consumer group it reads it
+// in.
+type groupRead struct{ stream, group string }
+
+// recentlyActive is how recently a consumer of the worker's name must have
+// read for warnIfNameInUse to watch it.
+const recentlyActive = 30 * time.Second
+
+// warnIfNameInUse warns when another worker seems to be running under
+// this one's -consumer name in one of its groups: two workers of one name
+// share their pending entries, each re-reading what the other is working
+// on. A consumer of the name that read within recentlyActive is watched
+// for watch: a live one reads again (every Block, a second), its idle
+// time starts over; a dead one's (this worker's own last life, killed)
+// only grows. Best effort, never fatal: a server that does not report
+// idle times (0) says nothing.
+func (w *worker) warnIfNameInUse(ctx context.Context, reads []groupRead, watch time.Duration) {
+	f := w.f
+	idle := func() map[groupRead]time.Duration {
+		out := map[groupRead]time.Duration{}
+		for _, r := range reads {
+			cs, err := w.streams.XInfoConsumers(ctx, r.stream, r.group).Result()
+			if err != nil { // no stream or group yet: no one of the name
+				continue
+			}
+			for _, c := range cs {
+				if c.Name == f.consumer && c.Idle < recentlyActive {
+					out[r] = c.Idle
+				}
+			}
+		}
+		return out
+	}
+	before := idle()
+	if len(before) == 0 {
+		return
+	}
+	select {
+	case <-time.After(watch):
+	case <-ctx.Done():
+		return
+	}
+	for r, now := range idle() {
+		if then, ok := before[r]; ok && (then > 0 || now > 0) && now < then+watch/2 {
+			f.logger.Warn("another worker seems to run under this worker's consumer name: give each worker its own -consumer, "+
+				"or they re-read each other's pending entries", "consumer", f.consumer, "stream", r.stream, "group", r.group,
+				"read_ago", now.Round(time.Millisecond))
+		}
+	}
 }

@@ -47,9 +47,6 @@ func TestWorkerOnRedisNamesAnUnreachableServer(t *testing.T) {
 	}
 }
 
-// groupRead is a stream and the consumer group that reads it.
-type groupRead struct{ stream, group string }
-
 // workersReads are the streams the workers read by default, each with its
 // group; requests are the scheduler's input, replaced by the level
 // streams with -level-topics.
@@ -271,5 +268,90 @@ func demoOnRedis(t *testing.T, want1, want2 string, args ...string) {
 		if err != nil || !strings.Contains(out.String(), w) {
 			t.Fatalf("sluice demo -transport redis: %v, want a PASS and %q", err, w)
 		}
+	}
+}
+
+// Two workers started under one -consumer name share their pending
+// entries: the second says so in its log. One started under the name of a
+// worker that stopped (or was killed) does not.
+func TestWorkerOnRedisWarnsOfItsNameInUse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three workers, each watching its name for 1.5 s: make test runs it, -short does not")
+	}
+	restoreLogging(t)
+	var log testenv.Buffer
+	logOutput = &log
+	defer func() { logOutput = os.Stderr }()
+	addr := testenv.Redis(t)
+	listening := make(chan string, 3)
+	onListen = func(_, a string) { listening <- a }
+	defer func() { onListen = nil }()
+	const warning = "another worker seems to run under this worker's consumer name"
+	start := func(ctx context.Context) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- runWorker(ctx, []string{"supervisor", "-transport", "redis", "-redis", addr, "-consumer", "worker-1",
+				"-listen", "127.0.0.1:0", "-summary-every", "0"})
+		}()
+		select {
+		case <-listening:
+		case err := <-done:
+			t.Fatalf("a worker ended at its start: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a worker did not start within 30 s")
+		}
+		return done
+	}
+	// Entries keep coming (malformed events, dead-lettered): a worker
+	// that reads them is seen reading (Redis counts a consumer's idle time
+	// from its last read that got entries).
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	feed, stopFeed := context.WithCancel(context.Background())
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		for feed.Err() == nil {
+			rc.XAdd(feed, &redis.XAddArgs{Stream: "delivery-failures", Values: []any{"value", "not an event"}})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer func() { stopFeed(); <-fed }()
+	ctx1, stop1 := context.WithCancel(context.Background())
+	done1 := start(ctx1)
+	if strings.Contains(log.String(), warning) {
+		t.Fatalf("the first worker of its name warned:\n%s", log.String())
+	}
+	// The first reads: its name is in the group.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cs, _ := rc.XInfoConsumers(context.Background(), "delivery-failures", "sluice-supervisor").Result()
+		if len(cs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first worker did not read within 10 s:\n%s", log.String())
+		}
+	}
+	ctx2, stop2 := context.WithCancel(context.Background())
+	done2 := start(ctx2)
+	if n := strings.Count(log.String(), warning); n == 0 {
+		t.Fatalf("a second worker of the same name, the first running, did not warn:\n%s", log.String())
+	}
+	stop1()
+	stop2()
+	for _, done := range []<-chan error{done1, done2} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	warned := strings.Count(log.String(), warning)
+	ctx3, stop3 := context.WithCancel(context.Background())
+	done3 := start(ctx3)
+	stop3()
+	if err := <-done3; err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String(), warning); n != warned {
+		t.Fatalf("a worker started under the name of stopped ones warned:\n%s", log.String())
 	}
 }
