@@ -103,10 +103,15 @@ func isFatal(err error) bool {
 }
 
 // isNoGroup reports whether err is Redis' NOGROUP: the stream or its
-// group does not exist.
+// group does not exist; or, for a read blocked on a stream deleted
+// meanwhile, "UNBLOCKED the stream key no longer exists".
 func isNoGroup(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(re.Error(), "NOGROUP")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "NOGROUP") || strings.HasPrefix(msg, "UNBLOCKED") && strings.Contains(msg, "no longer exists")
 }
 
 // wrap names the source's address in an error of a call.

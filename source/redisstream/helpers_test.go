@@ -148,6 +148,8 @@ func (r *running) await(t *testing.T, what string, cond func(got []stream.Messag
 	}
 }
 
+type streamMsg = stream.Message[[]byte]
+
 // count returns a condition: at least n messages arrived.
 func count(n int) func([]stream.Message[[]byte]) bool {
 	return func(got []stream.Message[[]byte]) bool { return len(got) >= n }
