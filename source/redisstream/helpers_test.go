@@ -166,3 +166,20 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// drainAll calls fn for every message until the input ends.
+func drainAll(ctx context.Context, in *stream.Inlet[[]byte], fn func(m *stream.Message[[]byte])) error {
+	for {
+		b, err := in.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for i := range b.Items {
+			fn(&b.Items[i])
+		}
+		b.Release()
+	}
+}
