@@ -72,7 +72,7 @@ func (s *Source) read(ctx context.Context, out *stream.Outlet[[]byte]) error {
 			return err
 		}
 		room := s.cfg.MaxInFlight - s.heldCount()
-		if room <= 0 {
+		if room <= 0 || s.paused.Load() {
 			if err := out.Flush(ctx); err != nil {
 				return quiet(ctx, err)
 			}
