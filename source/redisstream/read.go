@@ -193,7 +193,7 @@ func (r *reader) readPending(ctx context.Context, i, room int) error {
 	if err != nil {
 		return err
 	}
-	return r.deliver(ctx, int32(i), es, counts, false)
+	return r.deliver(ctx, int32(i), es, counts, true)
 }
 
 // readNew reads new entries (">") of the streams, blocking up to Block.
