@@ -19,7 +19,7 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 	c := client(t, testenv.Redis(t))
 	const n = 50
 	produce(t, c, "jobs", 0, n)
-	const minIdle = 600 * time.Millisecond
+	const minIdle = time.Second
 	cfg := func(consumer string) redisstream.Config {
 		return redisstream.Config{Client: c, Streams: []string{"jobs"}, Group: "g", Consumer: consumer, Create: true,
 			MinIdle: minIdle, ClaimEvery: 20 * time.Millisecond, Block: 50 * time.Millisecond}
@@ -28,8 +28,8 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 	busy.await(t, "the busy source to read every entry", count(n))
 	other := run(t, newSource(t, cfg("other")), true)
 
-	// Five times MinIdle, as the busy source's entries age: none may move.
-	deadline := time.Now().Add(5 * minIdle)
+	// Four times MinIdle, as the busy source's entries age: none may move.
+	deadline := time.Now().Add(4 * minIdle)
 	for time.Now().Before(deadline) {
 		for id, owner := range pendingIDs(t, c, "jobs", "g") {
 			if owner != "busy" {
