@@ -87,8 +87,12 @@ func (s *Source) Ready(context.Context) error {
 
 // isFatal reports whether err is a refusal by the server that retrying
 // cannot cure (NOGROUP, WRONGTYPE, NOPERM, a script error...), as opposed
-// to a lost connection or a server still loading its data.
+// to a lost connection or a server still loading its data; and a client
+// closed while the source ran.
 func isFatal(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return true // the client was closed under the source
+	}
 	var re redis.Error
 	if !errors.As(err, &re) || errors.Is(err, redis.Nil) {
 		return false
