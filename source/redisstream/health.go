@@ -16,7 +16,7 @@ import (
 
 // ErrOutage is wrapped by the error that ends Run when Redis has been
 // unreachable for longer than Config.MaxOutage.
-var ErrOutage = errors.New("sluice: redis stream source: redis unreachable")
+var ErrOutage = errors.New("sluice: redis stream source: redis lost for longer than MaxOutage")
 
 // health follows the source's contact with Redis: when it last answered,
 // since when its calls fail, and the last error.
