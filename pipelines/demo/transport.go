@@ -31,9 +31,9 @@ type transport struct {
 	brokers []string // Kafka's; nil on Redis
 	// producer writes the load and the workers' records.
 	producer kafkasink.Producer
-	// open opens a source that reads topic in group, for an incarnation
-	// of the workers.
-	open func(ctx context.Context, group, topic string) (input, error)
+	// open opens a source that reads topic in group, for the life-th
+	// incarnation of the workers (from 1).
+	open func(ctx context.Context, group, topic string, life int) (input, error)
 	// verify reads the topics back for the verification.
 	verify []VerifyOption
 }
@@ -82,7 +82,7 @@ func startTransport(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups)
 		return nil, err
 	}
 	cl.add(producer.Close)
-	open := func(ctx context.Context, group, topic string) (input, error) {
+	open := func(ctx context.Context, group, topic string, _ int) (input, error) {
 		s, err := kafka.NewSource(ctx, kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: group,
 			Topics: []string{topic}, Logger: cfg.Logger})
 		if err != nil {

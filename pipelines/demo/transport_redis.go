@@ -13,10 +13,15 @@ import (
 	"github.com/sluice-streams/sluice/source/redisstream"
 )
 
-// consumerName is the demo's name in every consumer group: each
-// incarnation takes it over, and at its start reads again what the one
-// before had read and not finished (its entries still pending).
-const consumerName = "demo"
+// Each incarnation of the workers is a consumer of its groups of its own,
+// "demo-1", "demo-2", ...: what a crashed one had read and not settled
+// is taken over by the next once idle for reclaimAfter (a live
+// incarnation renews its own entries, however long they take). The demo
+// does not restart one under the name of the one before, which would
+// take its pending entries back at once: the embedded Redis (miniredis)
+// does not page through a pending list (an XPENDING range from an
+// exclusive "(id" is refused).
+const reclaimAfter = 2 * time.Second
 
 // redisInput is a Redis stream's source, reading the stream in group.
 type redisInput struct {
@@ -95,7 +100,7 @@ func startStreams(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (
 	producer := sinkredis.NewProducer(rc)
 	cl.add(producer.Close)
 	fmt.Fprintf(w, "transport: Redis streams on %s, a consumer group each\n", cfg.Redis)
-	open := func(ctx context.Context, group, topic string) (input, error) {
+	open := func(ctx context.Context, group, topic string, life int) (input, error) {
 		// An entry delivered too many times, or without a value, goes to
 		// the dead letters of the worker that reads it.
 		dead := topicDead
@@ -103,7 +108,7 @@ func startStreams(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (
 			dead = topicSupervisorDead
 		}
 		s, err := redisstream.New(ctx, redisstream.Config{Client: rc, Streams: []string{topic}, Group: group,
-			Consumer: consumerName, Create: true, DeadLetter: dead, Logger: cfg.Logger})
+			Consumer: fmt.Sprintf("demo-%d", life), Create: true, MinIdle: reclaimAfter, DeadLetter: dead, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

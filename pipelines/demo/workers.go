@@ -140,6 +140,7 @@ type spawner struct {
 	// are registered once).
 	schedMetrics, supMetrics *observe.Metrics
 	drain                    time.Duration // the pipelines' drain timeout (0: their default)
+	lives                    int           // incarnations spawned
 	errs                     chan error    // a pipeline that ended with an error, crashes aside
 }
 
@@ -147,9 +148,10 @@ type spawner struct {
 // metrics.
 func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, error) {
 	inc := &incarnation{done: make(chan struct{})}
+	sp.lives++
 	var srcs []input
 	open := func(group, topic string) (input, error) {
-		s, err := sp.tr.open(ctx, group, topic)
+		s, err := sp.tr.open(ctx, group, topic, sp.lives)
 		if err == nil {
 			srcs = append(srcs, s)
 		}
