@@ -62,19 +62,17 @@ func (w *worker) joinStreams(ctx context.Context) error {
 	}
 	reads = append(reads, groupRead{f.rf.retryTopic, f.replayGroup()})
 	w.warnIfNameInUse(ctx, reads, time.Second+time.Second/2)
-	for l, name := range f.inputs {
-		group, _ := f.levelGroup(l, len(f.inputs))
-		s, err := open(group, name)
+	for i, r := range reads {
+		s, err := open(r.group, r.stream)
 		if err != nil {
 			return err
 		}
-		w.srcs = append(w.srcs, s)
+		if i < len(f.inputs) {
+			w.srcs = append(w.srcs, s)
+		} else {
+			w.replay = s
+		}
 	}
-	replay, err := open(f.replayGroup(), f.rf.retryTopic)
-	if err != nil {
-		return err
-	}
-	w.replay = replay
 	return nil
 }
 
