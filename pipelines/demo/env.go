@@ -44,6 +44,9 @@ func startEmbeddedRedis(cfg *Config, w io.Writer, cl *cleanups) error {
 		what = "streams and step records"
 	}
 	fmt.Fprintf(w, "%s: embedded Redis (miniredis) on %s\n", what, cfg.Redis)
+	if cfg.Transport == TransportRedis {
+		fmt.Fprintln(w, "  (a server inside this process, slower than redis-server: -redis host:port runs on one)")
+	}
 	return nil
 }
 
