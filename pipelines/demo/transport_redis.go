@@ -21,6 +21,9 @@ import (
 // take its pending entries back at once: the embedded Redis (miniredis)
 // does not page through a pending list (an XPENDING range from an
 // exclusive "(id" is refused).
+// A run without restarts keeps the source's default (30 s): a live
+// source renews its entries every MinIdle/3, calls that would slow the
+// embedded server for nothing.
 const reclaimAfter = 2 * time.Second
 
 // redisInput is a Redis stream's source, reading the stream in group.
@@ -100,6 +103,10 @@ func startStreams(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (
 	producer := sinkredis.NewProducer(rc)
 	cl.add(producer.Close)
 	fmt.Fprintf(w, "transport: Redis streams on %s, a consumer group each\n", cfg.Redis)
+	var minIdle time.Duration // the source's default
+	if cfg.Restarts > 0 {
+		minIdle = reclaimAfter
+	}
 	open := func(ctx context.Context, group, topic string, life int) (input, error) {
 		// An entry delivered too many times, or without a value, goes to
 		// the dead letters of the worker that reads it.
@@ -108,7 +115,7 @@ func startStreams(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (
 			dead = topicSupervisorDead
 		}
 		s, err := redisstream.New(ctx, redisstream.Config{Client: rc, Streams: []string{topic}, Group: group,
-			Consumer: fmt.Sprintf("demo-%d", life), Create: true, MinIdle: reclaimAfter, DeadLetter: dead, Logger: cfg.Logger})
+			Consumer: fmt.Sprintf("demo-%d", life), Create: true, MinIdle: minIdle, DeadLetter: dead, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}

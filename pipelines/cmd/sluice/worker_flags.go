@@ -121,7 +121,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 			"every worker running at once needs a name of its own")
 	fs.DurationVar(&f.reclaimAfter, "reclaim-after", 30*time.Second,
 		"with -transport redis: how long what a stopped or killed worker had read and not finished waits before the others "+
-			"take it over (a live worker keeps its own, however long it takes)")
+			"take it over (a live worker keeps its own, however long it takes, renewing them every third of this)")
 	fs.StringVar(&f.failures, "failures-topic", "delivery-failures", "topic of compensation events")
 	fs.StringVar(&f.group, "group", "sluice-"+f.which, "consumer group")
 	fs.StringVar(&f.instance, "instance-id", "",
