@@ -76,8 +76,10 @@ func MaxBytes(n int) Option {
 // RetryFor is how long a lost connection to Redis (refused, reset, timed
 // out, a server still loading its data) is retried, with backoff, before
 // Run fails with an error naming the address; the messages not written
-// stay unsettled, for replay. Default: DefaultRetryFor (1 min); 0 fails at
-// the first loss (after the client's own retries).
+// stay unsettled, for replay. The client's own retries
+// (redis.Options.MaxRetries, 3 by default, within a second) come first,
+// inside each attempt. Default: DefaultRetryFor (1 min); 0 fails at the
+// first loss.
 func RetryFor(d time.Duration) Option {
 	return func(o *options) {
 		if d < 0 {

@@ -173,7 +173,7 @@ func (w *writer) flush(ctx context.Context) error {
 		left := w.o.retryFor - time.Since(lostSince)
 		if left <= 0 {
 			w.count()
-			return fmt.Errorf("%w: redis at %s: %d entries not written for %v: %w", ErrUnreachable, w.addr, len(next), w.o.retryFor, lost)
+			return fmt.Errorf("%w at %s: %d entries not written for %v: %w", ErrUnreachable, w.addr, len(next), w.o.retryFor, lost)
 		}
 		w.c.retries.Add(1)
 		if err := sleep(ctx, min(jitter(backoff), left)); err != nil {
