@@ -27,8 +27,9 @@ type run[T any] struct {
 	idle    chan struct{}
 	failed  chan struct{} // a failure was added to fails
 
-	defaultTopic string          // the client's, for records without a topic
-	warnedBatch  map[string]bool // topics whose refused batches were warned of
+	defaultTopic  string          // the client's, for records without a topic
+	measuresAlone bool            // the producer refuses a record for itself, never for its batch
+	warnedBatch   map[string]bool // topics whose refused batches were warned of
 }
 
 type failed[T any] struct {

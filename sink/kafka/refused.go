@@ -40,7 +40,7 @@ func (r *run[T]) handle(ctx context.Context) (again int, err error) {
 			// stop, leaving it unsettled for replay.
 			return again, stream.Fatal(err)
 		}
-		if tooLarge(f.err) && !f.alone {
+		if tooLarge(f.err) && !f.alone && !r.measuresAlone {
 			r.warnBatch(ctx, topic, f.err)
 			lone = append(lone, f)
 			continue

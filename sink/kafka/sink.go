@@ -106,6 +106,12 @@ const MaxShrinkSteps = 8
 // error a record has of its own (kerr.MessageTooLarge, ErrUnproducible)
 // fails only its message. Flush returns once every record produced
 // before it has its outcome.
+//
+// A Producer that measures each record alone against its limit, never a
+// batch of them (the Redis Streams one), says so with a method
+// MeasuresRecordsAlone(): a record it refuses as too large is then written
+// smaller at once, rather than produced again alone first as a record of
+// a Kafka batch refused whole is (see the package doc).
 type Producer interface {
 	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	Flush(ctx context.Context) error
@@ -218,6 +224,7 @@ func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	if o, ok := s.cl.(interface{ OptValue(any) any }); ok {
 		r.defaultTopic, _ = o.OptValue(kgo.DefaultProduceTopic).(string)
 	}
+	_, r.measuresAlone = s.cl.(interface{ MeasuresRecordsAlone() })
 	for {
 		if _, err := r.handle(ctx); err != nil {
 			return err

@@ -75,6 +75,11 @@ func NewProducer(client redis.UniversalClient, opts ...Option) *Producer {
 	return p
 }
 
+// MeasuresRecordsAlone tells the Kafka sinks that a record refused as too
+// large is too large by itself (MaxBytes applies to each entry, not to a
+// batch): they write it smaller at once.
+func (p *Producer) MeasuresRecordsAlone() {}
+
 // Validate reports a bad option.
 func (p *Producer) Validate() error { return p.o.validate("redis stream producer") }
 
