@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/sink"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
+	"github.com/sluice-streams/sluice/sink/redisstream"
 	"github.com/sluice-streams/sluice/source"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/source/ownership"
@@ -118,7 +119,15 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		return v, nil
 	}), stream.Name("count"))
 	stream.To(s, ck, stream.Name("checkpoint"))
-	stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error { return nil }), stream.Name("dead-letter"))
+	// Failures go to a Redis stream (miniredis here), for the sink's
+	// metrics.
+	mr := miniredis.RunT(t)
+	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rc.Close()
+	reason := func(m *stream.Message[stream.Failure]) (redisstream.Entry, error) {
+		return redisstream.Entry{Value: []byte(m.Value.Err.Error())}, nil
+	}
+	stream.To(g.Failures(), redisstream.NewSink(rc, "dead-letters", reason), stream.Name("dead-letter"))
 	// One call finds every part: the source, the asynchronous stage with
 	// its breaker and budget, the checkpoint sink.
 	if err := m.Register(g); err != nil {
@@ -156,6 +165,7 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 		"sluice_lane_busy_seconds_total", "sluice_priority_received_total", "sluice_priority_emitted_total",
 		"sluice_ownership_owned_partitions", "sluice_ownership_members", "sluice_ownership_claims_total",
 		"sluice_ownership_renewals_total", "sluice_ownership_checkpoints_total", "sluice_ownership_renewal_seconds",
+		"sluice_redisstream_written_total", "sluice_redisstream_write_seconds",
 	} {
 		if v := total(t, reg, name); v <= 0 {
 			t.Errorf("%s = %v: absent or did not move", name, v)
