@@ -144,17 +144,13 @@ func (w *writer) flush(ctx context.Context) error {
 			_ = w.pipe.Process(ctx, w.cmds[i])
 		}
 		_, _ = w.pipe.Exec(ctx)
-		if err := ctx.Err(); err != nil {
-			w.count()
-			return err
-		}
 		next := w.todo[:0]
 		var lost error
 		for _, i := range w.todo {
 			switch err := w.cmds[i].Err(); {
 			case err == nil:
 				w.ok[i] = true
-			case transient(err):
+			case ctx.Err() != nil || transient(err):
 				next = append(next, i)
 				lost = err
 			default:
@@ -165,6 +161,11 @@ func (w *writer) flush(ctx context.Context) error {
 		if len(next) == 0 {
 			w.count()
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			// What was written is settled; the rest stays for replay.
+			w.count()
+			return err
 		}
 		if len(next) < len(w.todo) || lostSince.IsZero() {
 			lostSince, backoff = time.Now(), firstBackoff // progress: the loss starts again
