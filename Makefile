@@ -2,7 +2,7 @@
 GO ?= go
 BENCHTIME ?= 1s
 
-.PHONY: bench-peers bench-delivery-deployed bench-sensors run test test-short test-peers test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority
+.PHONY: bench-peers bench-delivery-deployed bench-sensors run test test-short test-peers test-kafka vet fmt-check bench bench-engine bench-async bench-kafka bench-storm bench-delivery bench-priority bench-redis
 
 # The main job on embedded defaults: the drone delivery scheduler with an
 # in-process broker, simulated backends and load: 30 s of load, then the
@@ -68,6 +68,16 @@ bench-async:
 # The Kafka pipeline benchmark against kfake (1,000,000 records, 16 partitions).
 bench-kafka:
 	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkKafkaPipeline -benchtime 5x .
+
+# Redis Streams on a real redis-server (needs redis-server installed):
+# reading 1,000,000 entries of 200 bytes in a consumer group by hand, with
+# sluice and with Watermill (a peer module built from
+# benchmarks/peers/watermill-redis, whose modules come from the Go proxy
+# the first time), and writing them by hand and with sluice's sink (about
+# 2 minutes, most of it Watermill's; SLUICE_REDIS_ENTRIES=100000 for a
+# shorter run).
+bench-redis:
+	cd benchmarks && $(GO) test -run '^$$' -bench BenchmarkRedisStreams -benchtime 1x .
 
 # The retry storm: a service down for 5 s under 200 clients (about 40 s).
 bench-storm:
