@@ -43,12 +43,13 @@ test-kafka:
 vet:
 	$(GO) vet ./...
 
-# The Watermill peer of bench-peers, a module of its own, vetted and built
-# so that it does not rot (downloads Sarama and OpenTelemetry the first
-# time; about a minute then, seconds after). Not part of make test; CI runs
-# it.
+# The Watermill peers of bench-peers and bench-redis, modules of their own,
+# vetted and built so that they do not rot (downloads Sarama,
+# OpenTelemetry and watermill-redisstream the first time; about a minute
+# then, seconds after). Not part of make test; CI runs it.
 test-peers:
 	cd benchmarks/peers/watermill && $(GO) vet ./... && $(GO) build -o /dev/null .
+	cd benchmarks/peers/watermill-redis && $(GO) vet ./... && $(GO) build -o /dev/null .
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
