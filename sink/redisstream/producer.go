@@ -170,12 +170,13 @@ func (p *Producer) finished(n int) {
 func (p *Producer) run(w *writer) {
 	defer close(p.stopped)
 	var batch []queued
+	var idx []int
 	for {
 		batch = p.take(batch[:0])
 		if batch == nil {
 			return
 		}
-		p.write(w, batch)
+		idx = p.write(w, batch, idx[:0])
 		clear(batch)
 	}
 }
@@ -210,13 +211,13 @@ func (p *Producer) take(batch []queued) []queued {
 	return batch
 }
 
-// write appends batch's records and calls their promises, in order.
-func (p *Producer) write(w *writer, batch []queued) {
-	var hs []stream.Header
-	idx := make([]int, len(batch)) // each record's entry in w, or -1
+// write appends batch's records and calls their promises, in order. idx
+// is scratch space, returned for the next call.
+func (p *Producer) write(w *writer, batch []queued, idx []int) []int {
+	hs := w.hs[:0]
 	for i := range batch {
 		q := &batch[i]
-		idx[i] = -1
+		idx = append(idx, -1) // the record's entry in w, if it has one
 		if q.err == nil {
 			q.err = q.ctx.Err()
 		}
@@ -266,6 +267,8 @@ func (p *Producer) write(w *writer, batch []queued) {
 		p.mu.Unlock()
 		p.failAll(rest, err)
 	}
+	w.hs = hs[:0]
+	return idx
 }
 
 // failAll fails every record of qs with err.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -210,5 +211,23 @@ func TestBadArguments(t *testing.T) {
 				t.Fatalf("Run = %v, want a *stream.ConfigError naming %s", err, tc.arg)
 			}
 		})
+	}
+}
+
+func TestKeyOfAnotherTypeIsFatalAndLeavesMessagesUnsettled(t *testing.T) {
+	c := newClient(t, testenv.Redis(t))
+	name := freshStream("not-a-stream")
+	if err := c.Set(context.Background(), name, "a string", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	stream.To(stream.From(g, numbered(tr, 0, 10)), redisstream.NewSink(c, name, redisstream.Values))
+	err := g.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Run = %v, want the server's refusal naming stream %s", err, name)
+	}
+	if st := tr.Stats(); st.Total() != 0 {
+		t.Fatalf("settled %+v, want nothing: no entry was written", st)
 	}
 }
