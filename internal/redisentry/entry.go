@@ -110,3 +110,30 @@ func ID(offset int64) string {
 	}
 	return strconv.FormatInt(offset>>SeqBits, 10) + "-" + strconv.FormatInt(offset&(1<<SeqBits-1), 10)
 }
+
+// DecodeBytes is Decode for fields read as bytes (a raw reply): the
+// record's value, key and header values are the given slices, not copies.
+func DecodeBytes(valueField string, fields [][]byte) (Record, error) {
+	if valueField == "" {
+		valueField = FieldValue
+	}
+	if len(fields)%2 != 0 {
+		return Record{}, fmt.Errorf("an entry has %d field strings, want name-value pairs", len(fields))
+	}
+	var r Record
+	for i := 0; i < len(fields); i += 2 {
+		name, v := fields[i], fields[i+1]
+		switch {
+		case string(name) == valueField:
+			r.Value, r.HasValue = v, true
+			if r.Value == nil {
+				r.Value = []byte{}
+			}
+		case string(name) == FieldKey:
+			r.Key = v
+		case len(name) >= len(HeaderPrefix) && string(name[:len(HeaderPrefix)]) == HeaderPrefix:
+			r.Headers = append(r.Headers, stream.Header{Key: string(name[len(HeaderPrefix):]), Value: v})
+		}
+	}
+	return r, nil
+}

@@ -12,24 +12,23 @@ import (
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
-	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // readTimeout bounds reading a dead-letter topic to its end.
 const readTimeout = 30 * time.Second
 
 // reasons reads a dead-letter topic: record key (the request id) ->
-// reason. It reads every partition up to the end the broker reported when
-// the read began (kafka.ReadToEnd), not until the broker has been silent
-// for a while: a slow first fetch (a loaded machine, a remote cluster)
-// must not read as an empty topic, which would report every dead-lettered
+// reason. It reads every partition up to the end the topic had when the
+// read began (Reader.ReadToEnd), not until the broker has been silent for
+// a while: a slow first fetch (a loaded machine, a remote cluster) must
+// not read as an empty topic, which would report every dead-lettered
 // request lost. Not reaching the end within readTimeout is an error. The
 // marks of `sluice deadletters replay` are not dead letters.
-func reasons(brokers []string, topic string) (map[string]string, error) {
+func reasons(rd Reader, topic string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	out := map[string]string{}
-	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{}, func(r *kgo.Record) bool {
+	err := rd.ReadToEnd(ctx, topic, time.Time{}, func(r *kgo.Record) bool {
 		d := kafkasink.ReadDeadLetter(r)
 		if d.ReplayOf == "" {
 			out[string(r.Key)] = d.Reason
@@ -46,11 +45,11 @@ func reasons(brokers []string, topic string) (map[string]string, error) {
 // requests that at least one of them says a service refused for good
 // (delivery.HeaderCause). An event of an earlier scheduler, without the
 // header, says nothing.
-func refusedFor(brokers []string, topic string) (map[string]bool, error) {
+func refusedFor(rd Reader, topic string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	out := map[string]bool{}
-	err := kafka.ReadToEnd(ctx, []kgo.Opt{kgo.SeedBrokers(brokers...)}, topic, time.Time{}, func(r *kgo.Record) bool {
+	err := rd.ReadToEnd(ctx, topic, time.Time{}, func(r *kgo.Record) bool {
 		if !slices.ContainsFunc(r.Headers, func(h kgo.RecordHeader) bool {
 			return h.Key == delivery.HeaderCause && string(h.Value) == delivery.CauseRefused
 		}) {
@@ -70,24 +69,13 @@ func refusedFor(brokers []string, topic string) (map[string]bool, error) {
 }
 
 // DeadLettersWritten returns how many records the scheduler's dead-letter
-// topic holds, counting from its first offset ever (the sum of its
-// partitions' end offsets): at least as many as one run wrote, which is
-// what Accounted's dead needs, at the cost of two small requests.
+// topic holds, counting from its first record ever (Reader.Written: on
+// Kafka the sum of its partitions' end offsets): at least as many as one
+// run wrote, which is what Accounted's dead needs, at the cost of two
+// small requests. It reads the Kafka brokers, or the Reader of ReadFrom.
 func DeadLettersWritten(ctx context.Context, brokers []string, opts ...VerifyOption) (int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	bounds, err := offsetBounds(ctx, cl, verifyOptions(opts).deadLetters)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, b := range bounds {
-		n += int(b.end)
-	}
-	return n, nil
+	c := verifyOptions(brokers, opts)
+	return c.reader.Written(ctx, c.deadLetters)
 }
 
 // span is a partition's first offset and the offset after its last

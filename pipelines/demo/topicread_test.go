@@ -51,14 +51,14 @@ func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
 		}
 		return nil, nil, false // answered as usual, late
 	})
-	got, err := reasons(brokers, topicDead)
+	got, err := reasons(KafkaReader(brokers), topicDead)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != n || got["d-7"] != "reason 7" || fetches.Load() == 0 {
 		t.Fatalf("read %d dead letters (d-7: %q) in %d fetches, want %d", len(got), got["d-7"], fetches.Load(), n)
 	}
-	if got, err := reasons(brokers, topicSupervisorDead); err != nil || len(got) != 0 {
+	if got, err := reasons(KafkaReader(brokers), topicSupervisorDead); err != nil || len(got) != 0 {
 		t.Fatalf("an empty topic: %v %v", got, err)
 	}
 	if written, err := DeadLettersWritten(ctx, brokers); err != nil || written != n {
@@ -66,12 +66,12 @@ func TestReasonsReadTheWholeTopicOfASlowBroker(t *testing.T) {
 	}
 	// The mark `sluice deadletters replay` leaves, keyed like the dead
 	// letter it marks, is not a dead letter and does not hide its reason.
-	got, _ = reasons(brokers, topicDead)
+	got, _ = reasons(KafkaReader(brokers), topicDead)
 	d := kafkasink.ReadDeadLetter(&kgo.Record{Topic: topicDead, Key: []byte("d-7"), Partition: 0, Offset: 3})
 	if err := cl.ProduceSync(ctx, d.ReplayMarker("delivery-requests")).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	if after, err := reasons(brokers, topicDead); err != nil || len(after) != len(got) || after["d-7"] != "reason 7" {
+	if after, err := reasons(KafkaReader(brokers), topicDead); err != nil || len(after) != len(got) || after["d-7"] != "reason 7" {
 		t.Fatalf("after a replay mark: d-7 %q, %d dead letters (%v), want %d", after["d-7"], len(after), err, len(got))
 	}
 }

@@ -129,8 +129,8 @@ func (s Summary) CompletedShare() float64 {
 // reason. A request dead-lettered is accounted for, whatever its kind (a
 // deliverable one whose transient faults outlasted its retries before any
 // step succeeded lands there too, with its reason).
-func deadLetters(brokers []string, c verifyConfig) (map[string]string, error) {
-	return reasons(brokers, c.deadLetters)
+func deadLetters(c verifyConfig) (map[string]string, error) {
+	return reasons(c.reader, c.deadLetters)
 }
 
 // arrived reports whether request id reached the workers: a service
@@ -175,7 +175,7 @@ func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string, opt
 	if dead >= 0 && dead < len(pending) {
 		return false
 	}
-	dl, err := deadLetters(brokers, verifyOptions(opts))
+	dl, err := deadLetters(verifyOptions(brokers, opts))
 	if err != nil {
 		return false
 	}
@@ -200,13 +200,13 @@ func Accounted(sent *loadgen.Sent, l LedgerView, dead int, brokers []string, opt
 // sent without an acknowledgement (Sent.Unconfirmed) is judged so only if
 // it reached the workers; otherwise it is only counted.
 func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOption) (Summary, error) {
-	c := verifyOptions(opts)
+	c := verifyOptions(brokers, opts)
 	kinds, dups := sent.Kinds()
-	dead, err := deadLetters(brokers, c)
+	dead, err := deadLetters(c)
 	if err != nil {
 		return Summary{}, err
 	}
-	undoneNot, err := reasons(brokers, c.compensationDeadLetters)
+	undoneNot, err := reasons(c.reader, c.compensationDeadLetters)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -216,7 +216,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 	var refusedErr error
 	isRefused := func(id string) bool {
 		if refused == nil && refusedErr == nil {
-			refused, refusedErr = refusedFor(brokers, c.failures)
+			refused, refusedErr = refusedFor(c.reader, c.failures)
 		}
 		return refused[id]
 	}

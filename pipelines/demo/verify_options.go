@@ -6,6 +6,18 @@ type VerifyOption func(*verifyConfig)
 
 type verifyConfig struct {
 	deadLetters, compensationDeadLetters, failures string
+	reader                                         Reader
+}
+
+// ReadFrom reads the topics through r instead of the Kafka brokers: with
+// RedisReader, the Redis streams of the topics' names, for workers that
+// run on Redis Streams (the brokers are then not used, and may be nil).
+func ReadFrom(r Reader) VerifyOption {
+	return func(c *verifyConfig) {
+		if r != nil {
+			c.reader = r
+		}
+	}
 }
 
 // FailuresTopic names the scheduler's compensation events topic (`sluice
@@ -36,10 +48,15 @@ func DeadLetterTopics(scheduler, supervisor string) VerifyOption {
 	}
 }
 
-func verifyOptions(opts []VerifyOption) verifyConfig {
+// verifyOptions applies opts; the topics are read on the Kafka brokers
+// unless ReadFrom says otherwise.
+func verifyOptions(brokers []string, opts []VerifyOption) verifyConfig {
 	c := verifyConfig{deadLetters: topicDead, compensationDeadLetters: topicSupervisorDead, failures: topicFailures}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.reader == nil {
+		c.reader = KafkaReader(brokers)
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,5 +206,60 @@ func TestRunRefusesAClientThatWantsNoAcknowledgement(t *testing.T) {
 	err = Run(ctx, cl, Default("requests", 200, time.Second), sent)
 	if kinds, _ := sent.Kinds(); err == nil || sent.Total() != 0 || len(kinds) != 0 {
 		t.Fatalf("Run = %v with %d requests recorded as acknowledged; the broker took none", err, sent.Total())
+	}
+}
+
+// lossyProducer acknowledges its first ok records and fails every later
+// one as a connection lost after the write may have reached the server.
+type lossyProducer struct {
+	ok      int
+	mu      sync.Mutex
+	written []string
+}
+
+var errLostReply = errors.New("connection lost before the reply")
+
+func (p *lossyProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.mu.Lock()
+	n := len(p.written)
+	p.written = append(p.written, string(r.Key))
+	p.mu.Unlock()
+	if n < p.ok {
+		promise(r, nil)
+		return
+	}
+	promise(r, errLostReply)
+}
+
+func (p *lossyProducer) Flush(context.Context) error { return nil }
+
+// A producer other than a Kafka client (a Redis stream's writer) may have
+// written a record whose reply it lost: such a request is recorded as
+// unconfirmed, not dropped, and the first failure stops the load with an
+// error that names it.
+func TestRunRecordsFailuresOfAnotherProducerAsUnconfirmed(t *testing.T) {
+	p := &lossyProducer{ok: 50}
+	cfg := Default("requests", 2000, 2*time.Second)
+	cfg.Duplicate = 0
+	sent := NewSent()
+	err := Run(context.Background(), p, cfg, sent)
+	if !errors.Is(err, errLostReply) || !strings.Contains(err.Error(), "unconfirmed") || !strings.Contains(err.Error(), "the server") {
+		t.Fatalf("Run = %v, want the lost reply, the failed requests recorded as unconfirmed", err)
+	}
+	kinds, _ := sent.Kinds()
+	unconfirmed := sent.Unconfirmed()
+	if len(kinds) != 50 || sent.NotWritten() != 0 || len(unconfirmed) != len(p.written)-50 {
+		t.Fatalf("recorded %d acknowledged, %d unconfirmed, %d not written; the producer acknowledged 50 of %d",
+			len(kinds), len(unconfirmed), sent.NotWritten(), len(p.written))
+	}
+	for _, k := range p.written[:50] {
+		if _, ok := kinds[k]; !ok {
+			t.Fatalf("%s acknowledged, not recorded", k)
+		}
+	}
+	for _, k := range p.written[50:] {
+		if _, ok := unconfirmed[k]; !ok {
+			t.Fatalf("%s failed, not recorded as unconfirmed", k)
+		}
 	}
 }

@@ -1,4 +1,5 @@
-// Package loadgen produces delivery requests to Kafka at a target rate,
+// Package loadgen produces delivery requests to Kafka, or to Redis streams,
+// at a target rate,
 // with a share of malformed, invalid, duplicate, suspended-owner and
 // undeliverable requests, and records what the brokers acknowledged so that a run can be
 // verified afterwards. Requests have a level of priority drawn from a mix
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/source/kafka"
 )
 
@@ -178,27 +180,34 @@ const (
 // suspended (the simulated accounts service uses it).
 func SuspendedOwner(owner string) bool { return strings.HasPrefix(owner, "suspended-") }
 
-// Run checks that the brokers answer and hold the topics (an error naming
-// them, before anything is sent), then produces requests until
-// cfg.Duration has passed or ctx is done, and waits up to
-// cfg.FlushTimeout for the brokers to acknowledge them. sent records
-// what they acknowledged; a request left unanswered is recorded apart
-// (Sent.Unconfirmed), and one they refused is not recorded. The first
-// refusal stops the load: Run returns it. A client that asks for no
-// acknowledgement (kgo.RequiredAcks(kgo.NoAck())) is refused.
-func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
+// Run produces requests through p until cfg.Duration has passed or ctx
+// is done, and waits up to cfg.FlushTimeout for them to be acknowledged.
+// p is a *kgo.Client (Kafka topics) or any other sink/kafka.Producer, such
+// as sink/redisstream's Producer (Redis streams of the topics' names).
+// sent records what was acknowledged; a request left unanswered is
+// recorded apart (Sent.Unconfirmed), and one refused is not recorded. The
+// first refusal stops the load: Run returns it.
+//
+// With a *kgo.Client, Run first checks that the brokers answer and hold
+// the topics (an error naming them, before anything is sent), and refuses
+// a client that asks for no acknowledgement (kgo.RequiredAcks(kgo.NoAck())).
+// Another producer is taken as one that may have written a record it
+// failed (its reply lost): such a request is recorded as unconfirmed.
+func Run(ctx context.Context, p kafkasink.Producer, cfg Config, sent *Sent) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
 	cfg = cfg.withDefaults()
-	if acks, _ := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks == kgo.NoAck() {
-		// Its produces succeed once written to a connection: what the
-		// brokers took, or refused, it never hears.
-		return errors.New("loadgen: nothing sent: the client asks for no acknowledgement (RequiredAcks(NoAck)), " +
-			"so what the brokers took could not be told from what they refused")
-	}
-	if err := check(ctx, cl, cfg); err != nil {
-		return err
+	if cl, ok := p.(*kgo.Client); ok {
+		if acks, _ := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); acks == kgo.NoAck() {
+			// Its produces succeed once written to a connection: what the
+			// brokers took, or refused, it never hears.
+			return errors.New("loadgen: nothing sent: the client asks for no acknowledgement (RequiredAcks(NoAck)), " +
+				"so what the brokers took could not be told from what they refused")
+		}
+		if err := check(ctx, cl, cfg); err != nil {
+			return err
+		}
 	}
 	g := newGen(cfg)
 	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/50)))
@@ -210,7 +219,7 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 	// the client's buffer) for good.
 	pctx, cancel := context.WithDeadline(ctx, start.Add(cfg.Duration+cfg.FlushTimeout))
 	defer cancel()
-	acks := newAcks(pctx, cl, sent)
+	acks := newAcks(pctx, p, sent)
 	// The limiter's waits end with the load: at a low rate the next grant
 	// may lie past it, and a request sent then would outlast Duration.
 	lctx, cancelLoad := context.WithDeadline(ctx, start.Add(cfg.Duration))
@@ -248,11 +257,11 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, sent *Sent) error {
 				topic = cfg.Topics[m.level]
 			}
 			id := first + i
-			cl.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value},
+			p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value},
 				func(r *kgo.Record, err error) { acks.done(id, r, err) })
 		}
 	}
-	flushErr := cl.Flush(pctx)
+	flushErr := p.Flush(pctx)
 	return acks.seal(ctx, cfg, flushErr)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // Sent records what was sent: the requests the brokers acknowledged, and
@@ -45,7 +46,7 @@ func NewSent() *Sent { return &Sent{kinds: map[string]Kind{}, unconfirmed: map[s
 // included).
 func (s *Sent) Total() int64 { return s.total.Load() }
 
-// Produced returns how many requests were handed to the Kafka client so
+// Produced returns how many requests were handed to the producer so
 // far, whatever their answer: acknowledged, failed or still unanswered.
 func (s *Sent) Produced() int64 { return s.produced.Load() }
 
@@ -143,6 +144,8 @@ type acks struct {
 	// the broker answered with an error, so a failed record was not
 	// written. Without idempotence a failed record may have been.
 	idempotent bool
+	// who acknowledges, for messages: the brokers or the server.
+	who string
 
 	mu      sync.Mutex
 	pending map[int]pend // by sequence number
@@ -151,9 +154,17 @@ type acks struct {
 	first   error // the first refusal, with its topic
 }
 
-func newAcks(ctx context.Context, cl *kgo.Client, sent *Sent) *acks {
-	off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool)
-	return &acks{ctx: ctx, sent: sent, idempotent: !off, pending: map[int]pend{}}
+// newAcks follows the answers of p: a Kafka client's idempotent writes
+// fail only records not written; another producer (a Redis stream's
+// writer, whose reply can be lost after the write) is taken as not
+// idempotent.
+func newAcks(ctx context.Context, p kafkasink.Producer, sent *Sent) *acks {
+	a := &acks{ctx: ctx, sent: sent, who: "the server", pending: map[int]pend{}}
+	if cl, ok := p.(*kgo.Client); ok {
+		off, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool)
+		a.idempotent, a.who = !off, "the brokers"
+	}
+	return a
 }
 
 // add notes the chunk of requests numbered from first as produced.
@@ -189,17 +200,18 @@ func (a *acks) done(id int, rec *kgo.Record, err error) {
 	switch {
 	case err == nil:
 		a.sent.acknowledged(p)
+		return
 	case !a.idempotent:
 		a.sent.unanswered(p) // it may have been written before it failed
 	default:
 		a.sent.notWritten.Add(1)
-		// Given up by the load generator itself (interrupted, or out of
-		// time), it is not the brokers' refusal.
-		if a.ctx.Err() == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			a.refused++
-			if a.first == nil {
-				a.first = fmt.Errorf("the first, to topic %q: %w", rec.Topic, err)
-			}
+	}
+	// Given up by the load generator itself (interrupted, or out of
+	// time), it is not a refusal.
+	if a.ctx.Err() == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		a.refused++
+		if a.first == nil {
+			a.first = fmt.Errorf("the first, to topic %q: %w", rec.Topic, err)
 		}
 	}
 }
@@ -215,16 +227,22 @@ func (a *acks) seal(ctx context.Context, cfg Config, flushErr error) error {
 		a.sent.unanswered(p)
 	}
 	var errs []error
-	if a.first != nil {
-		errs = append(errs, fmt.Errorf("loadgen: the brokers refused %d requests (not recorded) and the load stopped: %w", a.refused, a.first))
+	refusedNotWritten := int64(0)
+	switch {
+	case a.first != nil && a.idempotent:
+		refusedNotWritten = a.refused
+		errs = append(errs, fmt.Errorf("loadgen: %s refused %d requests (not recorded) and the load stopped: %w", a.who, a.refused, a.first))
+	case a.first != nil:
+		errs = append(errs, fmt.Errorf("loadgen: %d requests failed (recorded as unconfirmed: %s may hold them or not) "+
+			"and the load stopped: %w", a.refused, a.who, a.first))
 	}
 	switch n := len(a.pending); {
 	case ctx.Err() != nil:
 		errs = append(errs, fmt.Errorf("loadgen: interrupted, %d requests not sent and %d not acknowledged "+
-			"(recorded as unconfirmed: the brokers may hold them or not): %w", a.sent.NotWritten()-a.refused, n, ctx.Err()))
+			"(recorded as unconfirmed: %s may hold them or not): %w", a.sent.NotWritten()-refusedNotWritten, n, a.who, ctx.Err()))
 	case n > 0:
 		errs = append(errs, fmt.Errorf("loadgen: %d requests not acknowledged %v after the load, recorded as unconfirmed "+
-			"(the brokers may hold them or not): %w", n, cfg.FlushTimeout, flushErr))
+			"(%s may hold them or not): %w", n, cfg.FlushTimeout, a.who, flushErr))
 	}
 	return errors.Join(errs...)
 }

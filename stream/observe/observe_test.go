@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/source/ownership"
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+	"github.com/sluice-streams/sluice/source/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -147,6 +148,8 @@ func TestMetricsMoveEndToEnd(t *testing.T) {
 	// Redis ownership balancer (miniredis here), for its metrics.
 	bal := ownedPipeline(t, reg, brokers)
 	defer bal.Close(context.Background())
+	// A third reads a Redis stream (miniredis here), for its metrics.
+	redisStreamPipeline(t, reg)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -677,4 +680,43 @@ func ownedPipeline(t *testing.T, reg *prometheus.Registry, brokers []string) *ow
 		t.Fatal(err)
 	}
 	return bal
+}
+
+// redisStreamPipeline runs a pipeline that reads a Redis stream through a
+// consumer group, registered with reg, until it has read every entry.
+func redisStreamPipeline(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	m, err := observe.New(reg, "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	const n = 100
+	for i := range n {
+		rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "events", Values: []any{"value", strconv.Itoa(i)}})
+	}
+	src, err := redisstream.New(context.Background(), redisstream.Config{Client: rdb, Streams: []string{"events"}, Group: "g",
+		Consumer: "obs", Create: true, Block: 20 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got atomic.Int64
+	g := stream.New(stream.WithPipeline("stream"), stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, src, stream.Name("events")), flow.Map(func(v []byte) ([]byte, error) {
+		if got.Add(1) == n {
+			cancel()
+		}
+		return v, nil
+	}), stream.Name("count"))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)), stream.Name("checkpoint"))
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,0 +1,112 @@
+package redisstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/redisstream"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Each bad field is a *stream.ConfigError naming it.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	ok := redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c"}
+	for _, tc := range []struct {
+		field string
+		edit  func(*redisstream.Config)
+	}{
+		{"Client", func(c *redisstream.Config) { c.Client = nil }},
+		{"Streams", func(c *redisstream.Config) { c.Streams = nil }},
+		{"Streams", func(c *redisstream.Config) { c.Streams = []string{"a", ""} }},
+		{"Streams", func(c *redisstream.Config) { c.Streams = []string{"a", "a"} }},
+		{"Group", func(c *redisstream.Config) { c.Group = "" }},
+		{"MinIdle", func(c *redisstream.Config) { c.MinIdle = -time.Second }},
+		{"MaxDeliveries", func(c *redisstream.Config) { c.MaxDeliveries = -1 }},
+		{"MaxInFlight", func(c *redisstream.Config) { c.MaxInFlight = -1 }},
+		{"Block", func(c *redisstream.Config) { c.Block = 5 * time.Second }}, // over go-redis' 3 s ReadTimeout
+		{"StartID", func(c *redisstream.Config) { c.StartID = "latest" }},
+	} {
+		cfg := ok
+		tc.edit(&cfg)
+		_, err := redisstream.New(context.Background(), cfg)
+		var ce *stream.ConfigError
+		if !errors.As(err, &ce) || ce.Argument != tc.field || !errors.Is(err, stream.ErrInvalid) || !errors.Is(err, redisstream.ErrConfig) {
+			t.Errorf("New with a bad %s = %v, want a *stream.ConfigError naming it", tc.field, err)
+		}
+	}
+}
+
+// New against an address where nothing listens fails within the dial
+// timeout with an error naming the address.
+func TestNewUnreachable(t *testing.T) {
+	ports, err := testenv.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	_, err = redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c"})
+	if !errors.Is(err, redisstream.ErrUnreachable) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("New = %v, want ErrUnreachable naming %s", err, addr)
+	}
+}
+
+// Without Create, a missing stream or group is an error naming both.
+func TestNewWithoutGroup(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	produce(t, c, "exists", 0, 1)
+	for _, name := range []string{"exists", "missing"} {
+		_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{name}, Group: "nobody", Consumer: "c"})
+		if !errors.Is(err, redisstream.ErrNoGroup) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "nobody") {
+			t.Errorf("New on stream %q = %v, want ErrNoGroup naming the stream and group", name, err)
+		}
+	}
+}
+
+// The group destroyed, or the stream deleted, under a running source: Run
+// ends with ErrNoGroup instead of retrying for ever.
+func TestGroupOrStreamDeletedWhileRunning(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	for _, tc := range []struct {
+		what   string
+		delete func(name string) error
+	}{
+		{"group destroyed", func(name string) error { return c.XGroupDestroy(context.Background(), name, "g").Err() }},
+		{"stream deleted", func(name string) error { return c.Del(context.Background(), name).Err() }},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.what, " ", "-")
+			produce(t, c, name, 0, 5)
+			src := newSource(t, redisstream.Config{Client: c, Streams: []string{name}, Group: "g", Consumer: "c", Create: true,
+				Block: 50 * time.Millisecond})
+			r := run(t, src, true)
+			r.await(t, "the entries", count(5))
+			if err := tc.delete(name); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			select {
+			case err = <-r.done:
+				r.done <- err
+			case <-time.After(30 * time.Second):
+				t.Fatal("Run still going 30 s after the group went")
+			}
+			if !errors.Is(err, redisstream.ErrNoGroup) || !strings.Contains(err.Error(), name) {
+				t.Fatalf("Run = %v, want ErrNoGroup naming the stream", err)
+			}
+			if src.Ready(t.Context()) == nil {
+				t.Error("Ready = nil after the group went")
+			}
+		})
+	}
+}

@@ -1,0 +1,326 @@
+package redisstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/redisentry"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Run reads the streams until ctx ends, then acknowledges what is settled
+// by then (later settles wait for Commit or Close). It returns an error
+// when a stream or the group is gone (ErrNoGroup), when Redis refuses a
+// call for good, or when it has been unreachable for longer than
+// MaxOutage (ErrOutage); a lost connection until then is retried.
+func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("sluice: redis stream source: already running in a pipeline")
+	}
+	defer s.running.Store(false)
+	bg, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.ackLoop(bg) })
+	wg.Go(func() { s.keep(bg) })
+	err := s.read(ctx, out)
+	stop()
+	wg.Wait()
+	if err != nil {
+		s.fatal.Store(&err)
+		s.log.Error("stopping the source", "err", err)
+		return err
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Block+time.Second)
+	defer cancel()
+	if err := s.flushAcks(fctx); err != nil {
+		s.log.Warn("acknowledging at stop failed: the entries stay pending until Commit or Close", "err", err)
+	}
+	return nil
+}
+
+// reader is Run's reading state.
+type reader struct {
+	s   *Source
+	out *stream.Outlet[[]byte]
+	// pendingFrom, per stream, is where the re-read of this consumer's
+	// own pending list resumes; "" once it is done.
+	pendingFrom []string
+	rr          int // the stream a read of fewer entries than streams starts at
+	nextClaim   time.Time
+}
+
+// read is Run's loop: re-read its own pending entries, then take over
+// idle ones every ClaimEvery and read new ones in between, each read
+// sized by the room left under MaxInFlight.
+func (s *Source) read(ctx context.Context, out *stream.Outlet[[]byte]) error {
+	r := &reader{s: s, out: out, pendingFrom: make([]string, len(s.cfg.Streams))}
+	r.rereadPending()
+	b := newBackoff()
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := s.outage(time.Now()); err != nil {
+			return err
+		}
+		room := s.cfg.MaxInFlight - s.heldCount()
+		if room <= 0 {
+			if err := out.Flush(ctx); err != nil {
+				return quiet(ctx, err)
+			}
+			wait.Reset(s.cfg.Block)
+			select {
+			case <-s.roomCh:
+			case <-wait.C:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		var err error
+		switch {
+		case r.pendingLeft() >= 0:
+			err = r.readPending(ctx, r.pendingLeft(), room)
+		case !time.Now().Before(r.nextClaim):
+			r.nextClaim = time.Now().Add(s.cfg.ClaimEvery)
+			err = r.claim(ctx, room)
+		default:
+			err = r.readNew(ctx, room)
+		}
+		if err == nil {
+			err = out.Flush(ctx)
+		}
+		if err == nil {
+			b.reset()
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, stream.ErrDownstreamClosed):
+			return err
+		case isNoGroup(err):
+			return fmt.Errorf("%w: group %q of %v at %s (deleted while the source ran?): %w", ErrNoGroup, s.cfg.Group, s.cfg.Streams, s.addr, err)
+		case isFatal(err):
+			return s.wrap("reading", err)
+		}
+		s.health.failed(err)
+		s.warn("reading failed; retrying", "err", err)
+		// A read whose reply was lost left its entries in this
+		// consumer's pending list: take them back first.
+		r.rereadPending()
+		sleep(ctx, b.next())
+	}
+}
+
+// quiet returns nil for the error of a send that ended with ctx.
+func quiet(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (r *reader) rereadPending() {
+	for i := range r.pendingFrom {
+		r.pendingFrom[i] = "-"
+	}
+}
+
+// pendingLeft returns a stream whose pending list is still to be re-read,
+// or -1.
+func (r *reader) pendingLeft() int {
+	for i, f := range r.pendingFrom {
+		if f != "" {
+			return i
+		}
+	}
+	return -1
+}
+
+// readPending takes back the next entries of this consumer's pending
+// list of stream i that it does not hold: left by an earlier instance of
+// the same name, or by a read whose reply was lost. XPENDING lists them
+// with their delivery counts; XCLAIM, to this consumer, returns their
+// fields and counts the delivery. (An XREADGROUP of ID 0 would do the
+// same but count a delivery of every entry held too.)
+func (r *reader) readPending(ctx context.Context, i, room int) error {
+	s := r.s
+	name := s.cfg.Streams[i]
+	n := min(room, s.cfg.MaxBatch)
+	ps, err := s.cl.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: name, Group: s.cfg.Group, Start: r.pendingFrom[i], End: "+", Count: int64(n), Consumer: s.cfg.Consumer,
+	}).Result()
+	if err != nil {
+		return err
+	}
+	s.health.ok()
+	if len(ps) < n {
+		r.pendingFrom[i] = ""
+	} else {
+		r.pendingFrom[i] = "(" + ps[len(ps)-1].ID
+	}
+	counts := map[string]int64{}
+	ids := make([]any, 0, len(ps))
+	s.mu.Lock()
+	for _, p := range ps {
+		if _, held := s.held[i][p.ID]; !held {
+			counts[p.ID] = p.RetryCount + 1
+			ids = append(ids, p.ID)
+		}
+	}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	args := append([]any{"XCLAIM", name, s.cfg.Group, s.cfg.Consumer, 0}, ids...)
+	cmd := redis.NewRawCmd(ctx, args...)
+	_ = s.cl.Process(ctx, cmd)
+	b, err := cmd.Result()
+	if err != nil {
+		return err
+	}
+	rd := respReader{b: b}
+	es, err := rd.entries(nil)
+	if err != nil {
+		return err
+	}
+	return r.deliver(ctx, int32(i), es, counts, false)
+}
+
+// readNew reads new entries (">") of the streams, blocking up to Block.
+// COUNT applies to each stream: with more streams than room, it reads the
+// next streams in turn, one stream per slot of room.
+func (r *reader) readNew(ctx context.Context, room int) error {
+	s := r.s
+	names := s.cfg.Streams
+	count := room / len(names)
+	if count == 0 {
+		k := r.rr % len(names)
+		end := min(k+room, len(names))
+		names = names[k:end]
+		r.rr = end
+		count = 1
+	}
+	count = min(count, s.cfg.MaxBatch)
+	args := make([]any, 0, 9+2*len(names))
+	args = append(args, "XREADGROUP", "GROUP", s.cfg.Group, s.cfg.Consumer, "COUNT", count,
+		"BLOCK", s.cfg.Block.Milliseconds(), "STREAMS")
+	for _, n := range names {
+		args = append(args, n)
+	}
+	for range names {
+		args = append(args, ">")
+	}
+	cmd := redis.NewRawCmd(ctx, args...)
+	began := time.Now()
+	_ = s.cl.Process(ctx, cmd)
+	b, err := cmd.Result()
+	if obs := s.readObs.Load(); obs != nil {
+		(*obs)(time.Since(began).Seconds())
+	}
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			s.health.ok()
+			return nil
+		}
+		return err
+	}
+	res, err := parseRead(b)
+	if err != nil {
+		return err
+	}
+	s.health.ok()
+	for _, se := range res {
+		i, ok := s.index[se.stream]
+		if !ok {
+			continue
+		}
+		if err := r.deliver(ctx, i, se.entries, nil, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliver emits the entries of stream i read for this consumer, and
+// dead-letters those without a value and those delivered more than
+// MaxDeliveries times. counts holds their delivery counts (nil: new
+// entries, delivered once); reclaimed says they were taken over.
+func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[string]int64, reclaimed bool) error {
+	s := r.s
+	c := &s.streams[i]
+	var dead []deadEntry
+	for k := range es {
+		e := &es[k]
+		if e.deleted {
+			continue
+		}
+		n := int64(1)
+		if counts != nil {
+			if v, ok := counts[e.id]; ok {
+				n = v
+			}
+		}
+		rec, err := redisentry.DecodeBytes(s.cfg.Field, e.fields)
+		switch {
+		case err != nil:
+			dead = append(dead, deadEntry{e: e, deliveries: n, reason: fmt.Sprintf("entry %s: %v", e.id, err)})
+			continue
+		case !rec.HasValue:
+			dead = append(dead, deadEntry{e: e, deliveries: n, reason: fmt.Sprintf("entry %s has no field %q", e.id, s.cfg.Field)})
+			continue
+		case n > int64(s.cfg.MaxDeliveries):
+			c.poison.Add(1)
+			dead = append(dead, deadEntry{e: e, deliveries: n,
+				reason: fmt.Sprintf("delivered %d times, more than MaxDeliveries %d", n, s.cfg.MaxDeliveries)})
+			continue
+		}
+		h, ok := s.hold(i, e.id)
+		if !ok {
+			continue // held already: in flight here
+		}
+		off, _ := redisentry.Offset(e.id)
+		m := r.out.Slot()
+		*m = stream.Message[[]byte]{Value: rec.Value, Envelope: stream.Envelope{
+			Key: rec.Key, Headers: rec.Headers, Topic: s.cfg.Streams[i], Offset: off,
+			Timestamp: idTime(e.id), Attempt: int32(n - 1),
+		}}
+		m.SetHandle(stream.NewHandle(s, h))
+		c.read.Add(1)
+		if reclaimed {
+			c.reclaimed.Add(1)
+		}
+		if err := r.out.SendSlot(ctx); err != nil {
+			return err
+		}
+	}
+	if len(dead) > 0 {
+		return s.deadLetter(ctx, i, dead)
+	}
+	return nil
+}
+
+// idTime returns the time of an entry ID's milliseconds.
+func idTime(id string) time.Time {
+	ms := id
+	for j := 0; j < len(id); j++ {
+		if id[j] == '-' {
+			ms = id[:j]
+			break
+		}
+	}
+	v, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
