@@ -143,6 +143,12 @@ func (r *respReader) entries(dst []entry) ([]entry, error) {
 	if err != nil || n < 0 {
 		return dst, err
 	}
+	if dst == nil {
+		dst = make([]entry, 0, n)
+	}
+	// The entries' fields share one backing array, two fields (a value,
+	// nothing else) per entry to start with: one allocation per reply.
+	back := make([][]byte, 0, 2*n)
 	for range n {
 		k, err := r.aggregate()
 		if err != nil {
@@ -161,7 +167,12 @@ func (r *respReader) entries(dst []entry) ([]entry, error) {
 		}
 		e := entry{id: string(id), deleted: nf < 0}
 		if nf > 0 {
-			e.fields = make([][]byte, nf)
+			if len(back)+nf <= cap(back) {
+				e.fields = back[len(back) : len(back)+nf : len(back)+nf]
+				back = back[:len(back)+nf]
+			} else {
+				e.fields = make([][]byte, nf)
+			}
 			for j := range e.fields {
 				if e.fields[j], err = r.bulk(); err != nil {
 					return dst, err
