@@ -304,11 +304,19 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		if !ok {
 			continue // held already: in flight here
 		}
-		off, _ := redisentry.Offset(e.id)
+		// The offset carries the ID's milliseconds: the time is read from
+		// it, not parsed again (an ID that does not fit one is parsed).
+		var ts time.Time
+		off, err := redisentry.Offset(e.id)
+		if err == nil {
+			ts = time.UnixMilli(off >> redisentry.SeqBits)
+		} else {
+			ts = idTime(e.id)
+		}
 		m := r.out.Slot()
 		*m = stream.Message[[]byte]{Value: rec.Value, Envelope: stream.Envelope{
 			Key: rec.Key, Headers: rec.Headers, Topic: s.cfg.Streams[i], Offset: off,
-			Timestamp: idTime(e.id), Attempt: int32(n - 1),
+			Timestamp: ts, Attempt: int32(n - 1),
 		}}
 		m.SetHandle(stream.NewHandle(s, h))
 		c.read.Add(1)
