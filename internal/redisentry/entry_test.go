@@ -67,3 +67,31 @@ func TestOffsetRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// DecodeBytes reads the same record as Decode from the same fields given
+// as bytes: an empty value is a value, an empty header name a header,
+// other fields are ignored, an odd count is an error.
+func TestDecodeBytesAgreesWithDecode(t *testing.T) {
+	for _, fields := range [][]string{
+		{"value", "v", "key", "k", "h:b", "1", "h:a", "2", "h:b", "3", "other", "x"},
+		{"value", "", "h:", "empty name"},
+		{"data", "x", "h:trace", "t"},
+		{"value"},
+	} {
+		bs := make([][]byte, len(fields))
+		for i, f := range fields {
+			bs[i] = []byte(f)
+		}
+		want, werr := Decode("", fields)
+		got, gerr := DecodeBytes("", bs)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%q: Decode error %v, DecodeBytes error %v", fields, werr, gerr)
+		}
+		if fmt.Sprint(got.Key, got.Value, got.HasValue, got.Headers) != fmt.Sprint(want.Key, want.Value, want.HasValue, want.Headers) {
+			t.Errorf("%q: DecodeBytes = %+v, Decode = %+v", fields, got, want)
+		}
+		if want.HasValue && got.Value == nil {
+			t.Errorf("%q: an empty value read as nil", fields)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,20 +28,15 @@ type Reader interface {
 	// Position is where r is in its topic as its user names it:
 	// "<partition>/<offset>" on Kafka, the entry ID on Redis.
 	Position(r *kgo.Record) string
-	// String names where the topics are, for messages.
-	String() string
 }
 
 // KafkaReader reads Kafka topics on the cluster of brokers; opts are the
 // connection's others (TLS, SASL: kafka.Conn.ClientOpts).
 func KafkaReader(brokers []string, opts ...kgo.Opt) Reader {
-	return kafkaReader{brokers: brokers, opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)}
+	return kafkaReader{opts: append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)}
 }
 
-type kafkaReader struct {
-	brokers []string
-	opts    []kgo.Opt
-}
+type kafkaReader struct{ opts []kgo.Opt }
 
 // ReadToEnd is kafka.ReadToEnd: every partition to the end the broker
 // reported when the read began, not until the broker has been silent for
@@ -70,5 +64,3 @@ func (k kafkaReader) Written(ctx context.Context, topic string) (int, error) {
 }
 
 func (kafkaReader) Position(r *kgo.Record) string { return fmt.Sprintf("%d/%d", r.Partition, r.Offset) }
-
-func (k kafkaReader) String() string { return "Kafka brokers " + strings.Join(k.brokers, ",") }

@@ -126,13 +126,3 @@ func (r redisReader) Written(ctx context.Context, topic string) (int, error) {
 }
 
 func (redisReader) Position(r *kgo.Record) string { return redisentry.ID(r.Offset) }
-
-func (r redisReader) String() string {
-	switch c := r.rc.(type) {
-	case *redis.Client:
-		return "Redis at " + c.Options().Addr
-	case *redis.ClusterClient:
-		return "Redis cluster at " + strings.Join(c.Options().Addrs, ",")
-	}
-	return "Redis"
-}

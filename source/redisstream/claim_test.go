@@ -19,7 +19,7 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 	c := client(t, testenv.Redis(t))
 	const n = 50
 	produce(t, c, "jobs", 0, n)
-	const minIdle = 600 * time.Millisecond
+	const minIdle = time.Second
 	cfg := func(consumer string) redisstream.Config {
 		return redisstream.Config{Client: c, Streams: []string{"jobs"}, Group: "g", Consumer: consumer, Create: true,
 			MinIdle: minIdle, ClaimEvery: 20 * time.Millisecond, Block: 50 * time.Millisecond}
@@ -28,8 +28,8 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 	busy.await(t, "the busy source to read every entry", count(n))
 	other := run(t, newSource(t, cfg("other")), true)
 
-	// Five times MinIdle, as the busy source's entries age: none may move.
-	deadline := time.Now().Add(5 * minIdle)
+	// Four times MinIdle, as the busy source's entries age: none may move.
+	deadline := time.Now().Add(4 * minIdle)
 	for time.Now().Before(deadline) {
 		for id, owner := range pendingIDs(t, c, "jobs", "g") {
 			if owner != "busy" {
@@ -92,5 +92,32 @@ func TestIdleConsumersAreRemoved(t *testing.T) {
 	}
 	if _, ok := cs["me"]; !ok {
 		t.Errorf("consumers %v: the source removed itself", cs)
+	}
+}
+
+// Restarted under the same name, a source takes back its own pending
+// entries first, as redeliveries, and only then reads new ones.
+func TestRestartTakesBackOwnPendingFirst(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	produce(t, c, "mail", 0, 10)
+	cfg := redisstream.Config{Client: c, Streams: []string{"mail"}, Group: "g", Consumer: "worker-1", Create: true,
+		MinIdle: time.Hour, Block: 20 * time.Millisecond}
+	first := run(t, newSource(t, cfg), false)
+	first.await(t, "the first instance to read every entry", count(10))
+	first.stop()
+	produce(t, c, "mail", 10, 10)
+
+	src := newSource(t, cfg)
+	second := run(t, src, true)
+	second.await(t, "the second instance to read old and new entries", count(20))
+	for k, m := range second.received() {
+		old := k < 10
+		if old != (index(m.Value) < 10) || old != (m.Attempt == 1) {
+			t.Fatalf("arrival %d: entry %s with Attempt %d; want the 10 old entries first, as second deliveries, then the new ones",
+				k, m.Value, m.Attempt)
+		}
+	}
+	if st := src.Stats().Streams[0]; st.Reclaimed != 10 || st.Read != 20 {
+		t.Fatalf("stats %+v, want 20 read of which 10 taken back", st)
 	}
 }

@@ -9,8 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/redisstream"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // fieldsOf reads the entries of a stream as they are stored: ID and
@@ -157,5 +159,40 @@ func TestEntryWithoutValueIsDeadLettered(t *testing.T) {
 		if m.Attempt != 0 || m.Topic != "events" {
 			t.Errorf("message %q: attempt %d topic %q, want 0 and events", m.Value, m.Attempt, m.Topic)
 		}
+	}
+}
+
+// An entry this source holds is never dead-lettered under it: when its
+// own take-over pass claims it back (idle past MinIdle, as when the
+// renewal could not reach Redis) with more deliveries than MaxDeliveries,
+// it is still in flight here and stays so, to be acknowledged when its
+// message is settled.
+func TestHeldEntryIsNotDeadLetteredUnderItsOwner(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	ctx := context.Background()
+	produce(t, c, "held", 0, 1)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"held"}, Group: "g", Consumer: "c", Create: true,
+		MinIdle: time.Hour, ClaimEvery: 20 * time.Millisecond, MaxDeliveries: 2, Block: 20 * time.Millisecond})
+	r := run(t, src, false)
+	r.await(t, "the entry", count(1))
+	id := redisentry.ID(r.received()[0].Offset)
+	// As if its renewal had failed for two hours, after many deliveries.
+	if err := c.Do(ctx, "XCLAIM", "held", "g", "c", 0, id, "IDLE", 2*time.Hour.Milliseconds(), "RETRYCOUNT", 50, "JUSTID").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the source's take-over pass to claim the entry", func() bool {
+		if n, _ := c.XLen(ctx, "held-dead-letters").Result(); n > 0 {
+			return true
+		}
+		ps, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: "held", Group: "g", Start: id, End: id, Count: 1}).Result()
+		return err == nil && len(ps) == 1 && ps[0].RetryCount > 50
+	})
+	if n, _ := c.XLen(ctx, "held-dead-letters").Result(); n != 0 {
+		t.Fatalf("%d dead letters of an entry in flight here", n)
+	}
+	r.received()[0].Settle(stream.Completed)
+	waitFor(t, "the entry acknowledged", func() bool { return len(pendingIDs(t, c, "held", "g")) == 0 })
+	if st := src.Stats().Streams[0]; st.Poison != 0 || st.Read != 1 {
+		t.Fatalf("stats %+v, want 1 read and no poison", st)
 	}
 }

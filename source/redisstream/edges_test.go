@@ -110,3 +110,28 @@ func TestGroupOrStreamDeletedWhileRunning(t *testing.T) {
 		})
 	}
 }
+
+// The client closed under a running source ends Run with redis.ErrClosed
+// at once, not after MaxOutage of retries.
+func TestClientClosedWhileRunning(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	produce(t, c, "s", 0, 5)
+	src, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c",
+		Create: true, Block: 20 * time.Millisecond, MaxOutage: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, src, true)
+	r.await(t, "the entries", count(5))
+	c.Close()
+	select {
+	case err = <-r.done:
+		r.done <- err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still going 30 s after its client was closed")
+	}
+	if !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("Run = %v, want redis.ErrClosed", err)
+	}
+}

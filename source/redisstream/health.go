@@ -16,7 +16,7 @@ import (
 
 // ErrOutage is wrapped by the error that ends Run when Redis has been
 // unreachable for longer than Config.MaxOutage.
-var ErrOutage = errors.New("sluice: redis stream source: redis unreachable")
+var ErrOutage = errors.New("sluice: redis stream source: redis lost for longer than MaxOutage")
 
 // health follows the source's contact with Redis: when it last answered,
 // since when its calls fail, and the last error.
@@ -87,8 +87,12 @@ func (s *Source) Ready(context.Context) error {
 
 // isFatal reports whether err is a refusal by the server that retrying
 // cannot cure (NOGROUP, WRONGTYPE, NOPERM, a script error...), as opposed
-// to a lost connection or a server still loading its data.
+// to a lost connection or a server still loading its data; and a client
+// closed while the source ran.
 func isFatal(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return true // the client was closed under the source
+	}
 	var re redis.Error
 	if !errors.As(err, &re) || errors.Is(err, redis.Nil) {
 		return false

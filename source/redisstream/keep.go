@@ -138,7 +138,9 @@ func (s *Source) lookAtGroups(ctx context.Context) {
 		for _, g := range gs {
 			if g.Name == s.cfg.Group {
 				s.streams[i].pending.Store(g.Pending)
-				s.streams[i].lag.Store(max(g.Lag, 0))
+				if g.Lag >= 0 { // -1: Redis cannot tell (entries deleted in the middle); keep the last
+					s.streams[i].lag.Store(g.Lag)
+				}
 			}
 		}
 	}

@@ -76,7 +76,7 @@ func (s *Source) read(ctx context.Context, out *stream.Outlet[[]byte]) error {
 			return err
 		}
 		room := s.cfg.MaxInFlight - s.heldCount()
-		if room <= 0 {
+		if room <= 0 || s.paused.Load() {
 			if err := out.Flush(ctx); err != nil {
 				return quiet(ctx, err)
 			}
@@ -197,7 +197,7 @@ func (r *reader) readPending(ctx context.Context, i, room int) error {
 	if err != nil {
 		return err
 	}
-	return r.deliver(ctx, int32(i), es, counts, false)
+	return r.deliver(ctx, int32(i), es, counts, true)
 }
 
 // readNew reads new entries (">") of the streams, blocking up to Block.
@@ -277,7 +277,10 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 	var dead []deadEntry
 	for k := range es {
 		e := &es[k]
-		if e.deleted {
+		if e.deleted || s.isHeld(i, e.id) {
+			// Held: in flight here already (re-read, or claimed back by
+			// a take-over pass while its renewal failed). Its count may
+			// be past MaxDeliveries by now, but it is being worked on.
 			continue
 		}
 		n := int64(1)
@@ -302,7 +305,7 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		}
 		h, ok := s.hold(i, e.id)
 		if !ok {
-			continue // held already: in flight here
+			continue
 		}
 		// The offset carries the ID's milliseconds: the time is read from
 		// it, not parsed again (an ID that does not fit one is parsed).

@@ -56,6 +56,9 @@ func (r *respReader) header() (byte, int, error) {
 	}
 	line := r.b[r.i : r.i+end]
 	r.i += end + 2
+	if len(line) == 0 {
+		return 0, 0, fmt.Errorf("%w: an empty line", errProtocol)
+	}
 	typ := line[0]
 	switch typ {
 	case '-':
@@ -70,6 +73,9 @@ func (r *respReader) header() (byte, int, error) {
 		return 0, 0, fmt.Errorf("%w: %q", errProtocol, line)
 	}
 	if typ == '!' { // blob error
+		if n < 0 || r.i+n+2 > len(r.b) {
+			return 0, 0, fmt.Errorf("%w: truncated error", errProtocol)
+		}
 		msg := r.b[r.i : r.i+n]
 		r.i += n + 2
 		return typ, 0, replyError(msg)
@@ -85,6 +91,9 @@ func (r *respReader) aggregate() (int, error) {
 	typ, n, err := r.header()
 	if err != nil {
 		return 0, err
+	}
+	if n > len(r.b)-r.i { // each element takes at least a byte: a corrupt length
+		return 0, fmt.Errorf("%w: %d elements in %d bytes", errProtocol, n, len(r.b)-r.i)
 	}
 	switch typ {
 	case '*', '~':

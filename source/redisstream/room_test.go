@@ -35,3 +35,21 @@ func TestReadsSizedByRoom(t *testing.T) {
 		t.Fatalf("stats %+v, want 10 in flight and 5 acked", st)
 	}
 }
+
+// A paused source (a lower level of source.Priority while a higher one
+// has work) reads nothing and leaves its backlog in Redis; resumed, it
+// reads it all.
+func TestPauseReading(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	produce(t, c, "low", 0, 50)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"low"}, Group: "g", Consumer: "c", Create: true,
+		Block: 20 * time.Millisecond})
+	src.PauseReading()
+	r := run(t, src, true)
+	time.Sleep(200 * time.Millisecond) // ten reads' worth of blocking: none may come
+	if got, p := len(r.received()), len(pendingIDs(t, c, "low", "g")); got != 0 || p != 0 {
+		t.Fatalf("while paused: %d delivered, %d pending; want none", got, p)
+	}
+	src.ResumeReading()
+	r.await(t, "the backlog after ResumeReading", count(50))
+}

@@ -38,6 +38,14 @@ func (s *Source) hold(i int32, id string) (int64, bool) {
 	return int64(sl.gen)<<32 | int64(k), true
 }
 
+// isHeld reports whether entry id of stream i is held.
+func (s *Source) isHeld(i int32, id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.held[i][id]
+	return ok
+}
+
 // heldCount returns the number of entries held.
 func (s *Source) heldCount() int {
 	s.mu.Lock()

@@ -50,7 +50,8 @@ type Source struct {
 
 	ackMu   sync.Mutex // one acknowledgement round trip at a time
 	running atomic.Bool
-	cursors []string // per stream: where the next XAUTOCLAIM resumes (Run's goroutine)
+	paused  atomic.Bool // PauseReading
+	cursors []string    // per stream: where the next XAUTOCLAIM resumes (Run's goroutine)
 
 	health  health
 	fatal   atomic.Pointer[error] // the error that ended Run, for Ready

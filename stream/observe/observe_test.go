@@ -34,7 +34,7 @@ import (
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/source/ownership"
 	"github.com/sluice-streams/sluice/source/ownership/redisstore"
-	"github.com/sluice-streams/sluice/source/redisstream"
+	streamsource "github.com/sluice-streams/sluice/source/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
@@ -697,7 +697,7 @@ func redisStreamPipeline(t *testing.T, reg *prometheus.Registry) {
 	for i := range n {
 		rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: "events", Values: []any{"value", strconv.Itoa(i)}})
 	}
-	src, err := redisstream.New(context.Background(), redisstream.Config{Client: rdb, Streams: []string{"events"}, Group: "g",
+	src, err := streamsource.New(context.Background(), streamsource.Config{Client: rdb, Streams: []string{"events"}, Group: "g",
 		Consumer: "obs", Create: true, Block: 20 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,11 +12,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"golang.org/x/time/rate"
 
+	"github.com/sluice-streams/sluice/internal/redisentry"
+	"github.com/sluice-streams/sluice/pipelines/demo"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
-	"github.com/sluice-streams/sluice/source/kafka"
 )
 
 // dlFilter selects dead letters.
@@ -57,15 +57,20 @@ func (f *dlFilter) match(d kafkasink.DeadLetterRecord) bool {
 // dlTopic is a dead-letter topic read back: its dead letters in the order
 // read, and which were replayed (by position and by key).
 type dlTopic struct {
+	rd                demo.Reader
 	letters           []kafkasink.DeadLetterRecord
 	replayedAt        map[string]string    // position -> topic it went to
 	replayedKey       map[string]time.Time // key -> when it was last replayed
 	total, incomplete int
 }
 
-func readDeadLetters(ctx context.Context, opts []kgo.Opt, topic string, f *dlFilter) (*dlTopic, error) {
-	t := &dlTopic{replayedAt: map[string]string{}, replayedKey: map[string]time.Time{}}
-	err := kafka.ReadToEnd(ctx, opts, topic, f.sinceT, func(r *kgo.Record) bool {
+// position is where d is in its topic, as the transport names it:
+// "<partition>/<offset>" on Kafka, the entry ID on Redis.
+func (t *dlTopic) position(d kafkasink.DeadLetterRecord) string { return t.rd.Position(d.Record) }
+
+func readDeadLetters(ctx context.Context, rd demo.Reader, topic string, f *dlFilter) (*dlTopic, error) {
+	t := &dlTopic{rd: rd, replayedAt: map[string]string{}, replayedKey: map[string]time.Time{}}
+	err := rd.ReadToEnd(ctx, topic, f.sinceT, func(r *kgo.Record) bool {
 		d := kafkasink.ReadDeadLetter(r)
 		if d.ReplayOf != "" {
 			t.replayedAt[d.ReplayOf] = string(headerOf(r, kafkasink.HeaderReplayedTo))
@@ -100,30 +105,82 @@ func runDeadLetters(ctx context.Context, args []string) error {
 	return listDeadLetters(ctx, args, os.Stdout)
 }
 
-func dlFlags(cmd string) (*flag.FlagSet, *connFlags, *string, *dlFilter, *time.Duration) {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	cf := &connFlags{}
-	cf.register(fs)
-	topic := fs.String("topic", "delivery-dead-letters", "dead-letter topic (the supervisor's: delivery-compensation-dead-letters)")
-	f := &dlFilter{}
-	f.register(fs)
-	timeout := fs.Duration("timeout", time.Minute, "give reading the topic to its end this long")
-	return fs, cf, topic, f, timeout
+// dlCmd is what `sluice deadletters` and its replay share: where the
+// dead letters are, which to select, and how long to read.
+type dlCmd struct {
+	fs      *flag.FlagSet
+	cf      connFlags
+	tf      topicsFlags
+	topic   string
+	f       dlFilter
+	timeout time.Duration
+	rc      *redis.Client // with -transport redis, once open
+}
+
+func dlFlags(cmd string) *dlCmd {
+	c := &dlCmd{fs: flag.NewFlagSet(cmd, flag.ContinueOnError)}
+	c.cf.register(c.fs)
+	c.tf.register(c.fs)
+	c.fs.StringVar(&c.topic, "topic", "delivery-dead-letters",
+		"dead-letter topic, or stream with -transport redis (the supervisor's: delivery-compensation-dead-letters)")
+	c.f.register(c.fs)
+	c.fs.DurationVar(&c.timeout, "timeout", time.Minute, "give reading the topic to its end this long")
+	return c
+}
+
+// parse parses args with the command's variables, checks the flags and,
+// with -transport redis, connects to the server (Close closes it).
+func (c *dlCmd) parse(ctx context.Context, cmd string, args []string) error {
+	if err := parseFlags(cmd, c.fs, args); err != nil {
+		return err
+	}
+	if err := c.f.parse(time.Now()); err != nil {
+		return err
+	}
+	if err := c.tf.parse(); err != nil {
+		return err
+	}
+	if c.tf.onRedis() {
+		var err error
+		c.rc, err = c.tf.connect(ctx)
+		return err
+	}
+	return nil
+}
+
+func (c *dlCmd) Close() {
+	if c.rc != nil {
+		c.rc.Close()
+	}
+}
+
+// reader reads the dead-letter topic: on the Kafka cluster, or the stream
+// of its name on Redis.
+func (c *dlCmd) reader() demo.Reader {
+	if c.rc != nil {
+		return demo.RedisReader(c.rc)
+	}
+	cn := c.cf.conn()
+	return demo.KafkaReader(cn.Brokers, cn.ClientOpts()...)
+}
+
+// read reads the selected dead letters within -timeout.
+func (c *dlCmd) read(ctx context.Context) (*dlTopic, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return readDeadLetters(rctx, c.reader(), c.topic, &c.f)
 }
 
 func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
-	fs, cf, topic, f, timeout := dlFlags("deadletters")
-	limit := fs.Int("limit", 20, "show at most this many records, the newest (0: only the counts)")
-	asJSON := fs.Bool("json", false, "print one JSON document (counts and records) for tools")
-	if err := parseFlags("deadletters", fs, args); err != nil {
+	c := dlFlags("deadletters")
+	limit := c.fs.Int("limit", 20, "show at most this many records, the newest (0: only the counts)")
+	asJSON := c.fs.Bool("json", false, "print one JSON document (counts and records) for tools")
+	err := c.parse(ctx, "deadletters", args)
+	defer c.Close()
+	if err != nil {
 		return err
 	}
-	if err := f.parse(time.Now()); err != nil {
-		return err
-	}
-	rctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
-	t, err := readDeadLetters(rctx, cf.conn().ClientOpts(), *topic, f)
+	t, err := c.read(ctx)
 	if err != nil {
 		return err
 	}
@@ -136,7 +193,7 @@ func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
 	replayed := 0
 	for _, d := range t.letters {
 		byClass[[2]string{d.Stage, d.ReasonClass()}]++
-		if _, ok := t.replayedAt[d.Position()]; ok {
+		if _, ok := t.replayedAt[t.position(d)]; ok {
 			replayed++
 		}
 	}
@@ -158,14 +215,14 @@ func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
 	if *asJSON {
 		recs := make([]dlJSON, 0, len(shown))
 		for _, d := range shown {
-			recs = append(recs, toJSON(d, t.replayedAt[d.Position()]))
+			recs = append(recs, toJSON(d, c.tf.onRedis(), t.replayedAt[t.position(d)]))
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"topic": *topic, "total": t.total, "matched": len(t.letters), "replayed": replayed,
+		return enc.Encode(map[string]any{"topic": c.topic, "total": t.total, "matched": len(t.letters), "replayed": replayed,
 			"counts": counts, "records": recs})
 	}
-	fmt.Fprintf(w, "%s: %d dead letters", *topic, t.total)
+	fmt.Fprintf(w, "%s: %d dead letters", c.topic, t.total)
 	if len(t.letters) != t.total {
 		fmt.Fprintf(w, ", %d match", len(t.letters))
 	}
@@ -177,17 +234,21 @@ func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
 		}
 	}
 	if len(shown) > 0 {
-		fmt.Fprintf(w, "the %d newest (partition/offset, failed at, stage, reason, key, value):\n", len(shown))
+		where := "partition/offset"
+		if c.tf.onRedis() {
+			where = "entry ID"
+		}
+		fmt.Fprintf(w, "the %d newest (%s, failed at, stage, reason, key, value):\n", len(shown), where)
 	}
 	for _, d := range shown {
 		note := ""
-		if to, ok := t.replayedAt[d.Position()]; ok {
+		if to, ok := t.replayedAt[t.position(d)]; ok {
 			note = "  [replayed to " + to + "]"
 		}
 		if d.Incomplete != "" {
 			note += "  [incomplete: " + d.Incomplete + "]"
 		}
-		fmt.Fprintf(w, "  %s  %s  %s  %s  key=%q  value=%s%s\n", d.Position(), d.FailedAt.UTC().Format(time.RFC3339), d.Stage,
+		fmt.Fprintf(w, "  %s  %s  %s  %s  key=%q  value=%s%s\n", t.position(d), d.FailedAt.UTC().Format(time.RFC3339), d.Stage,
 			clip(strings.ReplaceAll(d.Reason, "\n", " | "), 160), clip(string(d.Record.Key), 80), clip(fmt.Sprintf("%q", d.Record.Value), 120), note)
 	}
 	return nil
@@ -200,10 +261,22 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n], "") + "..."
 }
 
-// dlJSON is a dead letter in -json output.
+// The headers the Redis Streams source adds to the dead letters it writes
+// itself (an entry delivered too often, or without a value), besides
+// those of every dead letter: the entry ID it had, and how often it was
+// delivered.
+const (
+	headerSourceID   = "sluice-source-id"
+	headerDeliveries = "sluice-deliveries"
+)
+
+// dlJSON is a dead letter in -json output. On Redis, ID and SourceID are
+// the entry IDs of the dead letter and of the message as it was read
+// (Partition 0, and the offsets those IDs as numbers).
 type dlJSON struct {
 	Partition       int32             `json:"partition"`
 	Offset          int64             `json:"offset"`
+	ID              string            `json:"id,omitempty"`
 	Key             string            `json:"key"`
 	Value           *string           `json:"value,omitempty"`
 	ValueBase64     []byte            `json:"value_base64,omitempty"`
@@ -217,15 +290,24 @@ type dlJSON struct {
 	SourceTopic     string            `json:"source_topic"`
 	SourcePartition int32             `json:"source_partition"`
 	SourceOffset    int64             `json:"source_offset"`
+	SourceID        string            `json:"source_id,omitempty"`
 	Incomplete      string            `json:"incomplete,omitempty"`
 	ReplayedTo      string            `json:"replayed_to,omitempty"`
 }
 
-func toJSON(d kafkasink.DeadLetterRecord, replayedTo string) dlJSON {
+func toJSON(d kafkasink.DeadLetterRecord, onRedis bool, replayedTo string) dlJSON {
 	r := d.Record
 	j := dlJSON{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Headers: map[string]string{}, Stage: d.Stage,
 		Reason: d.Reason, Attempts: d.Attempts, Parkings: d.Parkings, FailedAt: d.FailedAt, SourceTopic: d.SourceTopic,
 		SourcePartition: d.SourcePartition, SourceOffset: d.SourceOffset, Incomplete: d.Incomplete, ReplayedTo: replayedTo}
+	if onRedis {
+		j.ID = redisentry.ID(r.Offset)
+		if id := headerOf(r, headerSourceID); id != nil {
+			j.SourceID = string(id)
+		} else if d.SourceTopic != "" {
+			j.SourceID = redisentry.ID(d.SourceOffset)
+		}
+	}
 	if utf8.Valid(r.Value) {
 		v := string(r.Value)
 		j.Value = &v
@@ -239,138 +321,4 @@ func toJSON(d kafkasink.DeadLetterRecord, replayedTo string) dlJSON {
 		j.Headers[h.Key] = string(h.Value)
 	}
 	return j
-}
-
-// runReplay is `sluice deadletters replay`: it sends the selected dead
-// letters back to their original topic (or -to), each with its key, value
-// and headers as it came, and marks each replayed in the dead-letter topic,
-// so that a second replay skips it — and skips every other dead letter of
-// the same key (request id): a request is replayed once.
-func runReplay(ctx context.Context, args []string, w io.Writer) error {
-	fs, cf, topic, f, timeout := dlFlags("deadletters replay")
-	to := fs.String("to", "", "send every record to this topic instead of its original one")
-	limit := fs.Int("limit", 0, "replay at most this many (0: every one selected)")
-	perSec := fs.Float64("rate", 100, "records sent per second at most")
-	dry := fs.Bool("dry-run", false, "say what would be replayed, send nothing")
-	again := fs.Bool("again", false, "replay dead letters (and keys) replayed before too")
-	if err := parseFlags("deadletters replay", fs, args); err != nil {
-		return err
-	}
-	if err := f.parse(time.Now()); err != nil {
-		return err
-	}
-	if *perSec <= 0 {
-		return fmt.Errorf("-rate %v: must be positive", *perSec)
-	}
-	rctx, cancel := context.WithTimeout(ctx, *timeout)
-	t, err := readDeadLetters(rctx, cf.conn().ClientOpts(), *topic, f)
-	cancel()
-	if err != nil {
-		return err
-	}
-	// The latest dead letter of each key; one without a key stands alone.
-	latest := map[string]int{}
-	var picked []kafkasink.DeadLetterRecord
-	var skippedReplayed, skippedDup int
-	var refused []string
-	for _, d := range t.letters {
-		k := string(d.Record.Key)
-		// Skipped: a dead letter replayed, and the older dead letters of a
-		// request id replayed since. A dead letter of a replay (it failed
-		// again: it carries sluice-replayed-from) is new whatever the
-		// clocks say; for the others, the worker's failure time and the
-		// replay tool's mark time are compared.
-		last, keyDone := t.replayedKey[k]
-		fromReplay := headerOf(d.Record, kafkasink.HeaderReplayedFrom) != nil
-		if _, done := t.replayedAt[d.Position()]; !*again && (done || k != "" && keyDone && !fromReplay && d.FailedAt.Before(last)) {
-			skippedReplayed++
-			continue
-		}
-		if _, err := d.Replay(*to); err != nil {
-			refused = append(refused, err.Error())
-			continue
-		}
-		if i, ok := latest[k]; ok && k != "" {
-			skippedDup++
-			if d.FailedAt.After(picked[i].FailedAt) {
-				picked[i] = d
-			}
-			continue
-		}
-		latest[k] = len(picked)
-		picked = append(picked, d)
-	}
-	if *limit > 0 && len(picked) > *limit {
-		picked = picked[:*limit]
-	}
-	verb := "replayed"
-	if *dry {
-		verb = "would replay"
-	}
-	var cl *kgo.Client
-	if !*dry && len(picked) > 0 {
-		if cl, err = kgo.NewClient(cf.conn().ClientOpts()...); err != nil {
-			return err
-		}
-		defer cl.Close()
-		targets := map[string]bool{*topic: true}
-		for _, d := range picked {
-			r, _ := d.Replay(*to)
-			targets[r.Topic] = true
-		}
-		names := make([]string, 0, len(targets))
-		for n := range targets {
-			names = append(names, n)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := kafka.CheckTopics(cctx, cl, names...)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("replay: %w", err)
-		}
-	}
-	lim := rate.NewLimiter(rate.Limit(*perSec), 1)
-	sent := map[string]int{}
-	for _, d := range picked {
-		r, _ := d.Replay(*to)
-		if *dry {
-			fmt.Fprintf(w, "would replay %s key=%q to %s (%s: %s)\n", d.Position(), clip(string(d.Record.Key), 80), r.Topic, d.Stage, clip(d.Reason, 120))
-			sent[r.Topic]++
-			continue
-		}
-		if err := lim.Wait(ctx); err != nil {
-			return fmt.Errorf("replay stopped after %d: %w", total(sent), err)
-		}
-		// The record first, then its mark: a replay cut short between the
-		// two sends that record again next time (the pipelines take a
-		// request id once), never marks one that was not sent.
-		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
-			return fmt.Errorf("replay stopped after %d: sending %s to %s: %w", total(sent), d.Position(), r.Topic, err)
-		}
-		if err := cl.ProduceSync(ctx, d.ReplayMarker(r.Topic)).FirstErr(); err != nil {
-			return fmt.Errorf("replay stopped after %d: %s was sent to %s, but marking it replayed failed: %w", total(sent)+1, d.Position(), r.Topic, err)
-		}
-		sent[r.Topic]++
-	}
-	fmt.Fprintf(w, "%s %d of the %d dead letters selected from %s", verb, total(sent), len(t.letters), *topic)
-	for topic, n := range sent {
-		fmt.Fprintf(w, "; %d to %s", n, topic)
-	}
-	fmt.Fprintf(w, "\nskipped: %d replayed before (-again replays them), %d older copies of a key replayed once, %d not replayable\n",
-		skippedReplayed, skippedDup, len(refused))
-	for _, r := range refused {
-		fmt.Fprintf(w, "  %s\n", r)
-	}
-	if len(refused) > 0 && total(sent) == 0 && !*dry {
-		return errors.New("nothing replayed")
-	}
-	return nil
-}
-
-func total(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }

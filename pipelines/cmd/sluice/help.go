@@ -72,7 +72,7 @@ func init() {
 			purpose: "an in-memory Kafka-compatible broker for development, with the workers' topics"},
 
 		{name: "loadgen", group: groupLoad, flags: "[flags]", run: runLoadgen,
-			purpose: "send delivery requests to a cluster, recording them for verify",
+			purpose: "send delivery requests to Kafka or Redis streams, recording them for verify",
 			subs: []*command{{name: "sensors", flags: "[flags]", run: func(ctx context.Context, args []string) error {
 				return runSensorsLoadgen(ctx, args, os.Stdout)
 			}, purpose: "send home-security readings to a cluster"}}},
@@ -81,7 +81,7 @@ func init() {
 
 		{name: "deadletters", group: groupOperate, flags: "[flags]", run: func(ctx context.Context, args []string) error {
 			return listDeadLetters(ctx, args, os.Stdout)
-		}, purpose: "list a dead-letter topic: counts by stage and reason, the newest records",
+		}, purpose: "list a dead-letter topic or stream: counts by stage and reason, the newest records",
 			subs: []*command{{name: "replay", flags: "[flags]", run: func(ctx context.Context, args []string) error {
 				return runReplay(ctx, args, os.Stdout)
 			}, purpose: "send selected dead letters back to their topic, once per request"}}},

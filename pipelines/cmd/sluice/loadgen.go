@@ -17,9 +17,12 @@ import (
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/sink/redisstream"
 )
 
-// runLoadgen produces delivery requests to a real cluster.
+// runLoadgen produces delivery requests to a real cluster, or to the
+// Redis streams of the topics' names.
 func runLoadgen(ctx context.Context, args []string) error {
 	_, err := loadgenCmd(ctx, args)
 	return err
@@ -30,7 +33,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	var cf connFlags
 	cf.register(fs)
-	topic := fs.String("topic", "delivery-requests", "topic to produce to, unless -level-topics is set")
+	var tf topicsFlags
+	tf.register(fs)
+	topic := fs.String("topic", "delivery-requests", "topic (stream with -transport redis) to produce to, unless -level-topics is set")
 	levelTopics := fs.String("level-topics", "",
 		"topics of the levels of priority, high,normal,low: each request goes to its level's (read them with sluice run delivery -level-topics); empty: every request to -topic, its level in its priority field")
 	mixFlag := fs.String("mix", "0.1,0.3,0.6", "share of requests of each level of priority, high,normal,low")
@@ -44,8 +49,11 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	progressEvery := fs.Duration("progress-every", 5*time.Second,
 		"write a progress line this often to standard error (elapsed, sent, acknowledged, failed, rate); 0: none")
 	recordTo := fs.String("record", "",
-		"when done, write what the brokers acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
+		"when done, write what the brokers (or Redis) acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
+		return nil, err
+	}
+	if err := tf.parse(); err != nil {
 		return nil, err
 	}
 	if err := checkRates(*rate, *burst); err != nil {
@@ -60,11 +68,11 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 		}
 		defer rec.discard()
 	}
-	cl, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.ProducerLinger(2*time.Millisecond))...)
+	p, who, closeP, err := loadProducer(ctx, &cf, &tf)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
+	defer closeP()
 	cfg := loadgen.Default(*topic, *rate, *dur)
 	cfg.Topics, cfg.Untagged = splitComma(*levelTopics), *untagged
 	if cfg.Mix, err = parseMix(*mixFlag); err != nil {
@@ -81,14 +89,14 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 		defer close(progressed)
 		newLoadProgress(sent, progressOutput, began).run(pctx, *progressEvery)
 	}()
-	err = loadgen.Run(ctx, cl, cfg, sent)
+	err = loadgen.Run(ctx, p, cfg, sent)
 	stopProgress()
 	<-progressed
 	unconfirmed := sent.Unconfirmed()
 	if sent.Total() == 0 && len(unconfirmed) == 0 && sent.NotWritten() == 0 {
 		return sent, err // nothing was sent: the brokers or the topics are not there
 	}
-	printSent(loadgenOutput, sent, time.Since(began))
+	printSent(loadgenOutput, who, sent, time.Since(began))
 	if rec != nil {
 		// Even after a failure or an interruption: what the brokers hold,
 		// and what they may hold, is what a verification must account for.
@@ -100,24 +108,43 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	return sent, err
 }
 
-// printSent says what the brokers acknowledged, by kind and level, and
-// what they did not: a request counts only once acknowledged, never
+// loadProducer is what the load goes through: a Kafka client of the
+// cluster, or a writer to the Redis streams once the server answers; who
+// names what acknowledges ("the brokers", "redis").
+func loadProducer(ctx context.Context, cf *connFlags, tf *topicsFlags) (p kafkasink.Producer, who string, closeP func(), err error) {
+	if tf.onRedis() {
+		rc, err := tf.connect(ctx)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		rp := redisstream.NewProducer(rc)
+		return rp, "redis", func() { rp.Close(); rc.Close() }, nil
+	}
+	cl, err := kgo.NewClient(append(cf.conn().ClientOpts(), kgo.ProducerLinger(2*time.Millisecond))...)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return cl, "the brokers", cl.Close, nil
+}
+
+// printSent says what the brokers (who) acknowledged, by kind and level,
+// and what they did not: a request counts only once acknowledged, never
 // because it was handed to the client.
-func printSent(w io.Writer, sent *loadgen.Sent, took time.Duration) {
+func printSent(w io.Writer, who string, sent *loadgen.Sent, took time.Duration) {
 	kinds, dups := sent.Kinds()
 	count := map[loadgen.Kind]int{}
 	for _, k := range kinds {
 		count[k]++
 	}
 	lv := sent.Levels()
-	fmt.Fprintf(w, "acknowledged by the brokers: %d requests in %v (%d duplicates)\n", sent.Total(), took.Round(time.Millisecond), dups)
+	fmt.Fprintf(w, "acknowledged by %s: %d requests in %v (%d duplicates)\n", who, sent.Total(), took.Round(time.Millisecond), dups)
 	fmt.Fprintf(w, "  by kind: deliverable %d, undeliverable %d, malformed %d, invalid %d, suspended owner %d\n",
 		count[loadgen.Deliverable], count[loadgen.Undeliverable], count[loadgen.Malformed], count[loadgen.Invalid], count[loadgen.Suspended])
 	fmt.Fprintf(w, "  by level: high %d, normal %d, low %d\n", lv[0], lv[1], lv[2])
 	if n, u := sent.NotWritten(), len(sent.Unconfirmed()); n > 0 || u > 0 {
 		fmt.Fprintf(w, "not acknowledged: %d not written (refused, or not sent; not recorded), %d unconfirmed\n", n, u)
 		if u > 0 {
-			fmt.Fprintln(w, "  (unconfirmed: never answered, the brokers may hold them; recorded as such, verify does not expect them)")
+			fmt.Fprintf(w, "  (unconfirmed: never answered, %s may hold them; recorded as such, verify does not expect them)\n", who)
 		}
 	}
 }

@@ -30,6 +30,8 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	services := fs.String("services", "http://127.0.0.1:8080", "base URL of sluice services, whose ledger is checked")
 	brokersFlag := fs.String("brokers", "127.0.0.1:9092",
 		"Kafka brokers holding the dead-letter topics, comma separated; plaintext only")
+	var tf topicsFlags
+	tf.register(fs)
 	deadTopic := fs.String("dead-letter-topic", "delivery-dead-letters",
 		"topic of the scheduler's dead letters, as sluice run delivery -dead-letter-topic names it")
 	compDeadTopic := fs.String("supervisor-dead-letter-topic", "delivery-compensation-dead-letters",
@@ -39,6 +41,9 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	wait := fs.Duration("wait", time.Minute,
 		"give the run up to this long to settle (every request with an outcome, the summary clean), then report what there is (0: at once)")
 	if err := parseFlags("verify", fs, args); err != nil {
+		return demo.Summary{}, err
+	}
+	if err := tf.parse(); err != nil {
 		return demo.Summary{}, err
 	}
 	if *deadTopic == "" || *compDeadTopic == "" || *failuresTopic == "" {
@@ -62,9 +67,17 @@ func verifyCmd(ctx context.Context, args []string) (demo.Summary, error) {
 	if err != nil {
 		return demo.Summary{}, fmt.Errorf("-record %s: %w", *recordPath, err)
 	}
+	if tf.onRedis() {
+		rc, err := tf.connect(ctx)
+		if err != nil {
+			return demo.Summary{}, err
+		}
+		defer rc.Close()
+		topics = append(topics, demo.ReadFrom(demo.RedisReader(rc)))
+	}
 	cl := &http.Client{} // no overall timeout: a large ledger takes seconds to download; ctx bounds it
 	fmt.Printf("verifying the %d requests of %s (%d sent) against the ledger of %s and the dead letters of %s and %s on %s",
-		sent.Distinct(), *recordPath, sent.Total(), base, *deadTopic, *compDeadTopic, strings.Join(brokers, ","))
+		sent.Distinct(), *recordPath, sent.Total(), base, *deadTopic, *compDeadTopic, tf.where(brokers))
 	if n := len(sent.Unconfirmed()); n > 0 {
 		fmt.Printf(" (and %d sent without an acknowledgement: judged only if they reached the workers)", n)
 	}
