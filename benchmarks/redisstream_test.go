@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/sink/redisstream"
+	redissource "github.com/sluice-streams/sluice/source/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -51,7 +54,10 @@ const (
 // Writing, to a fresh stream: xadd_handwritten (pipelined XADD, 256 a
 // round trip) and xadd_sluice (sink/redisstream). Each reports entries/s,
 // cpu_us/entry of the client (this process, or the peer's) and
-// redis_cpu_us/entry of the server (/proc/<pid>/stat).
+// redis_cpu_us/entry of the server (/proc/<pid>/stat). sluice also runs
+// a handwritten iteration before each of its own and reports
+// vs_handwritten from those pairs (target >= 0.9); a reader's time ends
+// when the group holds nothing pending.
 func BenchmarkRedisStreams(b *testing.B) {
 	n := redisEntries(b)
 	srv := testenv.StartRedis(b)
@@ -78,6 +84,26 @@ func BenchmarkRedisStreams(b *testing.B) {
 			m.measure(b, server, os.Getpid(), n, func() error { return handwrittenRead(context.Background(), rc, "bench", group, n) })
 		}
 		m.report(b)
+	})
+	// sluice, paired with a handwritten iteration before each of its own
+	// (vs_handwritten): on a shared machine a ratio of runs made a minute
+	// apart says little.
+	b.Run("sluice", func(b *testing.B) {
+		var m, pair redisMeter
+		for b.Loop() {
+			group := newGroup(b)
+			pair.measure(b, server, os.Getpid(), n, func() error { return handwrittenRead(context.Background(), rc, "bench", group, n) })
+			group = newGroup(b)
+			s0, c0 := procCPU(b, server), procCPU(b, os.Getpid())
+			el, err := sluiceRead(context.Background(), rc, "bench", group, n)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.add(el, procCPU(b, os.Getpid())-c0, procCPU(b, server)-s0, n)
+		}
+		m.report(b)
+		b.ReportMetric(pair.rate(), "paired_handwritten_entries/s")
+		b.ReportMetric(m.rate()/pair.rate(), "vs_handwritten")
 	})
 	b.Run("watermill", func(b *testing.B) {
 		exe := buildWatermillRedis(b)
@@ -141,11 +167,13 @@ func (m *redisMeter) report(b *testing.B) {
 		return
 	}
 	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(m.entries) }
-	b.ReportMetric(float64(m.entries)/m.el.Seconds(), "entries/s")
+	b.ReportMetric(m.rate(), "entries/s")
 	b.ReportMetric(per(m.client), "cpu_us/entry")
 	b.ReportMetric(per(m.servCPU), "redis_cpu_us/entry")
 	b.ReportMetric(0, "ns/op")
 }
+
+func (m *redisMeter) rate() float64 { return float64(m.entries) / m.el.Seconds() }
 
 // serverPID is the process ID of the redis-server rc talks to.
 func serverPID(b *testing.B, rc *redis.Client) int {
@@ -225,6 +253,62 @@ func handwrittenRead(ctx context.Context, rc *redis.Client, name, group string, 
 		return fmt.Errorf("read %d bytes of values, want %d", sum, n*redisValueSize)
 	}
 	return nil
+}
+
+// sluiceRead reads n entries of the stream in group through
+// source/redisstream, a no-op flow.MapAsync and a sink that settles each
+// message (which the source acknowledges, batched), and returns the time
+// from New until the last one is acknowledged. The pipeline's stop after
+// that is not counted: its source waits out its blocked read (Block, 1 s)
+// before its Run returns, as a worker does when it is stopped, not while it
+// works.
+func sluiceRead(ctx context.Context, rc *redis.Client, name, group string, n int) (time.Duration, error) {
+	t0 := time.Now()
+	quiet := slog.New(slog.DiscardHandler)
+	src, err := redissource.New(ctx, redissource.Config{Client: rc, Streams: []string{name}, Group: group, Consumer: "sluice", Logger: quiet})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sum atomic.Int64
+	var el time.Duration
+	g := stream.New(stream.WithLogger(quiet))
+	s := stream.Via(stream.From(g, src), flow.MapAsync(64, func(_ context.Context, v []byte) ([]byte, error) {
+		sum.Add(int64(len(v)))
+		return v, nil
+	}))
+	settled := 0
+	stream.To(s, stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				return nil // the end of the input
+			}
+			in.SettleAll(b.Items, stream.Completed)
+			settled += len(b.Items)
+			b.Release()
+			if settled == n {
+				// Every entry settled: once the source has acknowledged
+				// them all, the work is done.
+				if err := src.Commit(ctx); err != nil {
+					return err
+				}
+				el = time.Since(t0)
+				cancel()
+			}
+		}
+	}))
+	if err := g.Run(ctx); err != nil {
+		return 0, err
+	}
+	if err := src.Close(context.Background()); err != nil {
+		return 0, err
+	}
+	if settled < n || sum.Load() < int64(n*redisValueSize) {
+		return 0, fmt.Errorf("settled %d entries (%d bytes of values), want %d", settled, sum.Load(), n)
+	}
+	return el, awaitGroupDone(rc, name, group, n, time.Minute)
 }
 
 // xaddHandwritten appends n entries of value to the stream with pipelined

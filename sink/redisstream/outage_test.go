@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/sink/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -181,5 +182,31 @@ func TestServerGoneLongerThanRetryForIsFatal(t *testing.T) {
 		if st.has(i) && !inStream[i] {
 			t.Fatalf("v%d was settled but is not in the stream", i)
 		}
+	}
+}
+
+// A Producer under a Kafka dead letter: Redis gone past RetryFor ends the
+// pipeline with the error naming the address, and the failures not
+// written stay unsettled.
+func TestProducerServerGoneIsFatal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: waits out RetryFor (1 s) against a stopped redis-server")
+	}
+	srv := testenv.StartDurableRedis(t)
+	p := redisstream.NewProducer(outageClient(t, srv.Addr), redisstream.RetryFor(time.Second))
+	t.Cleanup(p.Close)
+	srv.Stop()
+	tr := stream.NewTracker(0)
+	g := stream.New()
+	stream.To(stream.From(g, numbered(tr, 0, 10)), failing("cannot parse", false), stream.Name("parse"))
+	stream.To(g.Failures(), kafkasink.NewDeadLetter(p, freshStream("dead-letters")))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := g.Run(ctx)
+	if !errors.Is(err, redisstream.ErrUnreachable) || !strings.Contains(err.Error(), srv.Addr) {
+		t.Fatalf("Run = %v, want ErrUnreachable naming %s", err, srv.Addr)
+	}
+	if st := tr.Stats(); st.Settled[stream.DeadLettered] != 0 {
+		t.Fatalf("settled %+v: a failure was settled as dead-lettered though nothing was written", st)
 	}
 }

@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -53,6 +54,9 @@ type reader struct {
 	pendingFrom []string
 	rr          int // the stream a read of fewer entries than streams starts at
 	nextClaim   time.Time
+	// perEntry is the bytes an entry took in the last reply that had
+	// some, to size the buffer of the next one.
+	perEntry int
 }
 
 // read is Run's loop: re-read its own pending entries, then take over
@@ -220,10 +224,19 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 	for range names {
 		args = append(args, ">")
 	}
-	cmd := redis.NewRawCmd(ctx, args...)
+	// The reply goes into a buffer of its own, sized from the last one:
+	// messages keep slices of it until they are gone. (RawCmd grows its
+	// buffer by doubling from nothing: about four bytes allocated for
+	// every byte of the reply, most of what reading a stream allocated.)
+	if r.perEntry == 0 {
+		r.perEntry = 512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, count*len(names)*r.perEntry+1024))
+	cmd := redis.NewRawWriteToCmd(ctx, buf, args...)
 	began := time.Now()
 	_ = s.cl.Process(ctx, cmd)
-	b, err := cmd.Result()
+	_, err := cmd.Result()
+	b := buf.Bytes()
 	if obs := s.readObs.Load(); obs != nil {
 		(*obs)(time.Since(began).Seconds())
 	}
@@ -239,6 +252,9 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 		return err
 	}
 	s.health.ok()
+	if n := entriesIn(res); n > 0 {
+		r.perEntry = len(b)/n + 16
+	}
 	for _, se := range res {
 		i, ok := s.index[se.stream]
 		if !ok {
@@ -291,11 +307,19 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		if !ok {
 			continue
 		}
-		off, _ := redisentry.Offset(e.id)
+		// The offset carries the ID's milliseconds: the time is read from
+		// it, not parsed again (an ID that does not fit one is parsed).
+		var ts time.Time
+		off, err := redisentry.Offset(e.id)
+		if err == nil {
+			ts = time.UnixMilli(off >> redisentry.SeqBits)
+		} else {
+			ts = idTime(e.id)
+		}
 		m := r.out.Slot()
 		*m = stream.Message[[]byte]{Value: rec.Value, Envelope: stream.Envelope{
 			Key: rec.Key, Headers: rec.Headers, Topic: s.cfg.Streams[i], Offset: off,
-			Timestamp: idTime(e.id), Attempt: int32(n - 1),
+			Timestamp: ts, Attempt: int32(n - 1),
 		}}
 		m.SetHandle(stream.NewHandle(s, h))
 		c.read.Add(1)
@@ -310,6 +334,15 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		return s.deadLetter(ctx, i, dead)
 	}
 	return nil
+}
+
+// entriesIn counts the entries of a reply.
+func entriesIn(res []streamEntries) int {
+	n := 0
+	for _, se := range res {
+		n += len(se.entries)
+	}
+	return n
 }
 
 // idTime returns the time of an entry ID's milliseconds.

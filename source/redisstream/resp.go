@@ -50,10 +50,12 @@ func (r *respReader) header() (byte, int, error) {
 	if r.i >= len(r.b) {
 		return 0, 0, fmt.Errorf("%w: truncated", errProtocol)
 	}
-	end := bytes.Index(r.b[r.i:], crlf)
-	if end < 0 {
+	// A header line holds no LF before its CRLF: the first LF ends it.
+	end := bytes.IndexByte(r.b[r.i:], '\n')
+	if end < 1 || r.b[r.i+end-1] != '\r' {
 		return 0, 0, fmt.Errorf("%w: no CRLF", errProtocol)
 	}
+	end--
 	line := r.b[r.i : r.i+end]
 	r.i += end + 2
 	if len(line) == 0 {
@@ -68,8 +70,8 @@ func (r *respReader) header() (byte, int, error) {
 	case '+':
 		return typ, 0, nil
 	}
-	n, err := strconv.Atoi(string(line[1:]))
-	if err != nil {
+	n, ok := length(line[1:])
+	if !ok {
 		return 0, 0, fmt.Errorf("%w: %q", errProtocol, line)
 	}
 	if typ == '!' { // blob error
@@ -83,7 +85,23 @@ func (r *respReader) header() (byte, int, error) {
 	return typ, n, nil
 }
 
-var crlf = []byte("\r\n")
+// length reads the decimal number of a header line, without strconv's
+// generality for the common case of a few digits: a reply has three for
+// every entry.
+func length(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 18 || b[0] == '-' || b[0] == '+' {
+		n, err := strconv.Atoi(string(b))
+		return n, err == nil
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, true
+}
 
 // aggregate reads the header of an array, set or map and returns its
 // number of elements (a map's pairs count twice), -1 for a null.
@@ -152,6 +170,12 @@ func (r *respReader) entries(dst []entry) ([]entry, error) {
 	if err != nil || n < 0 {
 		return dst, err
 	}
+	if dst == nil {
+		dst = make([]entry, 0, n)
+	}
+	// The entries' fields share one backing array, two fields (a value,
+	// nothing else) per entry to start with: one allocation per reply.
+	back := make([][]byte, 0, 2*n)
 	for range n {
 		k, err := r.aggregate()
 		if err != nil {
@@ -170,7 +194,12 @@ func (r *respReader) entries(dst []entry) ([]entry, error) {
 		}
 		e := entry{id: string(id), deleted: nf < 0}
 		if nf > 0 {
-			e.fields = make([][]byte, nf)
+			if len(back)+nf <= cap(back) {
+				e.fields = back[len(back) : len(back)+nf : len(back)+nf]
+				back = back[:len(back)+nf]
+			} else {
+				e.fields = make([][]byte, nf)
+			}
 			for j := range e.fields {
 				if e.fields[j], err = r.bulk(); err != nil {
 					return dst, err

@@ -85,3 +85,22 @@ func TestParseAutoClaim(t *testing.T) {
 		t.Fatalf("parseAutoClaim = %q, %+v, %d, %v", next, es, deleted, err)
 	}
 }
+
+// A header's number is read as strconv reads it: nulls, negative
+// integers, and what is not a number refused.
+func TestLength(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		fine bool
+	}{
+		{"0", 0, true}, {"7", 7, true}, {"256", 256, true}, {"-1", -1, true}, {"-42", -42, true},
+		{"+3", 3, true}, {"1234567890123456789", 1234567890123456789, true},
+		{"", 0, false}, {"1a", 0, false}, {"-", 0, false}, {" 1", 0, false},
+	} {
+		n, ok := length([]byte(c.in))
+		if ok != c.fine || ok && n != c.n {
+			t.Errorf("length(%q) = %d, %v; want %d, %v", c.in, n, ok, c.n, c.fine)
+		}
+	}
+}
