@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,7 +172,7 @@ func (r *reader) readPending(ctx context.Context, i, room int) error {
 	if len(ps) < n {
 		r.pendingFrom[i] = ""
 	} else {
-		r.pendingFrom[i] = "(" + ps[len(ps)-1].ID
+		r.pendingFrom[i] = nextID(ps[len(ps)-1].ID)
 	}
 	counts := map[string]int64{}
 	ids := make([]any, 0, len(ps))
@@ -359,4 +361,22 @@ func idTime(id string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(v)
+}
+
+// nextID returns the smallest entry ID after id, for an inclusive range
+// start: every server speaking the stream commands takes it, where an
+// exclusive start ("(" + id) needs Redis 6.2 and is refused by some
+// embedded servers. An ID it cannot read is returned as it is (the page
+// then starts at id again, and its entries held here are skipped).
+func nextID(id string) string {
+	ms, seq, ok := strings.Cut(id, "-")
+	m, err1 := strconv.ParseUint(ms, 10, 64)
+	q, err2 := strconv.ParseUint(seq, 10, 64)
+	switch {
+	case !ok || err1 != nil || err2 != nil:
+		return id
+	case q == math.MaxUint64:
+		return strconv.FormatUint(m+1, 10) + "-0"
+	}
+	return ms + "-" + strconv.FormatUint(q+1, 10)
 }
