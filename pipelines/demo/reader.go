@@ -19,7 +19,7 @@ type Reader interface {
 	// read began, in order within each partition; each returning false
 	// stops it early, with no error. A record comes with its key, value,
 	// headers in order, topic, partition, offset and time; on Redis the
-	// partition is 0 and the offset the entry ID's (redisentry.Offset).
+	// partition is 0 and the offset the entry ID's (redisstream.Offset).
 	ReadToEnd(ctx context.Context, topic string, since time.Time, each func(*kgo.Record) bool) error
 	// Written returns how many records topic has held since it was
 	// created, those removed since included: at least as many as a run

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/internal/redisentry"
+	"github.com/sluice-streams/sluice/source/redisstream"
 )
 
 // readPage is how many entries one XRANGE of RedisReader asks for.
@@ -94,16 +94,16 @@ func entryRecord(topic string, e any) (*kgo.Record, string, error) {
 			return nil, "", fmt.Errorf("entry %s: field %d is %T, want a string", id, i, f)
 		}
 	}
-	d, err := redisentry.Decode("", fields)
+	d, err := redisstream.Decode("", fields)
 	if err != nil {
 		return nil, "", fmt.Errorf("entry %s: %w", id, err)
 	}
-	off, err := redisentry.Offset(id)
+	off, err := redisstream.Offset(id)
 	if err != nil {
 		return nil, "", err
 	}
 	rec := &kgo.Record{Topic: topic, Key: d.Key, Value: d.Value, Offset: off,
-		Timestamp: time.UnixMilli(off >> redisentry.SeqBits)}
+		Timestamp: redisstream.EntryTime(off)}
 	for _, h := range d.Headers {
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
@@ -125,4 +125,4 @@ func (r redisReader) Written(ctx context.Context, topic string) (int, error) {
 	return int(info.Length), nil
 }
 
-func (redisReader) Position(r *kgo.Record) string { return redisentry.ID(r.Offset) }
+func (redisReader) Position(r *kgo.Record) string { return redisstream.EntryID(r.Offset) }

@@ -13,12 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	sinkredis "github.com/sluice-streams/sluice/sink/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -37,7 +37,7 @@ func xadd(t *testing.T, rc redis.UniversalClient, r *kgo.Record) string {
 	for _, h := range r.Headers {
 		hs = append(hs, stream.Header{Key: h.Key, Value: h.Value})
 	}
-	args := redisentry.AppendFields([]any{"XADD", r.Topic, "*"}, "", r.Key, r.Value, hs)
+	args := sinkredis.AppendFields([]any{"XADD", r.Topic, "*"}, sinkredis.Entry{Key: r.Key, Value: r.Value, Headers: hs})
 	id, err := rc.Do(context.Background(), args...).Text()
 	if err != nil {
 		t.Fatal(err)

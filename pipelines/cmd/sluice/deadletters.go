@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/pipelines/demo"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
+	"github.com/sluice-streams/sluice/source/redisstream"
 )
 
 // dlFilter selects dead letters.
@@ -301,11 +301,11 @@ func toJSON(d kafkasink.DeadLetterRecord, onRedis bool, replayedTo string) dlJSO
 		Reason: d.Reason, Attempts: d.Attempts, Parkings: d.Parkings, FailedAt: d.FailedAt, SourceTopic: d.SourceTopic,
 		SourcePartition: d.SourcePartition, SourceOffset: d.SourceOffset, Incomplete: d.Incomplete, ReplayedTo: replayedTo}
 	if onRedis {
-		j.ID = redisentry.ID(r.Offset)
+		j.ID = redisstream.EntryID(r.Offset)
 		if id := headerOf(r, headerSourceID); id != nil {
 			j.SourceID = string(id)
 		} else if d.SourceTopic != "" {
-			j.SourceID = redisentry.ID(d.SourceOffset)
+			j.SourceID = redisstream.EntryID(d.SourceOffset)
 		}
 	}
 	if utf8.Valid(r.Value) {

@@ -13,10 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/sink/redisstream"
+	streamsource "github.com/sluice-streams/sluice/source/redisstream"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -33,13 +33,13 @@ func TestDeadLettersOnRedisStreams(t *testing.T) {
 	var originals []string
 	for i, why := range []string{"invalid delivery request: no owner", "invalid delivery request: no owner", "malformed delivery request"} {
 		key, value := fmt.Sprintf("r-%d", i), fmt.Sprintf(`{"id": "r-%d"}`, i)
-		id, err := rc.Do(ctx, redisentry.AppendFields([]any{"XADD", "delivery-requests", "*"}, "", []byte(key), []byte(value),
-			[]stream.Header{{Key: "traceparent", Value: []byte("00-1-01")}, {Key: "tenant", Value: []byte("a")}})...).Text()
+		id, err := rc.Do(ctx, redisstream.AppendFields([]any{"XADD", "delivery-requests", "*"}, redisstream.Entry{Key: []byte(key), Value: []byte(value),
+			Headers: []stream.Header{{Key: "traceparent", Value: []byte("00-1-01")}, {Key: "tenant", Value: []byte("a")}}})...).Text()
 		if err != nil {
 			t.Fatal(err)
 		}
 		originals = append(originals, id)
-		off, _ := redisentry.Offset(id)
+		off, _ := streamsource.Offset(id)
 		dl := &kgo.Record{Topic: "delivery-dead-letters", Key: []byte(key), Value: []byte(value), Headers: []kgo.RecordHeader{
 			{Key: "traceparent", Value: []byte("00-1-01")}, {Key: "tenant", Value: []byte("a")},
 			{Key: kafkasink.HeaderStage, Value: []byte("parse")}, {Key: kafkasink.HeaderReason, Value: []byte(why)},
@@ -57,7 +57,7 @@ func TestDeadLettersOnRedisStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"delivery-dead-letters: 3 dead letters, 0 replayed", "2  parse            invalid delivery request",
-		"(entry ID, failed at", "  " + redisentry.ID(dead[0].Offset) + "  "} {
+		"(entry ID, failed at", "  " + streamsource.EntryID(dead[0].Offset) + "  "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("sluice deadletters -transport redis does not show %q:\n%s", want, out.String())
 		}
@@ -71,8 +71,8 @@ func TestDeadLettersOnRedisStreams(t *testing.T) {
 		Records        []dlJSON
 	}
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || doc.Total != 3 || len(doc.Records) != 1 ||
-		doc.Records[0].ID != redisentry.ID(dead[2].Offset) || doc.Records[0].SourceID != originals[2] {
-		t.Fatalf("-json -reason malformed: %v, want the entry IDs %s (source %s)\n%s", err, redisentry.ID(dead[2].Offset), originals[2], out.String())
+		doc.Records[0].ID != streamsource.EntryID(dead[2].Offset) || doc.Records[0].SourceID != originals[2] {
+		t.Fatalf("-json -reason malformed: %v, want the entry IDs %s (source %s)\n%s", err, streamsource.EntryID(dead[2].Offset), originals[2], out.String())
 	}
 
 	out.Reset()
@@ -88,7 +88,7 @@ func TestDeadLettersOnRedisStreams(t *testing.T) {
 	}
 	for i, r := range requests[3:] {
 		want := []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-1-01")}, {Key: "tenant", Value: []byte("a")},
-			{Key: kafkasink.HeaderReplayedFrom, Value: []byte("delivery-dead-letters/" + redisentry.ID(dead[i].Offset))}}
+			{Key: kafkasink.HeaderReplayedFrom, Value: []byte("delivery-dead-letters/" + streamsource.EntryID(dead[i].Offset))}}
 		if string(r.Key) != fmt.Sprintf("r-%d", i) || string(r.Value) != fmt.Sprintf(`{"id": "r-%d"}`, i) || !reflect.DeepEqual(r.Headers, want) {
 			t.Fatalf("replayed entry %d: key %q value %q headers %q; want r-%d as it came, headers %q", i, r.Key, r.Value, r.Headers, i, want)
 		}
@@ -124,7 +124,7 @@ func TestReplayOfAPoisonEntryLeavesItsDeadLetteringBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, _ := redisentry.Offset(id)
+	off, _ := streamsource.Offset(id)
 	if err := rc.XAdd(ctx, &redis.XAddArgs{Stream: "requests-dead-letters", Values: []any{"value", "v", "key", "k", "h:traceparent", "00-1-01",
 		"h:sluice-reason", "delivered 11 times, more than MaxDeliveries 10", "h:sluice-deliveries", "11",
 		"h:sluice-source-topic", "requests", "h:sluice-source-offset", fmt.Sprint(off), "h:sluice-source-id", id,
@@ -141,7 +141,7 @@ func TestReplayOfAPoisonEntryLeavesItsDeadLetteringBehind(t *testing.T) {
 	}
 	dead := streamRecords(t, rc, "requests-dead-letters")[0]
 	want := []kgo.RecordHeader{{Key: "traceparent", Value: []byte("00-1-01")},
-		{Key: kafkasink.HeaderReplayedFrom, Value: []byte("requests-dead-letters/" + redisentry.ID(dead.Offset))}}
+		{Key: kafkasink.HeaderReplayedFrom, Value: []byte("requests-dead-letters/" + streamsource.EntryID(dead.Offset))}}
 	if r := recs[1]; string(r.Key) != "k" || string(r.Value) != "v" || !reflect.DeepEqual(r.Headers, want) {
 		t.Fatalf("replayed as key %q value %q headers %q; want k, v, headers %q", r.Key, r.Value, r.Headers, want)
 	}

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
+	"github.com/sluice-streams/sluice/source/redisstream"
 )
 
 // sluice loadgen -transport redis writes each request to the Redis stream
@@ -48,10 +48,10 @@ func TestLoadgenOnRedisStreams(t *testing.T) {
 				continue // malformed, or a request that fails later on purpose
 			}
 			if err := json.Unmarshal(r.Value, &req); err != nil {
-				t.Fatalf("entry %s of %s: %v", redisentry.ID(r.Offset), name, err)
+				t.Fatalf("entry %s of %s: %v", redisstream.EntryID(r.Offset), name, err)
 			}
 			if req.ID != string(r.Key) || len(r.Headers) != 0 {
-				t.Fatalf("entry %s of %s: key %q, value of request %q, headers %v", redisentry.ID(r.Offset), name, r.Key, req.ID, r.Headers)
+				t.Fatalf("entry %s of %s: key %q, value of request %q, headers %v", redisstream.EntryID(r.Offset), name, r.Key, req.ID, r.Headers)
 			}
 		}
 	}
