@@ -34,6 +34,9 @@ var failureHeaderKeys = map[string]bool{
 	HeaderStage: true, HeaderReason: true, HeaderAttempt: true, HeaderFailedAt: true, HeaderTopic: true,
 	HeaderPartition: true, HeaderOffset: true, HeaderFirstFailure: true, HeaderReplayAt: true, HeaderNotBefore: true, HeaderParkings: true,
 	HeaderTruncated: true, HeaderOriginalSize: true, HeaderHeadersDropped: true, HeaderReplayedFrom: true,
+	// What a Redis Streams source adds to a poison entry it dead-letters:
+	// its delivery count and entry ID.
+	"sluice-deliveries": true, "sluice-source-id": true,
 }
 
 // DeadLetterRecord is a record of a dead-letter topic read back: the
