@@ -61,6 +61,22 @@ func TestNewUnreachable(t *testing.T) {
 	}
 }
 
+// A server that answers with a refusal (a password missing or wrong) is
+// reachable: New says what it answered and names the address, instead of
+// calling it unreachable, which would send the user looking at the network.
+func TestNewRefusedIsNotUnreachable(t *testing.T) {
+	r := testenv.StartRedisWith(t, testenv.RedisAuth{Password: "right"})
+	for _, tc := range []struct{ password, answer string }{{"", "NOAUTH"}, {"wrong", "WRONGPASS"}} {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: tc.password, MaxRetries: -1})
+		_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c"})
+		c.Close()
+		if err == nil || errors.Is(err, redisstream.ErrUnreachable) || strings.Contains(err.Error(), "did not answer") ||
+			!strings.Contains(err.Error(), tc.answer) || !strings.Contains(err.Error(), r.Addr) || !strings.Contains(err.Error(), "Password") {
+			t.Errorf("New with password %q = %v, want the server's %s naming %s and the client's Password, not ErrUnreachable", tc.password, err, tc.answer, r.Addr)
+		}
+	}
+}
+
 // Without Create, a missing stream or group is an error naming both.
 func TestNewWithoutGroup(t *testing.T) {
 	c := client(t, testenv.Redis(t))

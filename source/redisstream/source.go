@@ -16,7 +16,9 @@ import (
 )
 
 // ErrUnreachable is wrapped by New's error when Redis did not answer
-// within the client's dial timeout.
+// within the client's dial timeout. A server that answers with a refusal
+// (NOAUTH, WRONGPASS) is not unreachable: New's error then names the
+// address and carries the server's answer.
 var ErrUnreachable = errors.New("sluice: redis stream source: redis unreachable")
 
 // ErrNoGroup is wrapped when a stream or its consumer group does not
@@ -119,9 +121,22 @@ func (s *Source) ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	if err := s.cl.Ping(pctx).Err(); err != nil {
+		var re redis.Error
+		if errors.As(err, &re) && isFatal(err) {
+			// It answered, with a refusal: no network problem to look for.
+			return fmt.Errorf("sluice: redis stream source: redis at %s refused the connection%s: %w", s.addr, authHint(err), err)
+		}
 		return fmt.Errorf("%w: redis at %s did not answer within %v: %w", ErrUnreachable, s.addr, d, err)
 	}
 	return nil
+}
+
+// authHint points a refused login at the client's options.
+func authHint(err error) string {
+	if redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
+		return " (a password missing or wrong: the client's Username and Password)"
+	}
+	return ""
 }
 
 func dialTimeout(c redis.UniversalClient) time.Duration {
