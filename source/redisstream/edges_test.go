@@ -77,6 +77,23 @@ func TestNewRefusedIsNotUnreachable(t *testing.T) {
 	}
 }
 
+// A stream name that is a key of another type (a string, a hash) is
+// refused naming the key and what it holds, with Create or without,
+// instead of Redis' bare "WRONGTYPE Operation against a key holding the
+// wrong kind of value".
+func TestNewOnAKeyOfAnotherType(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	if err := c.Set(context.Background(), "orders", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []bool{false, true} {
+		_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"orders"}, Group: "g", Consumer: "c", Create: create})
+		if err == nil || !strings.Contains(err.Error(), `key "orders"`) || !strings.Contains(err.Error(), "holds a string, not a stream") {
+			t.Errorf("New (Create %v) on a string key = %v, want it to say the key holds a string, not a stream", create, err)
+		}
+	}
+}
+
 // Without Create, a missing stream or group is an error naming both.
 func TestNewWithoutGroup(t *testing.T) {
 	c := client(t, testenv.Redis(t))

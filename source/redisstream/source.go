@@ -161,7 +161,7 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 	if s.cfg.Create {
 		err := s.cl.XGroupCreateMkStream(ctx, name, s.cfg.Group, s.cfg.StartID).Err()
 		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return fmt.Errorf("sluice: redis stream source: creating group %q of stream %q at %s: %w", s.cfg.Group, name, s.addr, err)
+			return fmt.Errorf("sluice: redis stream source: creating group %q of stream %q at %s: %s%w", s.cfg.Group, name, s.addr, s.notAStream(ctx, name, err), err)
 		}
 		return nil
 	}
@@ -170,7 +170,7 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 		if strings.Contains(err.Error(), "no such key") {
 			return s.noGroup(name)
 		}
-		return fmt.Errorf("sluice: redis stream source: looking for group %q of stream %q at %s: %w", s.cfg.Group, name, s.addr, err)
+		return fmt.Errorf("sluice: redis stream source: looking for group %q of stream %q at %s: %s%w", s.cfg.Group, name, s.addr, s.notAStream(ctx, name, err), err)
 	}
 	for _, g := range groups {
 		if g.Name == s.cfg.Group {
@@ -178,6 +178,19 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 		}
 	}
 	return s.noGroup(name)
+}
+
+// notAStream explains a WRONGTYPE answer about the stream name: the key
+// holds something else, and its type says what ("" for another error).
+func (s *Source) notAStream(ctx context.Context, name string, err error) string {
+	if !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return ""
+	}
+	typ, terr := s.cl.Type(ctx, name).Result()
+	if terr != nil || typ == "stream" || typ == "none" {
+		return "the key is not a stream: "
+	}
+	return fmt.Sprintf("key %q holds a %s, not a stream (another name in Streams, or remove the key): ", name, typ)
 }
 
 // noGroup is the error of a stream or group that does not exist.
