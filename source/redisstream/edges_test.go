@@ -32,7 +32,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"MinIdle", func(c *redisstream.Config) { c.MinIdle = -time.Second }},
 		{"MaxDeliveries", func(c *redisstream.Config) { c.MaxDeliveries = -1 }},
 		{"MaxInFlight", func(c *redisstream.Config) { c.MaxInFlight = -1 }},
-		{"Block", func(c *redisstream.Config) { c.Block = 5 * time.Second }}, // over go-redis' 3 s ReadTimeout
+		{"Block", func(c *redisstream.Config) { c.Block = 5 * time.Second }}, // go-redis' ReadTimeout: 5 s
 		{"StartID", func(c *redisstream.Config) { c.StartID = "latest" }},
 	} {
 		cfg := ok
@@ -58,6 +58,24 @@ func TestNewUnreachable(t *testing.T) {
 	_, err = redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c"})
 	if !errors.Is(err, redisstream.ErrUnreachable) || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("New = %v, want ErrUnreachable naming %s", err, addr)
+	}
+}
+
+// A client whose reads have no time limit (go-redis ReadTimeout -1, or
+// -2: no deadlines at all) takes a Block of any length: no read of it
+// can time out while it waits.
+func TestBlockWithoutReadTimeout(t *testing.T) {
+	addr := testenv.Redis(t)
+	for _, rt := range []time.Duration{-1, -2} {
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: rt})
+		src, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c",
+			Create: true, Block: 10 * time.Second})
+		if err != nil {
+			t.Errorf("New with Block 10s on a client of ReadTimeout %d = %v, want no error", rt, err)
+		} else {
+			src.Close(context.Background())
+		}
+		c.Close()
 	}
 }
 
