@@ -122,6 +122,12 @@ func TestNewWithoutGroup(t *testing.T) {
 			t.Errorf("New on stream %q = %v, want ErrNoGroup naming the stream and group", name, err)
 		}
 	}
+	// A stream that does not exist at all is said to be missing, not to
+	// lack a group: the name may be a typo, or the database another.
+	_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"missing"}, Group: "nobody", Consumer: "c"})
+	if !errors.Is(err, redisstream.ErrNoGroup) || !strings.Contains(err.Error(), `no stream "missing"`) {
+		t.Errorf("New on a stream that does not exist = %v, want it to say there is no stream \"missing\"", err)
+	}
 }
 
 // The group destroyed, or the stream deleted, under a running source: Run

@@ -168,7 +168,8 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 	groups, err := s.cl.XInfoGroups(ctx, name).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return s.noGroup(name)
+			return fmt.Errorf("%w: no stream %q at %s, so no group %q (create both with XGROUP CREATE %s %s 0 MKSTREAM, or set Config.Create)",
+				ErrNoGroup, name, s.addr, s.cfg.Group, name, s.cfg.Group)
 		}
 		return fmt.Errorf("sluice: redis stream source: looking for group %q of stream %q at %s: %s%w", s.cfg.Group, name, s.addr, s.notAStream(ctx, name, err), err)
 	}
