@@ -49,7 +49,7 @@ type Config struct {
 	StartID string
 	// Block is how long one read waits for new entries (XREADGROUP BLOCK;
 	// default 1s). It bounds how soon a stop is seen, and must stay below
-	// the client's ReadTimeout (go-redis: 3s).
+	// the client's ReadTimeout (go-redis: 5s; none with -1).
 	Block time.Duration
 	// MaxBatch caps the entries one read asks for (COUNT; default 256).
 	MaxBatch int
@@ -219,7 +219,10 @@ func isDigits(s string) bool {
 }
 
 // readTimeout returns the client's read timeout where its type tells it,
-// 0 where it does not (or reads wait without a limit).
+// 0 where it does not or reads wait without a limit. The client's
+// Options are already normalized: a ReadTimeout left at 0 reads as
+// go-redis' default (5 s), and 0 or less means no limit (ReadTimeout -1
+// or -2 given).
 func readTimeout(c redis.UniversalClient) time.Duration {
 	var d time.Duration
 	switch c := c.(type) {
@@ -227,11 +230,6 @@ func readTimeout(c redis.UniversalClient) time.Duration {
 		d = c.Options().ReadTimeout
 	case *redis.ClusterClient:
 		d = c.Options().ReadTimeout
-	default:
-		return 0
-	}
-	if d == 0 {
-		return 3 * time.Second // go-redis' default
 	}
 	return max(d, 0)
 }

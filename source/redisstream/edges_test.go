@@ -32,7 +32,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"MinIdle", func(c *redisstream.Config) { c.MinIdle = -time.Second }},
 		{"MaxDeliveries", func(c *redisstream.Config) { c.MaxDeliveries = -1 }},
 		{"MaxInFlight", func(c *redisstream.Config) { c.MaxInFlight = -1 }},
-		{"Block", func(c *redisstream.Config) { c.Block = 5 * time.Second }}, // over go-redis' 3 s ReadTimeout
+		{"Block", func(c *redisstream.Config) { c.Block = 5 * time.Second }}, // go-redis' ReadTimeout: 5 s
 		{"StartID", func(c *redisstream.Config) { c.StartID = "latest" }},
 	} {
 		cfg := ok
@@ -61,6 +61,57 @@ func TestNewUnreachable(t *testing.T) {
 	}
 }
 
+// A client whose reads have no time limit (go-redis ReadTimeout -1, or
+// -2: no deadlines at all) takes a Block of any length: no read of it
+// can time out while it waits.
+func TestBlockWithoutReadTimeout(t *testing.T) {
+	addr := testenv.Redis(t)
+	for _, rt := range []time.Duration{-1, -2} {
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: rt})
+		src, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c",
+			Create: true, Block: 10 * time.Second})
+		if err != nil {
+			t.Errorf("New with Block 10s on a client of ReadTimeout %d = %v, want no error", rt, err)
+		} else {
+			src.Close(context.Background())
+		}
+		c.Close()
+	}
+}
+
+// A server that answers with a refusal (a password missing or wrong) is
+// reachable: New says what it answered and names the address, instead of
+// calling it unreachable, which would send the user looking at the network.
+func TestNewRefusedIsNotUnreachable(t *testing.T) {
+	r := testenv.StartRedisWith(t, testenv.RedisAuth{Password: "right"})
+	for _, tc := range []struct{ password, answer string }{{"", "NOAUTH"}, {"wrong", "WRONGPASS"}} {
+		c := redis.NewClient(&redis.Options{Addr: r.Addr, Password: tc.password, MaxRetries: -1})
+		_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"s"}, Group: "g", Consumer: "c"})
+		c.Close()
+		if err == nil || errors.Is(err, redisstream.ErrUnreachable) || strings.Contains(err.Error(), "did not answer") ||
+			!strings.Contains(err.Error(), tc.answer) || !strings.Contains(err.Error(), r.Addr) || !strings.Contains(err.Error(), "Password") {
+			t.Errorf("New with password %q = %v, want the server's %s naming %s and the client's Password, not ErrUnreachable", tc.password, err, tc.answer, r.Addr)
+		}
+	}
+}
+
+// A stream name that is a key of another type (a string, a hash) is
+// refused naming the key and what it holds, with Create or without,
+// instead of Redis' bare "WRONGTYPE Operation against a key holding the
+// wrong kind of value".
+func TestNewOnAKeyOfAnotherType(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	if err := c.Set(context.Background(), "orders", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, create := range []bool{false, true} {
+		_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"orders"}, Group: "g", Consumer: "c", Create: create})
+		if err == nil || !strings.Contains(err.Error(), `key "orders"`) || !strings.Contains(err.Error(), "holds a string, not a stream") {
+			t.Errorf("New (Create %v) on a string key = %v, want it to say the key holds a string, not a stream", create, err)
+		}
+	}
+}
+
 // Without Create, a missing stream or group is an error naming both.
 func TestNewWithoutGroup(t *testing.T) {
 	c := client(t, testenv.Redis(t))
@@ -70,6 +121,12 @@ func TestNewWithoutGroup(t *testing.T) {
 		if !errors.Is(err, redisstream.ErrNoGroup) || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "nobody") {
 			t.Errorf("New on stream %q = %v, want ErrNoGroup naming the stream and group", name, err)
 		}
+	}
+	// A stream that does not exist at all is said to be missing, not to
+	// lack a group: the name may be a typo, or the database another.
+	_, err := redisstream.New(context.Background(), redisstream.Config{Client: c, Streams: []string{"missing"}, Group: "nobody", Consumer: "c"})
+	if !errors.Is(err, redisstream.ErrNoGroup) || !strings.Contains(err.Error(), `no stream "missing"`) {
+		t.Errorf("New on a stream that does not exist = %v, want it to say there is no stream \"missing\"", err)
 	}
 }
 

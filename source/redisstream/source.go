@@ -16,7 +16,9 @@ import (
 )
 
 // ErrUnreachable is wrapped by New's error when Redis did not answer
-// within the client's dial timeout.
+// within the client's dial timeout. A server that answers with a refusal
+// (NOAUTH, WRONGPASS) is not unreachable: New's error then names the
+// address and carries the server's answer.
 var ErrUnreachable = errors.New("sluice: redis stream source: redis unreachable")
 
 // ErrNoGroup is wrapped when a stream or its consumer group does not
@@ -119,9 +121,22 @@ func (s *Source) ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	if err := s.cl.Ping(pctx).Err(); err != nil {
+		var re redis.Error
+		if errors.As(err, &re) && isFatal(err) {
+			// It answered, with a refusal: no network problem to look for.
+			return fmt.Errorf("sluice: redis stream source: redis at %s refused the connection%s: %w", s.addr, authHint(err), err)
+		}
 		return fmt.Errorf("%w: redis at %s did not answer within %v: %w", ErrUnreachable, s.addr, d, err)
 	}
 	return nil
+}
+
+// authHint points a refused login at the client's options.
+func authHint(err error) string {
+	if redis.HasErrorPrefix(err, "NOAUTH") || redis.HasErrorPrefix(err, "WRONGPASS") {
+		return " (a password missing or wrong: the client's Username and Password)"
+	}
+	return ""
 }
 
 func dialTimeout(c redis.UniversalClient) time.Duration {
@@ -146,16 +161,17 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 	if s.cfg.Create {
 		err := s.cl.XGroupCreateMkStream(ctx, name, s.cfg.Group, s.cfg.StartID).Err()
 		if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-			return fmt.Errorf("sluice: redis stream source: creating group %q of stream %q at %s: %w", s.cfg.Group, name, s.addr, err)
+			return fmt.Errorf("sluice: redis stream source: creating group %q of stream %q at %s: %s%w", s.cfg.Group, name, s.addr, s.notAStream(ctx, name, err), err)
 		}
 		return nil
 	}
 	groups, err := s.cl.XInfoGroups(ctx, name).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			return s.noGroup(name)
+			return fmt.Errorf("%w: no stream %q at %s, so no group %q (create both with XGROUP CREATE %s %s 0 MKSTREAM, or set Config.Create)",
+				ErrNoGroup, name, s.addr, s.cfg.Group, name, s.cfg.Group)
 		}
-		return fmt.Errorf("sluice: redis stream source: looking for group %q of stream %q at %s: %w", s.cfg.Group, name, s.addr, err)
+		return fmt.Errorf("sluice: redis stream source: looking for group %q of stream %q at %s: %s%w", s.cfg.Group, name, s.addr, s.notAStream(ctx, name, err), err)
 	}
 	for _, g := range groups {
 		if g.Name == s.cfg.Group {
@@ -163,6 +179,19 @@ func (s *Source) ensureGroup(ctx context.Context, name string) error {
 		}
 	}
 	return s.noGroup(name)
+}
+
+// notAStream explains a WRONGTYPE answer about the stream name: the key
+// holds something else, and its type says what ("" for another error).
+func (s *Source) notAStream(ctx context.Context, name string, err error) string {
+	if !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return ""
+	}
+	typ, terr := s.cl.Type(ctx, name).Result()
+	if terr != nil || typ == "stream" || typ == "none" {
+		return "the key is not a stream: "
+	}
+	return fmt.Sprintf("key %q holds a %s, not a stream (another name in Streams, or remove the key): ", name, typ)
 }
 
 // noGroup is the error of a stream or group that does not exist.

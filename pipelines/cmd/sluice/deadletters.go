@@ -227,6 +227,13 @@ func listDeadLetters(ctx context.Context, args []string, w io.Writer) error {
 		fmt.Fprintf(w, ", %d match", len(t.letters))
 	}
 	fmt.Fprintf(w, ", %d replayed\n", replayed)
+	if t.total == 0 && c.rc != nil {
+		// On Redis a stream exists from its first entry: a name with none
+		// is a typo, or a stream nothing has been dead-lettered to yet.
+		if n, err := c.rc.Exists(ctx, c.topic).Result(); err == nil && n == 0 {
+			fmt.Fprintf(w, "(no stream %s on %s: nothing dead-lettered there yet, or -topic names another)\n", c.topic, describeRedis(c.rc.Options()))
+		}
+	}
 	if len(counts) > 0 {
 		fmt.Fprintf(w, "%7s  %-16s %s\n", "count", "stage", "reason")
 		for _, c := range counts {

@@ -146,3 +146,33 @@ func TestReplayOfAPoisonEntryLeavesItsDeadLetteringBehind(t *testing.T) {
 		t.Fatalf("replayed as key %q value %q headers %q; want k, v, headers %q", r.Key, r.Value, r.Headers, want)
 	}
 }
+
+// A -topic naming no stream (a typo, or nothing dead-lettered yet) says
+// so, instead of a bare "0 dead letters" that reads as all clear; an
+// empty stream of that name does not.
+func TestDeadLettersOnRedisNamesAMissingStream(t *testing.T) {
+	ctx := context.Background()
+	addr := testenv.Redis(t)
+	rc := newRedisClient(t, addr)
+	var out bytes.Buffer
+	if err := listDeadLetters(ctx, []string{"-transport", "redis", "-redis", addr, "-topic", "delivery-dead-leters"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "no stream delivery-dead-leters on redis at " + addr; !strings.Contains(out.String(), want) {
+		t.Errorf("sluice deadletters -topic of no stream = %q, want it to say %q", out.String(), want)
+	}
+	id, err := rc.XAdd(ctx, &redis.XAddArgs{Stream: "emptied", Values: []any{"value", "x"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.XDel(ctx, "emptied", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := listDeadLetters(ctx, []string{"-transport", "redis", "-redis", addr, "-topic", "emptied"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "no stream") {
+		t.Errorf("sluice deadletters on an empty stream = %q, want no word of a missing stream", out.String())
+	}
+}

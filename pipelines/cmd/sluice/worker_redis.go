@@ -88,10 +88,12 @@ const recentlyActive = 30 * time.Second
 // this one's -consumer name in one of its groups: two workers of one name
 // share their pending entries, each re-reading what the other is working
 // on. A consumer of the name that read within recentlyActive is watched
-// for watch: a live one reads again (every Block, a second), its idle
-// time starts over; a dead one's (this worker's own last life, killed)
-// only grows. Best effort, never fatal: a server that does not report
-// idle times (0) says nothing.
+// for watch: a live one that is given entries reads again, its idle time
+// starts over; a dead one's (this worker's own last life, killed) only
+// grows. Best effort, never fatal: a server that does not report idle
+// times (0) says nothing, and Redis 7.0 does not start the idle time over
+// for a read that returns nothing, so a live worker on an empty stream
+// looks idle and goes unnoticed.
 func (w *worker) warnIfNameInUse(ctx context.Context, reads []groupRead, watch time.Duration) {
 	f := w.f
 	idle := func() map[groupRead]time.Duration {
