@@ -62,10 +62,10 @@ type Sink[T any] struct {
 // MaxBytes (default 1 MiB), RetryFor (default 1 min), BatchSize (default
 // 256).
 func NewSink[T any](client redis.UniversalClient, streamName string, encode Encoder[T], opts ...Option) *Sink[T] {
-	return &Sink[T]{client: client, stream: streamName, encode: encode, o: newOptions(opts), name: "redis-stream"}
+	return &Sink[T]{client: client, stream: streamName, encode: encode, o: newOptions(opts), name: "redis-stream-producer"}
 }
 
-// Name returns the sink's name, "redis-stream".
+// Name returns the sink's name, "redis-stream-producer" (the source is "redis-stream").
 func (s *Sink[T]) Name() string { return s.name }
 
 // Validate reports a nil client or encoder, an empty stream name or a bad
