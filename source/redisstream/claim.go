@@ -93,10 +93,32 @@ const (
 	headerFailedAt   = "sluice-failed-at"
 )
 
+// deadLetterScript writes each entry to the dead-letter stream and then
+// acknowledges it. A script, not MULTI/EXEC: Redis does not roll back a
+// transaction whose XADD failed (a dead-letter key holding something
+// else than a stream), and its XACK would run anyway, losing the entry.
+// A failing XADD stops the script, so an entry is acknowledged only once
+// its dead letter is written.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream; ARGV[1] group, then per
+// entry: its ID, its number of field values n, and the n values.
+var deadLetterScript = redis.NewScript(`
+local i = 2
+while i <= #ARGV do
+  local id, n = ARGV[i], tonumber(ARGV[i + 1])
+  local add = {'XADD', KEYS[2], '*'}
+  for k = i + 2, i + 1 + n do add[#add + 1] = ARGV[k] end
+  redis.call(unpack(add))
+  redis.call('XACK', KEYS[1], ARGV[1], id)
+  i = i + 2 + n
+end
+return 0
+`)
+
 // deadLetter writes entries of stream i to their dead-letter stream, with
 // their original fields in their order and the reason in headers, and
-// acknowledges them, in one MULTI/EXEC: an entry is either moved or still
-// pending, never lost or written twice by this call.
+// acknowledges each once its dead letter is written, in one script: an
+// entry is either moved or still pending, never lost.
 func (s *Source) deadLetter(ctx context.Context, i int32, dead []deadEntry) error {
 	name := s.cfg.Streams[i]
 	dl := s.cfg.deadLetter(name)
@@ -105,30 +127,24 @@ func (s *Source) deadLetter(ctx context.Context, i int32, dead []deadEntry) erro
 		stage = *p
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
-	ids := make([]string, len(dead))
-	_, err := s.cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for k, d := range dead {
-			vals := make([]any, 0, len(d.e.fields)+14)
-			for _, f := range d.e.fields {
-				vals = append(vals, f)
-			}
-			off, _ := redisentry.Offset(d.e.id)
-			h := redisentry.HeaderPrefix
-			vals = append(vals,
-				h+headerReason, d.reason,
-				h+headerDeliveries, strconv.FormatInt(d.deliveries, 10),
-				h+headerTopic, name,
-				h+headerOffset, strconv.FormatInt(off, 10),
-				h+headerID, d.e.id,
-				h+headerStage, stage,
-				h+headerFailedAt, now)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: dl, Values: vals})
-			ids[k] = d.e.id
+	args := []any{s.cfg.Group}
+	for _, d := range dead {
+		off, _ := redisentry.Offset(d.e.id)
+		h := redisentry.HeaderPrefix
+		args = append(args, d.e.id, len(d.e.fields)+14)
+		for _, f := range d.e.fields {
+			args = append(args, f)
 		}
-		p.XAck(ctx, name, s.cfg.Group, ids...)
-		return nil
-	})
-	if err != nil {
+		args = append(args,
+			h+headerReason, d.reason,
+			h+headerDeliveries, strconv.FormatInt(d.deliveries, 10),
+			h+headerTopic, name,
+			h+headerOffset, strconv.FormatInt(off, 10),
+			h+headerID, d.e.id,
+			h+headerStage, stage,
+			h+headerFailedAt, now)
+	}
+	if err := deadLetterScript.Run(ctx, s.cl, []string{name, dl}, args...).Err(); err != nil {
 		return s.wrap("dead-lettering to "+dl, err)
 	}
 	s.streams[i].deadLettered.Add(int64(len(dead)))
