@@ -2,6 +2,7 @@ package redisstream_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,5 +35,76 @@ func TestDeadLetterRefusedKeepsEntryPending(t *testing.T) {
 	}
 	if got := pendingIDs(t, c, "events", "g"); got[bad] != "c" {
 		t.Fatalf("after the dead letter was refused (%v), pending = %v: entry %s neither dead-lettered nor pending, lost", err, got, bad)
+	}
+}
+
+// takeOverHook makes another consumer take over every pending entry of
+// a stream (XAUTOCLAIM with min-idle 0, as after MinIdle) just before
+// the source's first XCLAIM that is not a renewal: the moment between its
+// look at its own pending list and its claim of what it found there.
+type takeOverHook struct {
+	other *redis.Client
+	done  atomic.Bool
+}
+
+func (h *takeOverHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *takeOverHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *takeOverHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 && (args[0] == "XCLAIM" || args[0] == "EVAL") && h.done.CompareAndSwap(false, true) {
+			if err := h.other.Do(ctx, "XAUTOCLAIM", "jobs", "g", "b", 0, "0-0").Err(); err != nil {
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A source restarted under its name takes back only the entries still
+// its own: one taken over meanwhile by another, live consumer (its
+// MinIdle passed while the source was down) stays that consumer's, and
+// is not processed by both.
+func TestRestartDoesNotTakeBackAnEntryTakenOverMeanwhile(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := client(t, addr)
+	ctx := context.Background()
+	produce(t, c, "jobs", 0, 1)
+	if err := c.XGroupCreate(ctx, "jobs", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The source's earlier instance read the entry and crashed.
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"jobs", ">"}, Count: 1, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "jobs", 1, 1) // read after the pending list: it says the re-read is through
+	hooked := client(t, addr)
+	hooked.AddHook(&takeOverHook{other: c})
+	src := newSource(t, redisstream.Config{Client: hooked, Streams: []string{"jobs"}, Group: "g", Consumer: "c",
+		MinIdle: time.Hour, Block: 50 * time.Millisecond})
+	r := run(t, src, false)
+	r.await(t, "the new entry", func(got []streamMsg) bool {
+		for _, m := range got {
+			if string(m.Value) == "1" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, m := range r.received() {
+		if string(m.Value) == "0" {
+			t.Errorf("the source took back entry 0 from consumer b, which had taken it over and is working on it: both process it")
+		}
+	}
+	ofB := 0
+	for _, owner := range pendingIDs(t, c, "jobs", "g") {
+		if owner == "b" {
+			ofB++
+		}
+	}
+	if ofB != 1 {
+		t.Errorf("%d entries pending under b, want entry 0 still there", ofB)
 	}
 }
