@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/redisstream"
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // A dead letter that cannot be written (its key holds a string, not a
@@ -106,5 +107,58 @@ func TestRestartDoesNotTakeBackAnEntryTakenOverMeanwhile(t *testing.T) {
 	}
 	if ofB != 1 {
 		t.Errorf("%d entries pending under b, want entry 0 still there", ofB)
+	}
+}
+
+// A pipeline that is stopping keeps working on what it read: its source's
+// Run has returned, but the stages drain their messages (up to the drain
+// timeout) and settle them. Those entries are still renewed meanwhile, so
+// that no other consumer takes them over after MinIdle while this one is
+// still working on them: the source is alive, not crashed.
+func TestEntriesDrainingAfterStopAreNotTakenOver(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	ctx := context.Background()
+	produce(t, c, "drain", 0, 3)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"drain"}, Group: "g", Consumer: "stopping", Create: true,
+		MinIdle: 200 * time.Millisecond, ClaimEvery: time.Hour, Block: 50 * time.Millisecond})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	arrived, draining, release := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	g := stream.New(stream.WithDrainTimeout(20 * time.Second))
+	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		var held []stream.Message[[]byte]
+		for {
+			b, err := in.Recv(ctx)
+			if err != nil {
+				// The source has stopped: finish the work in hand.
+				close(draining)
+				<-release
+				in.SettleAll(held, stream.Completed)
+				return nil
+			}
+			held = append(held, b.Items...)
+			b.Release()
+			if len(held) == 3 {
+				arrived <- struct{}{}
+			}
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(runCtx) }()
+	<-arrived
+	cancel()
+	<-draining
+	time.Sleep(time.Second) // five times MinIdle: entries not renewed would be idle past it
+	claimed, _, err := c.XAutoClaimJustID(ctx, &redis.XAutoClaimArgs{Stream: "drain", Group: "g", Consumer: "other",
+		MinIdle: 200 * time.Millisecond, Start: "0-0", Count: 10}).Result()
+	close(release)
+	if err != nil {
+		t.Fatalf("XAUTOCLAIM: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if len(claimed) != 0 {
+		t.Fatalf("another consumer took over %d entries the stopping pipeline was still working on: both process them", len(claimed))
 	}
 }

@@ -25,6 +25,7 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 		return errors.New("sluice: redis stream source: already running in a pipeline")
 	}
 	defer s.running.Store(false)
+	s.stopTail()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(bg) })
@@ -42,7 +43,64 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if err := s.flushAcks(fctx); err != nil {
 		s.log.Warn("acknowledging at stop failed: the entries stay pending until Commit or Close", "err", err)
 	}
+	s.startTail()
 	return nil
+}
+
+// tailFor bounds how long the entries still in flight when Run returns
+// are renewed (see tail).
+const tailFor = time.Minute
+
+// startTail starts, once Run has returned, the upkeep of the entries
+// still in flight: the pipeline's stages drain them (up to its drain
+// timeout) and settle them after the source has stopped reading. They
+// are renewed, and acknowledged as they are settled, until none is left,
+// Close is called, or tailFor has passed (the pipeline gave up on them):
+// a live pipeline's entries are not taken over while it finishes them.
+func (s *Source) startTail() {
+	if s.heldCount() == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.tailMu.Lock()
+	s.tailStop, s.tailDone = cancel, done
+	s.tailMu.Unlock()
+	go s.tail(ctx, done)
+}
+
+// stopTail ends the upkeep started by startTail, and waits for it.
+func (s *Source) stopTail() {
+	s.tailMu.Lock()
+	stop, done := s.tailStop, s.tailDone
+	s.tailStop, s.tailDone = nil, nil
+	s.tailMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+func (s *Source) tail(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	limit := time.NewTimer(tailFor)
+	defer limit.Stop()
+	renew := time.NewTicker(max(s.cfg.MinIdle/3, time.Millisecond))
+	defer renew.Stop()
+	for s.heldCount() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-limit.C:
+			return
+		case <-renew.C:
+			s.renew(ctx)
+			_ = s.flushAcks(ctx) // what failed to be acknowledged before
+		case <-s.ackCh:
+			_ = s.flushAcks(ctx)
+		case <-s.roomCh: // entries released
+		}
+	}
 }
 
 // reader is Run's reading state.
