@@ -162,3 +162,23 @@ func TestEntriesDrainingAfterStopAreNotTakenOver(t *testing.T) {
 		t.Fatalf("another consumer took over %d entries the stopping pipeline was still working on: both process them", len(claimed))
 	}
 }
+
+// A source run again in a new pipeline, after one that ended with
+// messages unsettled (stopped without a drain, or its drain timed out),
+// delivers those entries again: they are pending under its name, and
+// the messages that carried them are gone with the old pipeline. Kept
+// as in flight, they would be renewed for ever, never processed, and
+// take the room of new entries.
+func TestRunAgainRedeliversWhatTheLastPipelineLeftUnsettled(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	produce(t, c, "again", 0, 3)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"again"}, Group: "g", Consumer: "c", Create: true,
+		MaxInFlight: 2, MinIdle: time.Hour, Block: 50 * time.Millisecond})
+	first := run(t, src, false) // never settles
+	first.await(t, "the first two entries", count(2))
+	first.stop()
+
+	second := run(t, src, true)
+	second.await(t, "every entry, the two left unsettled again", count(3))
+	waitFor(t, "the pending list to empty", func() bool { return len(pendingIDs(t, c, "again", "g")) == 0 })
+}

@@ -19,13 +19,16 @@ import (
 // by then (later settles wait for Commit or Close). It returns an error
 // when a stream or the group is gone (ErrNoGroup), when Redis refuses a
 // call for good, or when it has been unreachable for longer than
-// MaxOutage (ErrOutage); a lost connection until then is retried.
+// MaxOutage (ErrOutage); a lost connection until then is retried. Run
+// again in a new pipeline, the source delivers again the entries an
+// earlier pipeline left unsettled.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("sluice: redis stream source: already running in a pipeline")
 	}
 	defer s.running.Store(false)
 	s.stopTail()
+	s.forgetUnsettled()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(bg) })
