@@ -1,7 +1,11 @@
 package redisstream_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -181,4 +185,77 @@ func TestRunAgainRedeliversWhatTheLastPipelineLeftUnsettled(t *testing.T) {
 	second := run(t, src, true)
 	second.await(t, "every entry, the two left unsettled again", count(3))
 	waitFor(t, "the pending list to empty", func() bool { return len(pendingIDs(t, c, "again", "g")) == 0 })
+}
+
+// ackBeforeRenewal acknowledges every pending entry of a stream (as the
+// source's own acknowledgements may, between its renewal's look at the
+// entries it holds and the renewal's script) just before the first
+// script call of the client that names entry IDs.
+type ackBeforeRenewal struct {
+	other       *redis.Client
+	stream, grp string
+	done        atomic.Bool
+}
+
+func (h *ackBeforeRenewal) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *ackBeforeRenewal) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *ackBeforeRenewal) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" && len(cmd.Args()) > 6 && h.done.CompareAndSwap(false, true) {
+			ps, err := h.other.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: h.stream, Group: h.grp, Start: "-", End: "+", Count: 100}).Result()
+			if err != nil {
+				return err
+			}
+			for _, p := range ps {
+				if err := h.other.XAck(ctx, h.stream, h.grp, p.ID).Err(); err != nil {
+					return err
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// syncBuffer is a log written from several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An entry acknowledged while its renewal was on the way (settled, and
+// its XACK sent, after the renewal listed the entries held) was not taken
+// over by anyone: the renewal does not warn that another consumer took it
+// and that both may process it.
+func TestRenewalDoesNotTakeAnAcknowledgedEntryForATakeOver(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := client(t, addr)
+	produce(t, c, "renewed", 0, 2)
+	hooked := client(t, addr)
+	hooked.AddHook(&ackBeforeRenewal{other: c, stream: "renewed", grp: "g"})
+	var log syncBuffer
+	src := newSource(t, redisstream.Config{Client: hooked, Streams: []string{"renewed"}, Group: "g", Consumer: "c", Create: true,
+		MinIdle: 150 * time.Millisecond, ClaimEvery: time.Hour, DeleteIdleConsumers: -1, Block: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	r := run(t, src, false)
+	r.await(t, "both entries", count(2))
+	waitFor(t, "the entries acknowledged before a renewal", func() bool { return len(pendingIDs(t, c, "renewed", "g")) == 0 })
+	time.Sleep(200 * time.Millisecond) // the renewal's reply, and its warning if any
+	r.stop()
+	if strings.Contains(log.String(), "taken over") {
+		t.Fatalf("the renewal warned of a take-over that did not happen:\n%s", log.String())
+	}
 }
