@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,4 +259,112 @@ func TestRenewalDoesNotTakeAnAcknowledgedEntryForATakeOver(t *testing.T) {
 	if strings.Contains(log.String(), "taken over") {
 		t.Fatalf("the renewal warned of a take-over that did not happen:\n%s", log.String())
 	}
+}
+
+// replyCutter is a TCP proxy to Redis that, once, forwards a command
+// containing word to the server and then cuts the connection instead of
+// passing the reply on: the server acted, the client saw its connection
+// lost, as when a network path fails mid-call.
+type replyCutter struct {
+	ln    net.Listener
+	to    string
+	word  []byte
+	armed atomic.Bool
+	wg    sync.WaitGroup
+}
+
+func newReplyCutter(t *testing.T, to, word string) *replyCutter {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyCutter{ln: ln, to: to, word: []byte(word)}
+	p.armed.Store(true)
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *replyCutter) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.to)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		var cut atomic.Bool
+		p.wg.Add(2)
+		go func() { // server to client, unless cut
+			defer p.wg.Done()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if cut.Load() || err != nil {
+					c.Close()
+					s.Close()
+					return
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					s.Close()
+					return
+				}
+			}
+		}()
+		go func() { // client to server
+			defer p.wg.Done()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					s.Close()
+					return
+				}
+				if bytes.Contains(bytes.ToUpper(buf[:n]), p.word) && p.armed.CompareAndSwap(true, false) {
+					cut.Store(true)
+				}
+				if _, err := s.Write(buf[:n]); err != nil {
+					c.Close()
+					return
+				}
+			}
+		}()
+	}
+}
+
+// A take-over whose reply is lost with the connection (the client, with
+// go-redis' default retries, may send it again on a new one) leaves the
+// entries it claimed pending under this consumer, their idle time reset:
+// the source takes them back at once, as it does after a read whose
+// reply was lost, instead of leaving them to anyone's take-over after
+// MinIdle.
+func TestTakeOverWhoseReplyWasLostIsNotHidden(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := client(t, addr)
+	ctx := context.Background()
+	produce(t, c, "cut", 0, 1)
+	if err := c.XGroupCreate(ctx, "cut", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "dead", Streams: []string{"cut", ">"}, Count: 1, Block: -1}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].Messages[0].ID
+	// Idle for two hours in the dead consumer's hands: any take-over takes it.
+	if err := c.Do(ctx, "XCLAIM", "cut", "g", "dead", 0, id, "IDLE", 2*time.Hour.Milliseconds(), "JUSTID").Err(); err != nil {
+		t.Fatal(err)
+	}
+	proxy := newReplyCutter(t, addr, "XAUTOCLAIM")
+	rc := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String()}) // go-redis' default retries, as a worker's
+	t.Cleanup(func() { rc.Close() })
+	src := newSource(t, redisstream.Config{Client: rc, Streams: []string{"cut"}, Group: "g", Consumer: "c",
+		MinIdle: time.Hour, Block: 50 * time.Millisecond})
+	r := run(t, src, true)
+	r.await(t, "the entry taken over", count(1))
 }

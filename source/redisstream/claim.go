@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"time"
@@ -23,13 +24,18 @@ func (r *reader) claim(ctx context.Context, room int) error {
 			return nil
 		}
 		n := min(room, s.cfg.MaxBatch)
-		cmd := redis.NewRawCmd(ctx, "XAUTOCLAIM", name, s.cfg.Group, s.cfg.Consumer,
+		// A command go-redis does not send again: a take-over whose reply
+		// was lost claimed its entries to this consumer, and one sent
+		// again would not return them (their idle time was reset). The
+		// error makes the reader take its own pending entries back.
+		var buf bytes.Buffer
+		cmd := redis.NewRawWriteToCmd(ctx, &buf, "XAUTOCLAIM", name, s.cfg.Group, s.cfg.Consumer,
 			s.cfg.MinIdle.Milliseconds(), s.cursors[i], "COUNT", n)
 		_ = s.cl.Process(ctx, cmd)
-		b, err := cmd.Result()
-		if err != nil {
+		if _, err := cmd.Result(); err != nil {
 			return err
 		}
+		b := buf.Bytes()
 		next, es, _, err := parseAutoClaim(b)
 		if err != nil {
 			return err
