@@ -368,3 +368,31 @@ func TestTakeOverWhoseReplyWasLostIsNotHidden(t *testing.T) {
 	r := run(t, src, true)
 	r.await(t, "the entry taken over", count(1))
 }
+
+// A dead letter whose reply is lost with the connection, and that the
+// client sends again on a new one, is not written twice: the entry was
+// acknowledged by the first, so the second leaves it.
+func TestDeadLetterWhoseReplyWasLostIsWrittenOnce(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := client(t, addr)
+	ctx := context.Background()
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "events", Values: []any{"data", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "events", 0, 1)
+	proxy := newReplyCutter(t, addr, "DEAD-LETTER WRITE") // the script's text: the call that runs it first
+	rc := redis.NewClient(&redis.Options{Addr: proxy.ln.Addr().String()})
+	t.Cleanup(func() { rc.Close() })
+	src := newSource(t, redisstream.Config{Client: rc, Streams: []string{"events"}, Group: "g", Consumer: "c", Create: true,
+		DeadLetter: "bad-events", Block: 50 * time.Millisecond})
+	r := run(t, src, true)
+	r.await(t, "the good entry", count(1))
+	waitFor(t, "the pending list to empty", func() bool { return len(pendingIDs(t, c, "events", "g")) == 0 })
+	r.stop()
+	if proxy.armed.Load() {
+		t.Fatal("the dead letter's call was not cut")
+	}
+	if ids, _ := fieldsOf(t, c, "bad-events"); len(ids) != 1 {
+		t.Fatalf("%d dead letters of one entry", len(ids))
+	}
+}

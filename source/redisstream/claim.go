@@ -104,18 +104,23 @@ const (
 // transaction whose XADD failed (a dead-letter key holding something
 // else than a stream), and its XACK would run anyway, losing the entry.
 // A failing XADD stops the script, so an entry is acknowledged only once
-// its dead letter is written.
+// its dead letter is written. An entry no longer pending is left alone:
+// its dead letter is written already (the client sent the script again
+// after its reply was lost) or another consumer acknowledged it.
 //
 // KEYS[1] stream, KEYS[2] dead-letter stream; ARGV[1] group, then per
 // entry: its ID, its number of field values n, and the n values.
 var deadLetterScript = redis.NewScript(`
+-- dead-letter write, then acknowledgement
 local i = 2
 while i <= #ARGV do
   local id, n = ARGV[i], tonumber(ARGV[i + 1])
-  local add = {'XADD', KEYS[2], '*'}
-  for k = i + 2, i + 1 + n do add[#add + 1] = ARGV[k] end
-  redis.call(unpack(add))
-  redis.call('XACK', KEYS[1], ARGV[1], id)
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
+    local add = {'XADD', KEYS[2], '*'}
+    for k = i + 2, i + 1 + n do add[#add + 1] = ARGV[k] end
+    redis.call(unpack(add))
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+  end
   i = i + 2 + n
 end
 return 0
