@@ -396,3 +396,21 @@ func TestDeadLetterWhoseReplyWasLostIsWrittenOnce(t *testing.T) {
 		t.Fatalf("%d dead letters of one entry", len(ids))
 	}
 }
+
+// The lag a source reports (source.Priority counts a level with lag as
+// having work waiting, and holds the levels below back) does not outlive
+// the backlog: once a read has found the stream drained for the group,
+// the lag is 0, not the figure of the last look at the group (made every
+// ClaimEvery, an hour here).
+func TestLagFallsOnceTheBacklogIsRead(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	produce(t, c, "high", 0, 10)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"high"}, Group: "g", Consumer: "c", Create: true,
+		MinIdle: 2 * time.Hour, ClaimEvery: time.Hour, Block: 20 * time.Millisecond})
+	src.PauseReading()
+	r := run(t, src, true)
+	waitFor(t, "the first look at the group to see the backlog", func() bool { return src.Lag() == 10 })
+	src.ResumeReading()
+	r.await(t, "the backlog", count(10))
+	waitFor(t, "the lag to fall to 0 once the backlog is read", func() bool { return src.Lag() == 0 })
+}

@@ -322,6 +322,7 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			s.health.ok()
+			s.drained(names, nil, count)
 			return nil
 		}
 		return err
@@ -331,6 +332,7 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 		return err
 	}
 	s.health.ok()
+	s.drained(names, res, count)
 	if n := entriesIn(res); n > 0 {
 		r.perEntry = len(b)/n + 16
 	}
@@ -413,6 +415,23 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		return s.deadLetter(ctx, i, dead)
 	}
 	return nil
+}
+
+// drained sets to 0 the lag of each stream of names that a read of count
+// entries a stream found drained (fewer than count came): nothing waits
+// for the group there now, whatever the last look at the group said.
+func (s *Source) drained(names []string, res []streamEntries, count int) {
+	for _, name := range names {
+		n := 0
+		for _, se := range res {
+			if se.stream == name {
+				n = len(se.entries)
+			}
+		}
+		if n < count {
+			s.streams[s.index[name]].lag.Store(0)
+		}
+	}
 }
 
 // entriesIn counts the entries of a reply.
