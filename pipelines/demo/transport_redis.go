@@ -84,7 +84,9 @@ func (r *redisInput) records() int64 {
 	return n
 }
 
-func (r *redisInput) stop() {} // its pipeline's end sent its acknowledgements
+// stop acknowledges what is settled and stops renewing the entries its
+// pipeline left unsettled (a crash): the next incarnation takes them over.
+func (r *redisInput) stop() { _ = r.Close(context.Background()) }
 
 // startStreams connects to the Redis server whose streams carry the
 // topics (TransportRedis), starting the embedded one if cfg.Redis asks for

@@ -145,7 +145,7 @@ func (w *writer) flush(ctx context.Context) error {
 		}
 		_, _ = w.pipe.Exec(ctx)
 		next := w.todo[:0]
-		var lost error
+		var lost, refused error
 		for _, i := range w.todo {
 			switch err := w.cmds[i].Err(); {
 			case err == nil:
@@ -153,10 +153,15 @@ func (w *writer) flush(ctx context.Context) error {
 			case ctx.Err() != nil || transient(err):
 				next = append(next, i)
 				lost = err
-			default:
-				w.count()
-				return fmt.Errorf("redis at %s: appending to stream %q: %w", w.addr, w.cmds[i].Args()[1], err)
+			case refused == nil:
+				// Every reply is looked at: the entries after a refused
+				// one may have been written.
+				refused = fmt.Errorf("redis at %s: appending to stream %q: %w", w.addr, w.cmds[i].Args()[1], err)
 			}
+		}
+		if refused != nil {
+			w.count()
+			return refused
 		}
 		if len(next) == 0 {
 			w.count()

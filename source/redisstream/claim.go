@@ -1,6 +1,7 @@
 package redisstream
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 	"time"
@@ -23,13 +24,18 @@ func (r *reader) claim(ctx context.Context, room int) error {
 			return nil
 		}
 		n := min(room, s.cfg.MaxBatch)
-		cmd := redis.NewRawCmd(ctx, "XAUTOCLAIM", name, s.cfg.Group, s.cfg.Consumer,
+		// A command go-redis does not send again: a take-over whose reply
+		// was lost claimed its entries to this consumer, and one sent
+		// again would not return them (their idle time was reset). The
+		// error makes the reader take its own pending entries back.
+		var buf bytes.Buffer
+		cmd := redis.NewRawWriteToCmd(ctx, &buf, "XAUTOCLAIM", name, s.cfg.Group, s.cfg.Consumer,
 			s.cfg.MinIdle.Milliseconds(), s.cursors[i], "COUNT", n)
 		_ = s.cl.Process(ctx, cmd)
-		b, err := cmd.Result()
-		if err != nil {
+		if _, err := cmd.Result(); err != nil {
 			return err
 		}
+		b := buf.Bytes()
 		next, es, _, err := parseAutoClaim(b)
 		if err != nil {
 			return err
@@ -93,10 +99,37 @@ const (
 	headerFailedAt   = "sluice-failed-at"
 )
 
+// deadLetterScript writes each entry to the dead-letter stream and then
+// acknowledges it. A script, not MULTI/EXEC: Redis does not roll back a
+// transaction whose XADD failed (a dead-letter key holding something
+// else than a stream), and its XACK would run anyway, losing the entry.
+// A failing XADD stops the script, so an entry is acknowledged only once
+// its dead letter is written. An entry no longer pending is left alone:
+// its dead letter is written already (the client sent the script again
+// after its reply was lost) or another consumer acknowledged it.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream; ARGV[1] group, then per
+// entry: its ID, its number of field values n, and the n values.
+var deadLetterScript = redis.NewScript(`
+-- dead-letter write, then acknowledgement
+local i = 2
+while i <= #ARGV do
+  local id, n = ARGV[i], tonumber(ARGV[i + 1])
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
+    local add = {'XADD', KEYS[2], '*'}
+    for k = i + 2, i + 1 + n do add[#add + 1] = ARGV[k] end
+    redis.call(unpack(add))
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+  end
+  i = i + 2 + n
+end
+return 0
+`)
+
 // deadLetter writes entries of stream i to their dead-letter stream, with
 // their original fields in their order and the reason in headers, and
-// acknowledges them, in one MULTI/EXEC: an entry is either moved or still
-// pending, never lost or written twice by this call.
+// acknowledges each once its dead letter is written, in one script: an
+// entry is either moved or still pending, never lost.
 func (s *Source) deadLetter(ctx context.Context, i int32, dead []deadEntry) error {
 	name := s.cfg.Streams[i]
 	dl := s.cfg.deadLetter(name)
@@ -105,30 +138,24 @@ func (s *Source) deadLetter(ctx context.Context, i int32, dead []deadEntry) erro
 		stage = *p
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
-	ids := make([]string, len(dead))
-	_, err := s.cl.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for k, d := range dead {
-			vals := make([]any, 0, len(d.e.fields)+14)
-			for _, f := range d.e.fields {
-				vals = append(vals, f)
-			}
-			off, _ := redisentry.Offset(d.e.id)
-			h := redisentry.HeaderPrefix
-			vals = append(vals,
-				h+headerReason, d.reason,
-				h+headerDeliveries, strconv.FormatInt(d.deliveries, 10),
-				h+headerTopic, name,
-				h+headerOffset, strconv.FormatInt(off, 10),
-				h+headerID, d.e.id,
-				h+headerStage, stage,
-				h+headerFailedAt, now)
-			p.XAdd(ctx, &redis.XAddArgs{Stream: dl, Values: vals})
-			ids[k] = d.e.id
+	args := []any{s.cfg.Group}
+	for _, d := range dead {
+		off, _ := redisentry.Offset(d.e.id)
+		h := redisentry.HeaderPrefix
+		args = append(args, d.e.id, len(d.e.fields)+14)
+		for _, f := range d.e.fields {
+			args = append(args, f)
 		}
-		p.XAck(ctx, name, s.cfg.Group, ids...)
-		return nil
-	})
-	if err != nil {
+		args = append(args,
+			h+headerReason, d.reason,
+			h+headerDeliveries, strconv.FormatInt(d.deliveries, 10),
+			h+headerTopic, name,
+			h+headerOffset, strconv.FormatInt(off, 10),
+			h+headerID, d.e.id,
+			h+headerStage, stage,
+			h+headerFailedAt, now)
+	}
+	if err := deadLetterScript.Run(ctx, s.cl, []string{name, dl}, args...).Err(); err != nil {
 		return s.wrap("dead-lettering to "+dl, err)
 	}
 	s.streams[i].deadLettered.Add(int64(len(dead)))

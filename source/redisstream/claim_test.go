@@ -24,7 +24,8 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 		return redisstream.Config{Client: c, Streams: []string{"jobs"}, Group: "g", Consumer: consumer, Create: true,
 			MinIdle: minIdle, ClaimEvery: 20 * time.Millisecond, Block: 50 * time.Millisecond}
 	}
-	busy := run(t, newSource(t, cfg("busy")), false) // never settles: works on its entries for ever
+	busySrc := newSource(t, cfg("busy"))
+	busy := run(t, busySrc, false) // never settles: works on its entries for ever
 	busy.await(t, "the busy source to read every entry", count(n))
 	other := run(t, newSource(t, cfg("other")), true)
 
@@ -42,7 +43,10 @@ func TestReclaimSparesLiveConsumersAndTakesDeadOnes(t *testing.T) {
 		t.Fatalf("the other source received %d entries the busy one was working on", got)
 	}
 
-	busy.stop() // dead: its entries stay pending, unrenewed
+	busy.stop() // dead: its pipeline gone, closed, its entries stay pending, unrenewed
+	if err := busySrc.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	other.await(t, "the other source to take over every entry", count(n))
 	for _, m := range other.received() {
 		if m.Attempt != 1 {

@@ -11,16 +11,19 @@ import (
 // IDs given, those still pending for it (another may have taken one over
 // while this one could not renew) are claimed again by it with min-idle 0
 // and JUSTID, which resets their idle time without counting a delivery.
-// It returns how many were no longer its own.
+// It returns how many are pending for another consumer (one no longer
+// pending at all was acknowledged meanwhile, most often by this one).
 //
 // KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3...] entry IDs.
 var renewScript = redis.NewScript(`
 local ours = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+local lost = 0
 for i = 3, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if #p == 1 and p[1][2] == ARGV[2] then ours[#ours + 1] = ARGV[i] end
+  if #p == 1 then
+    if p[1][2] == ARGV[2] then ours[#ours + 1] = ARGV[i] else lost = lost + 1 end
+  end
 end
-local lost = #ARGV - 2 - (#ours - 5)
 if #ours > 5 then
   ours[#ours + 1] = 'JUSTID'
   redis.call(unpack(ours))

@@ -21,12 +21,16 @@ import (
 // by then (later settles wait for Commit or Close). It returns an error
 // when a stream or the group is gone (ErrNoGroup), when Redis refuses a
 // call for good, or when it has been unreachable for longer than
-// MaxOutage (ErrOutage); a lost connection until then is retried.
+// MaxOutage (ErrOutage); a lost connection until then is retried. Run
+// again in a new pipeline, the source delivers again the entries an
+// earlier pipeline left unsettled.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("sluice: redis stream source: already running in a pipeline")
 	}
 	defer s.running.Store(false)
+	s.stopTail()
+	s.forgetUnsettled()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(bg) })
@@ -44,7 +48,64 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if err := s.flushAcks(fctx); err != nil {
 		s.log.Warn("acknowledging at stop failed: the entries stay pending until Commit or Close", "err", err)
 	}
+	s.startTail()
 	return nil
+}
+
+// tailFor bounds how long the entries still in flight when Run returns
+// are renewed (see tail).
+const tailFor = time.Minute
+
+// startTail starts, once Run has returned, the upkeep of the entries
+// still in flight: the pipeline's stages drain them (up to its drain
+// timeout) and settle them after the source has stopped reading. They
+// are renewed, and acknowledged as they are settled, until none is left,
+// Close is called, or tailFor has passed (the pipeline gave up on them):
+// a live pipeline's entries are not taken over while it finishes them.
+func (s *Source) startTail() {
+	if s.heldCount() == 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.tailMu.Lock()
+	s.tailStop, s.tailDone = cancel, done
+	s.tailMu.Unlock()
+	go s.tail(ctx, done)
+}
+
+// stopTail ends the upkeep started by startTail, and waits for it.
+func (s *Source) stopTail() {
+	s.tailMu.Lock()
+	stop, done := s.tailStop, s.tailDone
+	s.tailStop, s.tailDone = nil, nil
+	s.tailMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+func (s *Source) tail(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	limit := time.NewTimer(tailFor)
+	defer limit.Stop()
+	renew := time.NewTicker(max(s.cfg.MinIdle/3, time.Millisecond))
+	defer renew.Stop()
+	for s.heldCount() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-limit.C:
+			return
+		case <-renew.C:
+			s.renew(ctx)
+			_ = s.flushAcks(ctx) // what failed to be acknowledged before
+		case <-s.ackCh:
+			_ = s.flushAcks(ctx)
+		case <-s.roomCh: // entries released
+		}
+	}
 }
 
 // reader is Run's reading state.
@@ -152,11 +213,29 @@ func (r *reader) pendingLeft() int {
 	return -1
 }
 
+// reclaimOwnScript claims, of the IDs given, those still pending for
+// this consumer, and returns their entries as XCLAIM does (counting a
+// delivery). Checked and claimed in one script: an XCLAIM of min-idle 0
+// alone would also take an entry that another, live consumer took over
+// since this one listed its pending entries.
+//
+// KEYS[1] stream; ARGV[1] group, ARGV[2] consumer, ARGV[3...] entry IDs.
+const reclaimOwnScript = `
+local ours = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p == 1 and p[1][2] == ARGV[2] then ours[#ours + 1] = ARGV[i] end
+end
+if #ours == 5 then return {} end
+return redis.call(unpack(ours))
+`
+
 // readPending takes back the next entries of this consumer's pending
 // list of stream i that it does not hold: left by an earlier instance of
 // the same name, or by a read whose reply was lost. XPENDING lists them
-// with their delivery counts; XCLAIM, to this consumer, returns their
-// fields and counts the delivery. (An XREADGROUP of ID 0 would do the
+// with their delivery counts; XCLAIM, to this consumer, of those still
+// its own (reclaimOwnScript), returns their fields and counts the
+// delivery. (An XREADGROUP of ID 0 would do the
 // same but count a delivery of every entry held too.)
 func (r *reader) readPending(ctx context.Context, i, room int) error {
 	s := r.s
@@ -187,7 +266,7 @@ func (r *reader) readPending(ctx context.Context, i, room int) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := append([]any{"XCLAIM", name, s.cfg.Group, s.cfg.Consumer, 0}, ids...)
+	args := append([]any{"EVAL", reclaimOwnScript, 1, name, s.cfg.Group, s.cfg.Consumer}, ids...)
 	cmd := redis.NewRawCmd(ctx, args...)
 	_ = s.cl.Process(ctx, cmd)
 	b, err := cmd.Result()
@@ -245,6 +324,7 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			s.health.ok()
+			s.drained(names, nil, count)
 			return nil
 		}
 		return err
@@ -254,6 +334,7 @@ func (r *reader) readNew(ctx context.Context, room int) error {
 		return err
 	}
 	s.health.ok()
+	s.drained(names, res, count)
 	if n := entriesIn(res); n > 0 {
 		r.perEntry = len(b)/n + 16
 	}
@@ -336,6 +417,23 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 		return s.deadLetter(ctx, i, dead)
 	}
 	return nil
+}
+
+// drained sets to 0 the lag of each stream of names that a read of count
+// entries a stream found drained (fewer than count came): nothing waits
+// for the group there now, whatever the last look at the group said.
+func (s *Source) drained(names []string, res []streamEntries, count int) {
+	for _, name := range names {
+		n := 0
+		for _, se := range res {
+			if se.stream == name {
+				n = len(se.entries)
+			}
+		}
+		if n < count {
+			s.streams[s.index[name]].lag.Store(0)
+		}
+	}
 }
 
 // entriesIn counts the entries of a reply.

@@ -104,6 +104,24 @@ func (s *Source) releaseLocked(ks []uint32) {
 	}
 }
 
+// forgetUnsettled releases the entries an earlier Run left in flight:
+// their messages went with that pipeline and will not be settled (a
+// late settle finds the slot's generation moved on). They stay pending
+// under this consumer, and the re-read of its pending list delivers them
+// again. Entries settled and not yet acknowledged stay, to be
+// acknowledged.
+func (s *Source) forgetUnsettled() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ks []uint32
+	for k := range s.slots {
+		if s.slots[k].state == slotInFlight {
+			ks = append(ks, uint32(k))
+		}
+	}
+	s.releaseLocked(ks)
+}
+
 func (s *Source) wakeReader() {
 	select {
 	case s.roomCh <- struct{}{}:

@@ -50,10 +50,15 @@ type Source struct {
 	roomCh chan struct{} // a slot was freed (cap 1)
 	ackCh  chan struct{} // settles wait for their acknowledgement (cap 1)
 
-	ackMu   sync.Mutex // one acknowledgement round trip at a time
-	running atomic.Bool
-	paused  atomic.Bool // PauseReading
-	cursors []string    // per stream: where the next XAUTOCLAIM resumes (Run's goroutine)
+	ackMu sync.Mutex // one acknowledgement round trip at a time
+	// tailMu guards the upkeep of the entries in flight once Run has
+	// returned (startTail).
+	tailMu   sync.Mutex
+	tailStop context.CancelFunc
+	tailDone chan struct{}
+	running  atomic.Bool
+	paused   atomic.Bool // PauseReading
+	cursors  []string    // per stream: where the next XAUTOCLAIM resumes (Run's goroutine)
 
 	health  health
 	fatal   atomic.Pointer[error] // the error that ended Run, for Ready
@@ -210,10 +215,13 @@ func (s *Source) Topics() []string { return append([]string(nil), s.cfg.Streams.
 // Config returns the effective configuration, defaults filled in.
 func (s *Source) Config() Config { return s.cfg }
 
-// Close acknowledges what is settled (Commit) and releases nothing else:
-// the client is the caller's. Call it after the pipeline's Run has
+// Close acknowledges what is settled (Commit) and stops renewing the
+// entries still in flight (after Run returns, those the pipeline drains
+// are renewed until settled, for at most a minute); it releases nothing
+// else: the client is the caller's. Call it after the pipeline's Run has
 // returned; entries left unsettled stay pending, for this consumer to
 // re-read when it starts again, or for another to take over after MinIdle.
 func (s *Source) Close(ctx context.Context) error {
+	s.stopTail()
 	return s.Commit(ctx)
 }

@@ -60,8 +60,9 @@ func (s *Source) Stats() Stats {
 }
 
 // Lag returns the entries of every stream not yet delivered to the group,
-// as of the last look: source.Priority counts a level with lag as having
-// work waiting.
+// as of the last look at the group (every ClaimEvery), or 0 for a stream
+// since a read found it drained: source.Priority counts a level with lag
+// as having work waiting.
 func (s *Source) Lag() int64 {
 	var n int64
 	for i := range s.streams {
