@@ -31,6 +31,10 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	defer s.running.Store(false)
 	s.stopTail()
 	s.forgetUnsettled()
+	// Entries settled and not yet acknowledged (their XACK failed while
+	// the last pipeline stopped) wait for a round trip that only a settle
+	// would start: with nothing else in flight none comes.
+	s.wakeAcker()
 	bg, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.ackLoop(bg) })

@@ -1,0 +1,104 @@
+package redisstream_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/testenv"
+	"github.com/sluice-streams/sluice/source/redisstream"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// ackFailer fails, while armed, every round trip carrying an XACK, as a
+// lost connection would, and counts them.
+type ackFailer struct {
+	armed  atomic.Bool
+	failed atomic.Int64
+}
+
+func (h *ackFailer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *ackFailer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *ackFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "xack" && h.armed.Load() {
+				h.failed.Add(1)
+				return &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// drainThenSettle runs src in a pipeline whose sink keeps what arrives
+// and settles it only once its input has ended (the source's Run has
+// returned): a pipeline finishing its work in hand while it stops. It
+// reports on arrived when n messages have arrived.
+func drainThenSettle(ctx context.Context, src stream.Source[[]byte], n int, arrived chan<- struct{}) chan error {
+	g := stream.New(stream.WithDrainTimeout(20 * time.Second))
+	stream.To(stream.From(g, src), stream.SinkFunc[[]byte](func(ctx context.Context, in *stream.Inlet[[]byte]) error {
+		var held []stream.Message[[]byte]
+		for {
+			b, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				in.SettleAll(held, stream.Completed)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			held = append(held, b.Items...)
+			b.Release()
+			if len(held) == n {
+				arrived <- struct{}{}
+			}
+		}
+	}))
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	return done
+}
+
+// Entries a stopping pipeline settled while their acknowledgement could
+// not be sent (the connection lost at that moment) stay held, to be
+// acknowledged by the next round trip. The source run again in a new
+// pipeline sends it: with MaxInFlight of them held and nothing else in
+// flight, no new settle would ever come to trigger it, the source would
+// have no room to read, and the entries would be renewed, never
+// acknowledged, for as long as it runs.
+func TestSettledEntriesLeftUnacknowledgedAreAcknowledgedByTheNextRun(t *testing.T) {
+	addr := testenv.Redis(t)
+	c := client(t, addr)
+	produce(t, c, "acks", 0, 2)
+	hooked := client(t, addr)
+	fail := &ackFailer{}
+	hooked.AddHook(fail)
+	src := newSource(t, redisstream.Config{Client: hooked, Streams: []string{"acks"}, Group: "g", Consumer: "c", Create: true,
+		MaxInFlight: 2, MinIdle: time.Hour, ClaimEvery: time.Hour, Block: 20 * time.Millisecond})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	arrived := make(chan struct{}, 1)
+	done := drainThenSettle(ctx, src, 2, arrived)
+	<-arrived
+	fail.armed.Store(true)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("first Run = %v", err)
+	}
+	waitFor(t, "the acknowledgement of the settled entries to be tried", func() bool { return fail.failed.Load() > 0 })
+	fail.armed.Store(false)
+
+	produce(t, c, "acks", 2, 1)
+	second := run(t, src, true)
+	second.await(t, "the entry produced after the first pipeline stopped", count(1))
+	waitFor(t, "the pending list to empty", func() bool { return len(pendingIDs(t, c, "acks", "g")) == 0 })
+}
