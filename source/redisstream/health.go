@@ -35,6 +35,10 @@ func (h *health) ok() {
 	h.lostSince.Store(0)
 }
 
+// restart forgets the failures of an earlier Run: a new Run has
+// MaxOutage of its own, counted from its first failure.
+func (h *health) restart() { h.lostSince.Store(0) }
+
 func (h *health) failed(err error) {
 	h.mu.Lock()
 	h.lastErr = err

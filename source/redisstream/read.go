@@ -23,7 +23,7 @@ import (
 // call for good, or when it has been unreachable for longer than
 // MaxOutage (ErrOutage); a lost connection until then is retried. Run
 // again in a new pipeline, the source delivers again the entries an
-// earlier pipeline left unsettled.
+// earlier pipeline left unsettled, and counts MaxOutage afresh.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("sluice: redis stream source: already running in a pipeline")
@@ -31,6 +31,8 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	defer s.running.Store(false)
 	s.stopTail()
 	s.forgetUnsettled()
+	s.fatal.Store(nil)
+	s.health.restart()
 	// Entries settled and not yet acknowledged (their XACK failed while
 	// the last pipeline stopped) wait for a round trip that only a settle
 	// would start: with nothing else in flight none comes.

@@ -102,3 +102,28 @@ func TestSettledEntriesLeftUnacknowledgedAreAcknowledgedByTheNextRun(t *testing.
 	second.await(t, "the entry produced after the first pipeline stopped", count(1))
 	waitFor(t, "the pending list to empty", func() bool { return len(pendingIDs(t, c, "acks", "g")) == 0 })
 }
+
+// A source whose Run ended with ErrOutage, run again once Redis is back
+// (a supervisor restarting the pipeline), reads: the outage of the last
+// Run is over, and the new Run neither ends at once with it nor leaves
+// Ready failing.
+func TestRunAgainAfterAnOutageReads(t *testing.T) {
+	srv := testenv.StartDurableRedis(t)
+	c := client(t, srv.Addr)
+	produce(t, c, "payments", 0, 1)
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"payments"}, Group: "g", Consumer: "c", Create: true,
+		MaxOutage: 300 * time.Millisecond, Block: 50 * time.Millisecond})
+	first := run(t, src, true)
+	first.await(t, "the first entry", count(1))
+	srv.Stop()
+	if err := <-first.done; !errors.Is(err, redisstream.ErrOutage) {
+		t.Fatalf("first Run = %v, want ErrOutage", err)
+	}
+	first.done <- nil
+	srv.Start()
+	produce(t, c, "payments", 1, 1)
+
+	second := run(t, src, true)
+	second.await(t, "the entry produced once Redis was back", count(1))
+	waitFor(t, "Ready to pass again", func() bool { return src.Ready(t.Context()) == nil })
+}
