@@ -254,10 +254,10 @@ func (r *reader) readPending(ctx context.Context, i, room int) error {
 		return err
 	}
 	s.health.ok()
-	if len(ps) < n {
-		r.pendingFrom[i] = ""
+	if next, ok := nextID(ps); len(ps) < n || !ok {
+		r.pendingFrom[i] = "" // through
 	} else {
-		r.pendingFrom[i] = nextID(ps[len(ps)-1].ID)
+		r.pendingFrom[i] = next
 	}
 	counts := map[string]int64{}
 	ids := make([]any, 0, len(ps))
@@ -467,20 +467,28 @@ func idTime(id string) time.Time {
 	return time.UnixMilli(v)
 }
 
-// nextID returns the smallest entry ID after id, for an inclusive range
-// start: every server speaking the stream commands takes it, where an
-// exclusive start ("(" + id) needs Redis 6.2 and is refused by some
-// embedded servers. An ID it cannot read is returned as it is (the page
-// then starts at id again, and its entries held here are skipped).
-func nextID(id string) string {
+// nextID returns the smallest entry ID after the last of ps, for an
+// inclusive range start: every server speaking the stream commands takes
+// it, where an exclusive start ("(" + id) needs Redis 6.2 and is refused
+// by some embedded servers. ok is false when there is none: ps is empty,
+// or ends at the largest ID there is. An ID it cannot read is returned as
+// it is (the page then starts at it again, and its entries held here are
+// skipped).
+func nextID(ps []redis.XPendingExt) (string, bool) {
+	if len(ps) == 0 {
+		return "", false
+	}
+	id := ps[len(ps)-1].ID
 	ms, seq, ok := strings.Cut(id, "-")
 	m, err1 := strconv.ParseUint(ms, 10, 64)
 	q, err2 := strconv.ParseUint(seq, 10, 64)
 	switch {
 	case !ok || err1 != nil || err2 != nil:
-		return id
-	case q == math.MaxUint64:
-		return strconv.FormatUint(m+1, 10) + "-0"
+		return id, true
+	case q < math.MaxUint64:
+		return ms + "-" + strconv.FormatUint(q+1, 10), true
+	case m < math.MaxUint64:
+		return strconv.FormatUint(m+1, 10) + "-0", true
 	}
-	return ms + "-" + strconv.FormatUint(q+1, 10)
+	return "", false
 }

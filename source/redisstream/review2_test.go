@@ -127,3 +127,32 @@ func TestRunAgainAfterAnOutageReads(t *testing.T) {
 	second.await(t, "the entry produced once Redis was back", count(1))
 	waitFor(t, "Ready to pass again", func() bool { return src.Ready(t.Context()) == nil })
 }
+
+// A consumer's pending list whose last page ends at the largest entry ID
+// there is (an ID a producer may give, after which the stream takes no
+// more) is through: the re-read does not start over from the smallest ID
+// for ever, and the source goes on to read new entries.
+func TestPendingPagesEndAtTheLargestID(t *testing.T) {
+	c := client(t, testenv.Redis(t))
+	ctx := context.Background()
+	for _, id := range []string{"1-0", "18446744073709551615-18446744073709551615"} {
+		if err := c.XAdd(ctx, &redis.XAddArgs{Stream: "last", ID: id, Values: []any{"value", id}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.XGroupCreate(ctx, "last", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier instance of the consumer read both and stopped.
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{"last", ">"}, Count: 2, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, c, "next", 0, 1)
+	if err := c.XGroupCreate(ctx, "next", "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	src := newSource(t, redisstream.Config{Client: c, Streams: []string{"last", "next"}, Group: "g", Consumer: "c",
+		MaxBatch: 1, MinIdle: time.Hour, Block: 20 * time.Millisecond})
+	r := run(t, src, false) // held, so still pending: the pages see them
+	r.await(t, "both pending entries and the new one", count(3))
+}
