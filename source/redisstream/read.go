@@ -22,8 +22,9 @@ import (
 // when a stream or the group is gone (ErrNoGroup), when Redis refuses a
 // call for good, or when it has been unreachable for longer than
 // MaxOutage (ErrOutage); a lost connection until then is retried. Run
-// again in a new pipeline, the source delivers again the entries an
-// earlier pipeline left unsettled, and counts MaxOutage afresh.
+// again in a new pipeline, once the earlier pipeline's Run has returned,
+// the source delivers again the entries that pipeline left unsettled,
+// and counts MaxOutage afresh.
 func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("sluice: redis stream source: already running in a pipeline")
