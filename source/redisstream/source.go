@@ -117,7 +117,42 @@ func New(ctx context.Context, cfg Config) (*Source, error) {
 			return nil, err
 		}
 	}
+	if err := s.sameSlots(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// sameSlots checks, in a Redis Cluster, that each stream's dead-letter
+// stream is in its hash slot: a dead letter is written in one script
+// with the acknowledgement of its entry, and a cluster refuses a script
+// whose keys are in two slots (CROSSSLOT), which would stop Run at the
+// first entry to dead-letter.
+func (s *Source) sameSlots(ctx context.Context) error {
+	if _, ok := s.cl.(*redis.ClusterClient); !ok {
+		return nil
+	}
+	var errs []error
+	for _, name := range s.cfg.Streams {
+		dl := s.cfg.deadLetter(name)
+		a, err := s.cl.ClusterKeySlot(ctx, name).Result()
+		if err != nil {
+			return s.wrap("finding the hash slot of "+name, err)
+		}
+		b, err := s.cl.ClusterKeySlot(ctx, dl).Result()
+		if err != nil {
+			return s.wrap("finding the hash slot of "+dl, err)
+		}
+		if a != b {
+			errs = append(errs, configError("DeadLetter",
+				"dead-letter stream %q is in hash slot %d, stream %q in %d: a cluster needs both in one slot (a hash tag: stream {%s}, whose default dead-letter stream is {%s}-dead-letters)",
+				dl, b, name, a, name, name))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return nil
 }
 
 // ping checks, within the client's dial timeout, that Redis answers.
