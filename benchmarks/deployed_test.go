@@ -59,8 +59,9 @@ import (
 // the load until every request had its outcome), max_stall_s (the longest
 // time with lag and no new outcome), lost, twice, left (side effects left
 // after a compensation), worker_exits (scheduler incarnations that ended
-// on their own), and worker_cpu_us/req (user+system CPU of the scheduler's
-// processes per request sent). services_down also reports
+// on their own), worker_cpu_us/req (user+system CPU of the scheduler's
+// processes per request sent) and worker_peak_rss_mb (the largest peak
+// resident memory, VmHWM, of its incarnations). services_down also reports
 // last_undo_after_up_s: seconds from the services' return to the last undo
 // (a delete) they applied, 0 if none came after (how long compensations
 // went on after the outage, those of requests drained from the lag after
@@ -70,6 +71,12 @@ import (
 // back, from its event's writing (or from the return, for one written
 // before it): the undo's own milliseconds when every one ran as soon as
 // both the services and its event were there, 0 if none came after.
+//
+// compare runs the scheduler written by hand without sluice
+// (benchmarks/handwritten/scheduler) and then `sluice run delivery` on
+// the same services, broker and redis-server, each at 500 and 1,000
+// requests/s and at saturation: compare/handwritten/<rate> and
+// compare/sluice/<rate> (see runCompare).
 //
 // One scenario alone: -bench 'BenchmarkDeliveryDeployed/server_errors$'.
 //
@@ -139,7 +146,12 @@ func BenchmarkDeliveryDeployed(b *testing.B) {
 		runDeployed(b, bin, deployedScenario{rate: top, load: 80 * time.Second, lastUndo: true,
 			during: faultAt(10*time.Second, delivery.Fault{Service: "all", Down: true, For: time.Minute})})
 	})
+	b.Run("compare", func(b *testing.B) { runCompare(b, bin) })
 }
+
+// deployedConfig are the services every scenario runs against.
+var deployedConfig = deployed.Config{Services: []string{"-min-latency", "1ms", "-max-latency", "5ms",
+	"-transient", "0.05", "-throttle", "0.01", "-retry-after", "20ms", "-permanent", "0"}}
 
 // faultAt makes the services show f from at into the load; f ends by
 // itself (f.For) within the load.
@@ -170,6 +182,7 @@ type deployedScenario struct {
 type deployedResult struct {
 	mu       sync.Mutex
 	cpu      time.Duration
+	peakRSS  int64 // the largest of the incarnations' peaks, bytes
 	latency  deployed.Histogram
 	exits    int
 	fault    delivery.ScheduledFault
@@ -177,9 +190,10 @@ type deployedResult struct {
 }
 
 // retire scrapes the scheduler's incarnation, ends it with sig and keeps
-// its CPU time and latency histogram.
+// its CPU time, latency histogram and peak memory.
 func (r *deployedResult) retire(w *deployed.Worker, sig syscall.Signal) {
 	h, err := w.Scrape("sluice_end_to_end_latency_seconds")
+	rss := w.PeakRSS()
 	cpu := w.Stop(sig)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -187,6 +201,7 @@ func (r *deployedResult) retire(w *deployed.Worker, sig syscall.Signal) {
 		r.latency.Add(h)
 	}
 	r.cpu += cpu
+	r.peakRSS = max(r.peakRSS, rss)
 }
 
 // kill kills the scheduler (SIGKILL) and starts another incarnation.
@@ -203,8 +218,7 @@ func (r *deployedResult) kill(s *deployment.System) {
 
 func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 	for b.Loop() {
-		s := deployment.Start(b, bin, deployed.Config{Services: []string{"-min-latency", "1ms", "-max-latency", "5ms",
-			"-transient", "0.05", "-throttle", "0.01", "-retry-after", "20ms", "-permanent", "0"}})
+		s := deployment.Start(b, bin, deployedConfig)
 		r := &deployedResult{latency: deployed.Histogram{}}
 		ctx, cancel := context.WithCancel(context.Background())
 		// Sample the lag and the outcomes until the run settles.
@@ -293,6 +307,7 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
 		b.ReportMetric(float64(r.exits), "worker_exits")
 		b.ReportMetric(float64(r.cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
+		b.ReportMetric(float64(r.peakRSS)/(1<<20), "worker_peak_rss_mb")
 		if sc.lastUndo {
 			b.ReportMetric(lastUndoAfterUp, "last_undo_after_up_s")
 			b.ReportMetric(undoWait, "undo_wait_after_up_s")

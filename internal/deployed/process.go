@@ -44,11 +44,18 @@ func Build(tb testing.TB) string {
 // spawn starts the binary with args, its output in a log file named name.
 func (s *System) spawn(name string, args ...string) *proc {
 	s.tb.Helper()
+	return s.spawnBin(name, s.bin, args...)
+}
+
+// spawnBin starts the program bin with args, its output in a log file
+// named name.
+func (s *System) spawnBin(name, bin string, args ...string) *proc {
+	s.tb.Helper()
 	log, err := os.Create(filepath.Join(s.dir, name+".log"))
 	if err != nil {
 		s.tb.Fatal(err)
 	}
-	cmd := exec.Command(s.bin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatal(err)

@@ -3,6 +3,9 @@ package deployed
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -32,7 +35,25 @@ func (s *System) StartWorker(which string) *Worker {
 		args = append(args, s.cfg.Delivery...)
 	}
 	args = append(args, s.cfg.Worker...)
-	w := &Worker{Which: which, Listen: listen, p: s.spawn(name, args...)}
+	return s.startReady(which, name, listen, s.spawn(name, args...))
+}
+
+// StartProgram starts bin, a worker written without sluice that stands in
+// for which (its consumer group, its instance id), with args and -listen
+// (its /readyz and /metrics), and waits until it is ready. It is then the
+// running incarnation of which.
+func (s *System) StartProgram(which, bin string, args ...string) *Worker {
+	s.tb.Helper()
+	name := s.Name(which)
+	listen := fmt.Sprintf("127.0.0.1:%d", ports(s.tb, 1)[0])
+	return s.startReady(which, name, listen, s.spawnBin(name, bin, append(args, "-listen", listen)...))
+}
+
+// startReady makes p the running incarnation of which and waits for its
+// /readyz.
+func (s *System) startReady(which, name, listen string, p *proc) *Worker {
+	s.tb.Helper()
+	w := &Worker{Which: which, Listen: listen, p: p}
 	s.mu.Lock()
 	s.workers[which] = w
 	s.mu.Unlock()
@@ -70,6 +91,26 @@ func (w *Worker) Alive() bool {
 	default:
 		return true
 	}
+}
+
+// PeakRSS is the incarnation's peak resident set size in bytes (VmHWM of
+// /proc/<pid>/status), 0 if it cannot be read (the process ended, or no
+// /proc). Read it before Stop.
+func (w *Worker) PeakRSS() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", w.p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // Stop ends the incarnation with sig (SIGKILL: a crash; SIGTERM: a

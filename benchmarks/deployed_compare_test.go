@@ -1,0 +1,138 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-streams/sluice/internal/deployed"
+	"github.com/sluice-streams/sluice/pipelines/deployment"
+)
+
+// runCompare is BenchmarkDeliveryDeployed/compare: the scheduler written
+// by hand (benchmarks/handwritten/scheduler: a franz-go consumer group, a
+// pool of goroutines, the five calls with retries in place, the drone
+// step recorded in Redis, compensation events and dead letters as the
+// sluice scheduler writes them, commits of contiguous done offsets) and
+// then `sluice run delivery` (default flags), on one set of processes
+// (services, broker, redis-server, supervisor): compare/handwritten/<rate>
+// and compare/sluice/<rate> at 500 and 1,000 requests/s and at max (the
+// load generator at SLUICE_DEPLOYED_MAX requests/s, default 3,000, more
+// than either worker completes on 2 cores). Each run starts a fresh
+// incarnation of its worker, in the scheduler's group with its instance
+// id, so that its CPU time and peak memory are that run's; the load lasts
+// SLUICE_DEPLOYED_LOAD (default 20s) and the run ends once every request
+// has its outcome and verifies (3 minutes at most).
+//
+// Each reports completed/s (drain included), completed_share, p50_ms and
+// p99_ms (the worker's end-to-end histogram, record timestamp to outcome;
+// the hand-written worker waits out a 429's Retry-After in place, the
+// sluice one parks the request and replays it 2 s later), drain_s,
+// worker_cpu_us/req (user+system CPU of the worker per request sent),
+// worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
+// than once during this run) and left from the verification of this run's
+// requests.
+func runCompare(b *testing.B, bin string) {
+	hw := buildHandwritten(b)
+	load := 20 * time.Second
+	if v := os.Getenv("SLUICE_DEPLOYED_LOAD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			b.Fatalf("SLUICE_DEPLOYED_LOAD: %q is not a duration", v)
+		}
+		load = d
+	}
+	top := 3000.0
+	if v := os.Getenv("SLUICE_DEPLOYED_MAX"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r <= 0 {
+			b.Fatalf("SLUICE_DEPLOYED_MAX: %q is not a rate", v)
+		}
+		top = r
+	}
+	s := deployment.Start(b, bin, deployedConfig)
+	rates := []struct {
+		name string
+		rate float64
+	}{{"500", 500}, {"1000", 1000}, {"max", top}}
+	for _, impl := range []string{"handwritten", "sluice"} {
+		b.Run(impl, func(b *testing.B) {
+			for _, r := range rates {
+				b.Run(r.name, func(b *testing.B) {
+					for b.Loop() {
+						compareRun(b, s, impl, hw, r.rate, load)
+					}
+				})
+			}
+		})
+	}
+}
+
+// buildHandwritten builds the hand-written scheduler into a temporary
+// directory.
+func buildHandwritten(b *testing.B) string {
+	b.Helper()
+	out := filepath.Join(b.TempDir(), "handwritten-scheduler")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/sluice-streams/sluice/benchmarks/handwritten/scheduler")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building the hand-written scheduler: %v\n%s", err, msg)
+	}
+	return out
+}
+
+// compareRun replaces the scheduler with a fresh incarnation of impl,
+// loads it at rate for load, waits for the outcomes and reports.
+func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration) {
+	s.Worker("delivery").Stop(syscall.SIGTERM)
+	var w *deployed.Worker
+	if impl == "handwritten" {
+		w = s.StartProgram("delivery", hw, "-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
+			"-group", deployed.Group, "-instance-id", "delivery-0")
+	} else {
+		w = s.StartWorker("delivery")
+	}
+	ctx := context.Background()
+	before, err := s.LedgerTotals(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	loadEnd := time.Now()
+	sum, _, err := s.Settle(ctx, sent, 3*time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	elapsed, drain := time.Since(start), time.Since(loadEnd)
+	if !w.Alive() {
+		b.Fatalf("the %s scheduler exited during the run", impl)
+	}
+	h, err := w.Scrape("sluice_end_to_end_latency_seconds")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rss := w.PeakRSS()
+	cpu := w.Stop(syscall.SIGTERM)
+	b.Logf("%s", sum)
+	deliverable := float64(max(1, sum.Deliverable))
+	b.ReportMetric(float64(sum.Completed)/elapsed.Seconds(), "completed/s")
+	b.ReportMetric(float64(sum.Completed)/deliverable, "completed_share")
+	b.ReportMetric(1000*h.Quantile(0.5), "p50_ms")
+	b.ReportMetric(1000*h.Quantile(0.99), "p99_ms")
+	b.ReportMetric(drain.Seconds(), "drain_s")
+	b.ReportMetric(float64(cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
+	b.ReportMetric(float64(rss)/(1<<20), "worker_peak_rss_mb")
+	b.ReportMetric(float64(sum.Lost), "lost")
+	b.ReportMetric(float64(sum.Twice-before.Twice()), "twice")
+	b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
+}
