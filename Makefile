@@ -105,7 +105,10 @@ bench-sensors:
 # redis-server (needs redis-server installed), steady rates, a burst, kills,
 # a Redis outage, and services answering 500, slow, or down (about 13
 # minutes; one scenario alone: make bench-delivery-deployed
-# SCENARIO=services_down).
+# SCENARIO=services_down). SCENARIO=compare runs a scheduler written by
+# hand without sluice (benchmarks/handwritten/scheduler) and then sluice's
+# on the same processes at 500, 1,000 requests/s and saturation (about 6
+# minutes; SLUICE_DEPLOYED_LOAD=5s shortens each load).
 SCENARIO ?=
 bench-delivery-deployed:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkDeliveryDeployed$(if $(SCENARIO),/$(SCENARIO)$$)' -benchtime 1x -timeout 30m .

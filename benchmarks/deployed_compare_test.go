@@ -38,7 +38,9 @@ import (
 // worker_cpu_us/req (user+system CPU of the worker per request sent),
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
-// requests.
+// requests. SLUICE_DEPLOYED_PROFILE names a directory where the
+// hand-written worker writes a CPU profile of each run
+// (handwritten-<rate>.pprof).
 func runCompare(b *testing.B, bin string) {
 	hw := buildHandwritten(b)
 	load := 20 * time.Second
@@ -93,8 +95,12 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	s.Worker("delivery").Stop(syscall.SIGTERM)
 	var w *deployed.Worker
 	if impl == "handwritten" {
-		w = s.StartProgram("delivery", hw, "-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
-			"-group", deployed.Group, "-instance-id", "delivery-0")
+		args := []string{"-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
+			"-group", deployed.Group, "-instance-id", "delivery-0"}
+		if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
+			args = append(args, "-cpuprofile", filepath.Join(dir, fmt.Sprintf("handwritten-%v.pprof", rate)))
+		}
+		w = s.StartProgram("delivery", hw, args...)
 	} else {
 		w = s.StartWorker("delivery")
 	}

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,11 +58,24 @@ func main() {
 	flag.StringVar(&c.dead, "dead-letter-topic", "delivery-dead-letters", "topic of requests that do not parse or validate")
 	flag.IntVar(&c.workers, "workers", 256, "requests in flight at most")
 	flag.DurationVar(&c.session, "session-timeout", 10*time.Second, "group session timeout")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := run(ctx, c); err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		pprof.StopCPUProfile()
+		os.Exit(1)
 	}
 }
 
