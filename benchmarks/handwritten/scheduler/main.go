@@ -56,7 +56,7 @@ func main() {
 	flag.StringVar(&c.requests, "requests-topic", "delivery-requests", "topic of the requests")
 	flag.StringVar(&c.failures, "failures-topic", "delivery-failures", "topic of the compensation events")
 	flag.StringVar(&c.dead, "dead-letter-topic", "delivery-dead-letters", "topic of requests that do not parse or validate")
-	flag.IntVar(&c.workers, "workers", 256, "requests in flight at most")
+	flag.IntVar(&c.workers, "workers", 1024, "requests in flight at most (the sluice scheduler's default -parallelism)")
 	flag.DurationVar(&c.session, "session-timeout", 10*time.Second, "group session timeout")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
