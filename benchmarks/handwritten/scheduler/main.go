@@ -142,8 +142,8 @@ func (w *worker) serve(reg *prometheus.Registry) (*http.Server, error) {
 	return srv, nil
 }
 
-// consume polls, hands records to the pool and commits once a second;
-// at the end it drains the pool and commits what is done.
+// consume polls and hands records to the pool while a goroutine commits
+// once a second; at the end it drains the pool and commits what is done.
 func (w *worker) consume(ctx context.Context) error {
 	jobs := make(chan *kgo.Record, w.cfg.workers)
 	var pool sync.WaitGroup
@@ -157,14 +157,21 @@ func (w *worker) consume(ctx context.Context) error {
 			}
 		}()
 	}
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		select {
-		case <-tick.C:
-			w.commit()
-		default:
+	committer := make(chan struct{})
+	go func() { // commits once a second, also while no record comes
+		defer close(committer)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				w.commit()
+			case <-ctx.Done():
+				return
+			}
 		}
+	}()
+	for ctx.Err() == nil {
 		fs := w.kcl.PollRecords(ctx, w.cfg.workers)
 		if fs.IsClientClosed() {
 			break
@@ -181,6 +188,7 @@ func (w *worker) consume(ctx context.Context) error {
 	}
 	close(jobs)
 	pool.Wait()
+	<-committer
 	w.commit()
 	return nil
 }
