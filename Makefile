@@ -103,7 +103,7 @@ bench-sensors:
 
 # The delivery system deployed: every part a process of its own, a real
 # redis-server (needs redis-server installed), steady rates, a burst, kills,
-# a Redis outage, and services answering 500, slow, or down (about 13
+# a Redis outage, and services answering 500, slow, or down (about 19
 # minutes; one scenario alone: make bench-delivery-deployed
 # SCENARIO=services_down). SCENARIO=compare runs a scheduler written by
 # hand without sluice (benchmarks/handwritten/scheduler) and then sluice's
