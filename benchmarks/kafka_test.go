@@ -86,9 +86,12 @@ func baselineConsume(b *testing.B, brokers []string, group string) time.Duration
 }
 
 // sluiceConsume runs Kafka source -> MapAsync(no-op, 64) -> checkpoint sink
-// until every record was called, and returns the time Run took (the drain,
-// last commit included).
-func sluiceConsume(b *testing.B, brokers []string, group string) time.Duration {
+// until every record was called. It returns the time Run took (total: the
+// group join, the drain and the last commit included), and the span the
+// owned sub-benchmark compares with (see held): from the moment the group
+// assigned the source its partitions to the end of Run, its time, the
+// process's CPU time and the records processed in it.
+func sluiceConsume(b *testing.B, brokers []string, group string) (total time.Duration, sp span) {
 	src, err := kafka.NewSource(context.Background(), kafka.Config{Conn: kafka.Conn{Brokers: brokers},
 		Group: group, Topics: []string{"bench"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -109,17 +112,59 @@ func sluiceConsume(b *testing.B, brokers []string, group string) time.Duration {
 		}))
 	stream.To(s, checkpoint.New[[]byte](src))
 	t0 := time.Now()
+	all := held(ctx, &n, func() bool { return src.Stats().Assigned > 0 }) // a lone member gets all 16 at once
 	if err := g.Run(ctx); err != nil {
 		b.Fatal(err)
 	}
-	el := time.Since(t0)
+	end, cpu := time.Now(), cpuTime()
+	m := <-all
 	if err := src.Close(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	if n.Load() < kafkaRecords {
 		b.Fatalf("consumed %d of %d", n.Load(), kafkaRecords)
 	}
-	return el
+	return end.Sub(t0), span{end.Sub(m.at), cpu - m.cpu, end.Sub(t0) - end.Sub(m.at), kafkaRecords - m.n}
+}
+
+// span is what the owned comparison counts of one run: the time from the
+// mark to the end of Run, the process's CPU time in it, the time before
+// the mark (start), and the records processed in the span.
+type span struct {
+	el, cpu, start time.Duration
+	recs           int64
+}
+
+func (s span) add(t span) span {
+	return span{s.el + t.el, s.cpu + t.cpu, s.start + t.start, s.recs + t.recs}
+}
+
+// mark is the moment a source holds every partition, and the records
+// processed before it.
+type mark struct {
+	at  time.Time
+	n   int64
+	cpu time.Duration // the process's CPU time (kfake's included)
+}
+
+// held polls all every millisecond until it reports true, or ctx ends, and
+// then sends the mark. sluice and owned count the same span from it: from
+// the moment the source is given every partition (the group's assignment;
+// the balancer's 16th lease) to the end of Run. Inside it, for both: the
+// read of where each partition resumes (the group's committed offsets;
+// the checkpoints in Redis, and the write of a first one where there is
+// none), the first fetches, every record after the mark, the drain and
+// the last commit (to Kafka; to Redis). Outside it: the group join, and
+// the balancer's claims before it holds every partition.
+func held(ctx context.Context, n *atomic.Int64, all func() bool) <-chan mark {
+	c := make(chan mark, 1)
+	go func() {
+		for ctx.Err() == nil && !all() {
+			time.Sleep(time.Millisecond)
+		}
+		c <- mark{time.Now(), n.Load(), cpuTime()}
+	}()
+	return c
 }
 
 // BenchmarkKafkaPipeline consumes 1,000,000 records of 200 bytes from 16
@@ -145,7 +190,8 @@ func BenchmarkKafkaPipeline(b *testing.B) {
 		var el, base time.Duration
 		for b.Loop() {
 			base += baselineConsume(b, brokers, next("pair"))
-			el += sluiceConsume(b, brokers, next("sluice"))
+			t, _ := sluiceConsume(b, brokers, next("sluice"))
+			el += t
 		}
 		b.ReportMetric(float64(kafkaRecords*b.N)/el.Seconds(), "records/s")
 		b.ReportMetric(float64(kafkaRecords*b.N)/base.Seconds(), "paired_baseline_records/s")
@@ -154,22 +200,31 @@ func BenchmarkKafkaPipeline(b *testing.B) {
 	})
 	// owned: the same pipeline on the assigned source, its partitions
 	// claimed from a real redis-server and checkpointed there, paired with
-	// a sluice iteration (vs_sluice, target >= 0.9).
+	// a sluice iteration (vs_sluice, target >= 0.9). Both count the same
+	// span (see held): from the moment the source holds every partition
+	// to the end of Run, the drain and the last commit included, and the
+	// records processed in it.
 	b.Run("owned", func(b *testing.B) {
 		rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(b)})
 		defer rdb.Close()
-		var el, pair, start time.Duration
-		var recs int64
+		var own, pair span
 		for b.Loop() {
-			pair += sluiceConsume(b, brokers, next("pair"))
-			e, st, r := ownedConsume(b, brokers, rdb, next("owned"))
-			el, start, recs = el+e, start+st, recs+r
+			_, p := sluiceConsume(b, brokers, next("pair"))
+			pair = pair.add(p)
+			own = own.add(ownedConsume(b, brokers, rdb, next("owned")))
 		}
-		rate, paired := float64(recs)/el.Seconds(), float64(kafkaRecords*b.N)/pair.Seconds()
+		rate, paired := float64(own.recs)/own.el.Seconds(), float64(pair.recs)/pair.el.Seconds()
 		b.ReportMetric(rate, "records/s")
 		b.ReportMetric(paired, "paired_sluice_records/s")
 		b.ReportMetric(rate/paired, "vs_sluice")
-		b.ReportMetric(start.Seconds()/float64(b.N), "start_s")
+		b.ReportMetric(own.start.Seconds()/float64(b.N), "start_s")
+		b.ReportMetric(pair.start.Seconds()/float64(b.N), "paired_sluice_start_s")
+		// The process's CPU time a record in the span (kfake's share
+		// included): what the load of other jobs moves least.
+		cpu, pairCPU := float64(own.cpu.Nanoseconds())/float64(own.recs), float64(pair.cpu.Nanoseconds())/float64(pair.recs)
+		b.ReportMetric(cpu, "cpu_ns/record")
+		b.ReportMetric(pairCPU, "paired_sluice_cpu_ns/record")
+		b.ReportMetric(pairCPU/cpu, "cpu_vs_sluice")
 		b.ReportMetric(0, "ns/op")
 	})
 }
@@ -177,12 +232,13 @@ func BenchmarkKafkaPipeline(b *testing.B) {
 // ownedConsume is sluiceConsume on kafka.Assigned driven by an ownership
 // balancer over Redis (namespace ns). A lone member starting claims one
 // partition per round for its first 1.1 intervals (it cannot tell a lone
-// start from a group restarting together), so it returns apart the time
-// until it holds every partition (start), and the records processed from
-// then and the time they took (el, ending with the last checkpoint
-// written to Redis): the data path's throughput. The paired sluice time
-// includes its group join (tens of milliseconds on kfake).
-func ownedConsume(b *testing.B, brokers []string, rdb *redis.Client, ns string) (el, start time.Duration, recs int64) {
+// start from a group restarting together), so its span gives apart the
+// time until it holds every partition (start), and, as sluiceConsume's
+// for the group source, the time from then to the end of Run (el: the
+// checkpoint reads of the partitions claimed last, their first fetches,
+// the drain and the last checkpoint written to Redis included), the
+// process's CPU time in it and the records processed in it.
+func ownedConsume(b *testing.B, brokers []string, rdb *redis.Client, ns string) span {
 	quiet := slog.New(slog.DiscardHandler)
 	src, err := kafka.NewAssigned(context.Background(), kafka.AssignedConfig{Conn: kafka.Conn{Brokers: brokers}, Topic: "bench", Logger: quiet})
 	if err != nil {
@@ -210,21 +266,11 @@ func ownedConsume(b *testing.B, brokers []string, rdb *redis.Client, ns string) 
 		}))
 	stream.To(s, checkpoint.New[[]byte](bal))
 	t0 := time.Now()
-	type mark struct {
-		at time.Time
-		n  int64
-	}
-	all := make(chan mark, 1)
-	go func() {
-		for ctx.Err() == nil && len(bal.Owned()) < kafkaPartitions {
-			time.Sleep(time.Millisecond)
-		}
-		all <- mark{time.Now(), n.Load()}
-	}()
+	all := held(ctx, &n, func() bool { return len(bal.Owned()) == kafkaPartitions })
 	if err := g.Run(ctx); err != nil {
 		b.Fatal(err)
 	}
-	end := time.Now()
+	end, cpu := time.Now(), cpuTime()
 	m := <-all
 	if err := bal.Close(context.Background()); err != nil {
 		b.Fatal(err)
@@ -232,5 +278,5 @@ func ownedConsume(b *testing.B, brokers []string, rdb *redis.Client, ns string) 
 	if n.Load() < kafkaRecords {
 		b.Fatalf("consumed %d of %d", n.Load(), kafkaRecords)
 	}
-	return end.Sub(m.at), m.at.Sub(t0), kafkaRecords - m.n
+	return span{end.Sub(m.at), cpu - m.cpu, m.at.Sub(t0), kafkaRecords - m.n}
 }
