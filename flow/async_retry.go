@@ -17,10 +17,20 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 		r.a.exhausted.Add(1)
 		return false
 	}
+	// A wait the service asked for (a 429's or 503's Retry-After) longer
+	// than any wait of the policy does not fit the budget: an attempt in
+	// place would come before the time asked, meet the same refusal and
+	// spend the attempts. The retries end at once; the failure carries the
+	// end of the wait (NotBefore) for a parking to replay the message then.
+	if ra := j.class.RetryAfter; p.HonorRetryAfter && ra > 0 && p.MaxDelay > 0 && ra > p.MaxDelay {
+		r.a.exhausted.Add(1)
+		return false
+	}
 	now := time.Now()
 	delay := p.Delay(j.attempts+1, j.lastDelay, j.class.RetryAfter, defaultRand)
 	if p.MaxElapsed > 0 {
-		// The next attempt must be able to finish within the budget.
+		// The next attempt must be able to finish within the budget,
+		// after the wait the service asked for too.
 		timeout := r.a.attemptTimeout()
 		if now.Add(delay+timeout).Sub(j.first) > p.MaxElapsed {
 			r.a.exhausted.Add(1)

@@ -64,8 +64,9 @@ type RetryPolicy struct {
 	MaxAttempts int `json:"max_attempts"`
 	// BaseDelay is the first wait (default 100ms in Background, 50ms in
 	// Interactive); Increment what Incremental adds each time (default
-	// 0); MaxDelay caps any wait, Retry-After included (0: no cap;
-	// default 30s in Background, 250ms in Interactive).
+	// 0); MaxDelay caps any wait (0: no cap; default 30s in Background,
+	// 250ms in Interactive). A Retry-After longer than MaxDelay is not
+	// cut to it: see HonorRetryAfter.
 	BaseDelay time.Duration `json:"base_delay"`
 	Increment time.Duration `json:"increment"`
 	MaxDelay  time.Duration `json:"max_delay"`
@@ -84,8 +85,15 @@ type RetryPolicy struct {
 	// not).
 	MaxElapsed time.Duration `json:"max_elapsed"`
 	// HonorRetryAfter waits at least what the service asked (429/503
-	// Retry-After), capped at MaxDelay and jittered upward by up to 20% so
+	// Retry-After), jittered upward by up to 20% (at most to MaxDelay) so
 	// that clients told the same time do not wake together (default true).
+	// A Retry-After that does not fit the retries — longer than MaxDelay,
+	// or leaving the next attempt no time within MaxElapsed — ends them at
+	// once: an attempt before the time asked would only meet the same
+	// refusal and spend the attempts. The message then fails with
+	// stream.Failure.NotBefore at the end of the Retry-After, for a parking
+	// (sink/kafka's Backoff) to replay it then. Without it, a Retry-After
+	// is ignored.
 	HonorRetryAfter bool `json:"honor_retry_after"`
 	// TransientStatus lists the HTTP statuses taken as transient (retried,
 	// and parked once the retries run out), the others being permanent
@@ -197,8 +205,9 @@ func (p RetryPolicy) Validate() error {
 }
 
 // Delay returns the wait before attempt number next (2 for the first
-// retry), given the previous wait and what the service asked for. rnd
-// returns uniform numbers in [0, 1).
+// retry), given the previous wait and what the service asked for, capped
+// at MaxDelay (a stage does not retry at all when retryAfter is longer:
+// see HonorRetryAfter). rnd returns uniform numbers in [0, 1).
 func (p RetryPolicy) Delay(next int, prev, retryAfter time.Duration, rnd func() float64) time.Duration {
 	if p.Strategy == Immediate {
 		return 0

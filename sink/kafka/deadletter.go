@@ -3,6 +3,7 @@ package kafka
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -49,10 +50,17 @@ func Parkings(e *stream.Envelope, parkTopic string) int {
 
 // Backoff is a replay delay for NewParkingFunc: first for a message parked
 // the first time, doubled for each parking before (Parkings on parkTopic),
-// at most most; never shorter than the wait the failure's error asked for
-// (an HTTP Retry-After: stream.Classify), capped at most too.
+// at most most. A failure a dependency asked to wait (its NotBefore, or
+// the Retry-After of its error: a 429's, a 503's) waits exactly that
+// instead, 0 to 20% more so that messages told the same time do not come
+// back together, at most most: a message throttled for 1 s is replayed
+// after 1 to 1.2 s, whether it was parked before or not, not after the
+// first delay or the one its parkings doubled to.
 func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message[stream.Failure]) time.Duration {
 	return func(m *stream.Message[stream.Failure]) time.Duration {
+		if d, ok := askedWait(m.Value); ok {
+			return min(d, most)
+		}
 		d := first
 		for range Parkings(&m.Envelope, parkTopic) {
 			if d >= most {
@@ -60,11 +68,23 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 			}
 			d = min(2*d, most)
 		}
-		if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
-			d = ra
-		}
 		return min(d, most)
 	}
+}
+
+// askedWait is how long a failure waits for the time a dependency asked
+// (notBefore), with 0 to 20% more of jitter; ok is false if none asked, or
+// that time has passed.
+func askedWait(f stream.Failure) (d time.Duration, ok bool) {
+	nb := notBefore(f)
+	if nb.IsZero() {
+		return 0, false
+	}
+	wait := time.Until(nb)
+	if wait <= 0 {
+		return 0, false
+	}
+	return wait + time.Duration(rand.Float64()*0.2*float64(wait)), true
 }
 
 // BackoffRestarting is Backoff that waits first again for a message
@@ -75,18 +95,12 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 // its own waits the first delay, not the longest the outage left it (with
 // one doubling to a minute, the last requests of an outage otherwise
 // settled a minute after it). Its next parking doubles from its count
-// again.
+// again. A failure a dependency asked to wait waits that, as with Backoff.
 func BackoffRestarting(parkTopic string, first, most time.Duration, recovered func(stage string) time.Time) func(m *stream.Message[stream.Failure]) time.Duration {
 	backoff := Backoff(parkTopic, first, most)
 	return func(m *stream.Message[stream.Failure]) time.Duration {
-		if m.Topic == parkTopic {
-			if recoveredSince(&m.Envelope, recovered) {
-				d := first
-				if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
-					d = ra
-				}
-				return min(d, most)
-			}
+		if _, asked := askedWait(m.Value); !asked && m.Topic == parkTopic && recoveredSince(&m.Envelope, recovered) {
+			return min(first, most)
 		}
 		return backoff(m)
 	}
