@@ -6,6 +6,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -50,7 +51,7 @@ func (g *generator[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 				if err := out.Flush(ctx); err != nil {
 					return err
 				}
-				if err := sleep(ctx, d); err != nil {
+				if err := stage.Sleep(ctx, d); err != nil {
 					r.Cancel()
 					return err
 				}
@@ -72,15 +73,4 @@ func (g *generator[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

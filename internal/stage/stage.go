@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -75,4 +76,17 @@ func ForEach[T any](ctx context.Context, in *stream.Inlet[T], fn func(m *stream.
 // NilArg is the configuration error for a required argument left nil.
 func NilArg(stage, arg string) error {
 	return &stream.ConfigError{Stage: stage, Argument: arg, Reason: "must not be nil"}
+}
+
+// Sleep waits d, or until ctx ends, and then returns ctx's error (nil
+// if d passed).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

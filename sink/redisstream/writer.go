@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/redisentry"
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -182,7 +183,7 @@ func (w *writer) flush(ctx context.Context) error {
 			return fmt.Errorf("%w at %s: %d entries not written for %v: %w", ErrUnreachable, w.addr, len(next), w.o.retryFor, lost)
 		}
 		w.c.retries.Add(1)
-		if err := sleep(ctx, min(jitter(backoff), left)); err != nil {
+		if err := stage.Sleep(ctx, min(jitter(backoff), left)); err != nil {
 			w.count()
 			return err
 		}
@@ -244,15 +245,4 @@ func isTimeout(err error) bool {
 // not come back together.
 func jitter(d time.Duration) time.Duration {
 	return d - d/5 + rand.N(2*d/5+1)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/redisentry"
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -191,7 +192,7 @@ func (s *Source) read(ctx context.Context, out *stream.Outlet[[]byte]) error {
 		// A read whose reply was lost left its entries in this
 		// consumer's pending list: take them back first.
 		r.rereadPending()
-		sleep(ctx, b.next())
+		_ = stage.Sleep(ctx, b.next())
 	}
 }
 

@@ -2,8 +2,8 @@ package redisstream
 
 import (
 	"context"
-	"time"
 
+	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -207,7 +207,7 @@ func (s *Source) ackLoop(ctx context.Context) {
 				return
 			}
 			s.warn("acknowledging settled entries failed; retrying", "err", err)
-			if !sleep(ctx, backoff.next()) {
+			if stage.Sleep(ctx, backoff.next()) != nil {
 				return
 			}
 			s.wakeAcker()
@@ -222,16 +222,4 @@ func (s *Source) ackLoop(ctx context.Context) {
 // consumer's entries, only those not settled. sink/checkpoint calls it.
 func (s *Source) Commit(ctx context.Context) error {
 	return s.flushAcks(ctx)
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
