@@ -68,12 +68,16 @@ func runCompare(b *testing.B, bin string) {
 		name string
 		rate float64
 	}{{"500", 500}, {"1000", 1000}, {"max", top}}
+	// Every load numbers its requests apart: the services keep one
+	// record per delivery id for as long as they run.
+	loads := 0
 	for _, impl := range []string{"handwritten", "sluice"} {
 		b.Run(impl, func(b *testing.B) {
 			for _, r := range rates {
 				b.Run(r.name, func(b *testing.B) {
 					for b.Loop() {
-						compareRun(b, s, impl, hw, r.rate, load)
+						loads++
+						compareRun(b, s, impl, hw, r.rate, load, loads*idsPerLoad)
 					}
 				})
 			}
@@ -93,9 +97,14 @@ func buildHandwritten(b *testing.B) string {
 	return out
 }
 
+// idsPerLoad is how many delivery ids each load of the comparison may
+// use: more than its rate times its duration.
+const idsPerLoad = 100_000_000
+
 // compareRun replaces the scheduler with a fresh incarnation of impl,
-// loads it at rate for load, waits for the outcomes and reports.
-func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration) {
+// loads it at rate for load with ids from firstID, waits for the outcomes
+// and reports.
+func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration, firstID int) {
 	s.Worker("delivery").Stop(syscall.SIGTERM)
 	var w *deployed.Worker
 	if impl == "handwritten" {
@@ -114,7 +123,7 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 		b.Fatal(err)
 	}
 	start := time.Now()
-	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String())
+	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String(), "-first-id", fmt.Sprint(firstID))
 	if err != nil {
 		b.Fatal(err)
 	}
