@@ -18,9 +18,10 @@ type LedgerEntry struct {
 	// deleted (nil if never, or not known: a ledger of an earlier version).
 	Undone   bool       `json:"undone"`
 	UndoneAt *time.Time `json:"undone_at,omitempty"`
-	// CreatedAt is when the record was first created (nil if never, or
-	// not known: a ledger of an earlier version). The deliveries
-	// service's is when the request completed its last step.
+	// CreatedAt is, for the deliveries service, when the record was
+	// first created, to the millisecond: when the request completed its
+	// last step (nil if never, or not known: a ledger of an earlier
+	// version). The other services leave it nil.
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
@@ -286,7 +287,8 @@ func (s *LedgerSnapshot) Created(service, id string) int { return int(s.get(serv
 func (s *LedgerSnapshot) Throttled(id string) int { return int(s.recs[id].throttled) }
 
 // CreatedAt returns when service first created its record for id; the
-// zero time if it never did, or the ledger did not say.
+// zero time if it never did, or the ledger did not say (only the
+// deliveries service's is kept).
 func (s *LedgerSnapshot) CreatedAt(service, id string) time.Time {
 	return unixTime(s.get(service, id).createdAt)
 }
