@@ -94,7 +94,8 @@ func recordsOf(r *LedgerRecord) ledgerRecords {
 
 // LedgerTotals sums a ledger per service.
 type LedgerTotals struct {
-	// IDs is how many delivery ids any service has a record of.
+	// IDs is how many delivery ids any service has a record of, or
+	// throttled a call for.
 	IDs int `json:"ids"`
 	// Services holds the totals of packages, drones and deliveries.
 	Services map[string]ServiceTotals `json:"services"`
