@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,7 +42,8 @@ import (
 // worker_cpu_us/req (user+system CPU of the worker per request sent),
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
-// requests. SLUICE_DEPLOYED_PROFILE names a directory where each worker's
+// requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
+// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory where each worker's
 // CPU profile of each run is written (<worker>-<rate>.pprof): the
 // hand-written worker's of its whole run, sluice's of the load's duration,
 // fetched from its /debug/pprof/profile (-pprof).
@@ -124,6 +126,7 @@ func profileWorker(b *testing.B, w *deployed.Worker, d time.Duration, file strin
 // compareRun replaces the scheduler with a fresh incarnation of impl,
 // loads it at rate for load, waits for the outcomes and reports.
 func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration) {
+	sluiceFlags := strings.Fields(os.Getenv("SLUICE_COMPARE_FLAGS"))
 	s.Worker("delivery").Stop(syscall.SIGTERM)
 	var w *deployed.Worker
 	if impl == "handwritten" {
@@ -134,7 +137,7 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 		}
 		w = s.StartProgram("delivery", hw, args...)
 	} else if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
-		w = s.StartWorker("delivery", "-pprof")
+		w = s.StartWorker("delivery", append(sluiceFlags, "-pprof")...)
 		prof := profileWorker(b, w, load, filepath.Join(dir, fmt.Sprintf("sluice-%v.pprof", rate)))
 		defer func() {
 			if err := <-prof; err != nil {
@@ -142,7 +145,7 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 			}
 		}()
 	} else {
-		w = s.StartWorker("delivery")
+		w = s.StartWorker("delivery", sluiceFlags...)
 	}
 	ctx := context.Background()
 	before, err := s.LedgerTotals(ctx)
