@@ -3,6 +3,7 @@ package delivery
 import (
 	"bytes"
 	"context"
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -179,7 +180,12 @@ type httpClient struct {
 func (c *httpClient) do(ctx context.Context, method, path string, body, out any) error {
 	var rd *bytes.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
+		// encoding/json, not go-json: go-json's encoder needs a deep stack,
+		// and a call's goroutine, its stack shrunk by the collector while
+		// it waited, grows it again for every body (stack copies were 7%
+		// of a deployed scheduler's CPU; a body costs 9 µs on a fresh
+		// goroutine with go-json, 4 µs with encoding/json).
+		b, err := stdjson.Marshal(body)
 		if err != nil {
 			return err
 		}
