@@ -68,6 +68,7 @@ type asyncRun[In, Out any] struct {
 	filled int                   // how many of them are filled
 
 	inline       []*asyncJob[In, Out] // scratch of runInline
+	starting     []*asyncJob[In, Out] // scratch of start
 	inlineCounts callCounts
 	delayed      delayQueue[In, Out] // jobs waiting for their next attempt
 	log          *logx.Limited
@@ -229,14 +230,24 @@ func (r *asyncRun[In, Out]) start() {
 		r.runInline(min(n, limit), limit)
 		return
 	}
-	r.pool.mu.Lock()
+	// The jobs are taken off the ready queue before the pool's lock, and
+	// go into its queue in one copy: every worker whose call returns
+	// takes that lock for its next job, and while the stage held it for
+	// up to a window of pops and pushes, a preemption of the stage's
+	// thread there (a machine busy with other processes) stalled them all
+	// (the lock's contention profile had the stage's unlock behind most
+	// of the workers' waits).
+	js := r.starting[:0]
 	for range n {
-		j := r.popReady(limit)
+		js = append(js, r.popReady(limit))
 		r.inFlight++
-		r.pool.q.push(j)
 	}
+	r.pool.mu.Lock()
+	r.pool.q.pushAll(js)
 	r.pool.wake()
 	r.pool.mu.Unlock()
+	clear(js)
+	r.starting = js[:0]
 }
 
 // pushReady queues a job ready to be called.

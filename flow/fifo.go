@@ -11,13 +11,23 @@ type fifo[T any] struct {
 func (q *fifo[T]) len() int { return len(q.items) - q.head }
 
 func (q *fifo[T]) push(v T) {
+	q.compact()
+	q.items = append(q.items, v)
+}
+
+// pushAll pushes vs, in order, in one copy.
+func (q *fifo[T]) pushAll(vs []T) {
+	q.compact()
+	q.items = append(q.items, vs...)
+}
+
+// compact reuses the consumed front instead of growing.
+func (q *fifo[T]) compact() {
 	if q.head > 0 && (q.head == len(q.items) || q.head >= cap(q.items)/2) {
-		// Reuse the consumed front instead of growing.
 		n := copy(q.items, q.items[q.head:])
 		clear(q.items[n:])
 		q.items, q.head = q.items[:n], 0
 	}
-	q.items = append(q.items, v)
 }
 
 func (q *fifo[T]) pop() T {

@@ -9,7 +9,7 @@ import (
 // unpop puts values back at the front in order, both in place (the popped
 // slots are still in front of head) and after a push compacted the queue
 // in between (the fallback, which allocates), against a slice model under
-// random interleavings of push, pop of a chunk, and unpop of the chunk's
+// random interleavings of push (one or several at once), pop of a chunk, and unpop of the chunk's
 // unused tail, as the workers and the stage do.
 func TestFifoUnpopKeepsOrder(t *testing.T) {
 	var inPlace, fallback int
@@ -22,11 +22,21 @@ func TestFifoUnpopKeepsOrder(t *testing.T) {
 		for range 400 {
 			switch op := rng.IntN(4); {
 			case op == 0 || q.len() == 0:
+				// One at a time (completions) or several in one copy
+				// (the stage handing the pool its ready jobs).
+				var vs []int
 				for range 1 + rng.IntN(6) {
-					q.push(next)
-					model = append(model, next)
+					vs = append(vs, next)
 					next++
 				}
+				if rng.IntN(2) == 0 {
+					q.pushAll(vs)
+				} else {
+					for _, v := range vs {
+						q.push(v)
+					}
+				}
+				model = append(model, vs...)
 			case op == 1:
 				k := 1 + rng.IntN(min(q.len(), 8))
 				var c []int

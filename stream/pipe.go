@@ -28,6 +28,9 @@ var ErrDownstreamClosed = errors.New("sluice: downstream stage has ended")
 type Batch[T any] struct {
 	Items []Message[T]
 	pool  *batchPool[T]
+	// dirty bounds the slots of Items that may hold messages of an
+	// earlier use: every slot from it on is zero (see put).
+	dirty int
 }
 
 // Release returns the batch for reuse.
@@ -50,10 +53,23 @@ func (p *batchPool[T]) get() *Batch[T] {
 }
 
 func (p *batchPool[T]) put(b *Batch[T]) {
-	// The messages are not cleared: the next user overwrites every slot it
-	// reads, and clearing cost ~6 ns a message (10% of the engine's budget).
-	// What a pooled batch keeps alive is bounded by the number of pooled
-	// batches, and sync.Pool drops idle ones within two GC cycles.
+	// The messages of this use are not cleared: the next user overwrites
+	// every slot it reads, and clearing a full batch cost ~6 ns a message
+	// (a quarter of the engine's budget). What they keep alive is bounded
+	// by the number of pooled batches, and sync.Pool drops idle ones
+	// within two GC cycles. Slots past them, which earlier and larger uses
+	// filled, are cleared: left, they kept what those messages point to
+	// alive for as long as the batch is reused at a smaller size. A Kafka
+	// record's value points into the fetch response it came in, so a few
+	// such slots kept whole responses: twice the live heap of a consumer
+	// whose batches were handed on partly full (the peers benchmark of
+	// docs/benchmarks.md: 64-96 MB of fetch responses, 32 MB with them
+	// cleared). Full batches, the engine's steady state, clear nothing.
+	n := len(b.Items)
+	if d := min(b.dirty, cap(b.Items)); d > n {
+		clear(b.Items[n:d])
+	}
+	b.dirty = n
 	b.Items = b.Items[:0]
 	p.p.Put(b)
 }
@@ -395,6 +411,9 @@ func (o *Outlet[T]) Flush(ctx context.Context) error {
 		return nil
 	}
 	n := int64(len(b.Items))
+	// A stage reading it may shorten Items (a filter keeping some in
+	// place): put must still know how far this use filled it.
+	b.dirty = max(b.dirty, len(b.Items))
 	o.p.buffered.Add(n)
 	select {
 	case o.p.ch <- b:
