@@ -27,6 +27,17 @@ type ledgerShard struct {
 	m  map[string]*ledgerRecords // by delivery id
 }
 
+// records returns id's records, made empty the first time; the caller
+// holds mu.
+func (s *ledgerShard) records(id string) *ledgerRecords {
+	rs := s.m[id]
+	if rs == nil {
+		rs = &ledgerRecords{}
+		s.m[id] = rs
+	}
+	return rs
+}
+
 // ledgerRecords are one delivery's records, one per service that creates
 // something, and how many of the calls made for it any service answered
 // "slow down" (429): a throttled request waits at least the Retry-After it
@@ -89,11 +100,7 @@ func (l *Ledger) shard(id string) *ledgerShard {
 func (l *Ledger) update(i int, id string, fn func(e *ledgerEntry) error) error {
 	s := l.shard(id)
 	s.mu.Lock()
-	rs := s.m[id]
-	if rs == nil {
-		rs = &ledgerRecords{}
-		s.m[id] = rs
-	}
+	rs := s.records(id)
 	e := &rs.svc[i]
 	was, wasUndone := e.live, e.deleted > 0
 	err := fn(e)
@@ -173,12 +180,7 @@ func (e *ledgerEntry) create(i int) {
 func (l *Ledger) throttle(id string) {
 	s := l.shard(id)
 	s.mu.Lock()
-	rs := s.m[id]
-	if rs == nil {
-		rs = &ledgerRecords{}
-		s.m[id] = rs
-	}
-	rs.throttled++
+	s.records(id).throttled++
 	s.mu.Unlock()
 }
 
