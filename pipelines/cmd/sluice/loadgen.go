@@ -49,7 +49,7 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	progressEvery := fs.Duration("progress-every", 5*time.Second,
 		"write a progress line this often to standard error (elapsed, sent, acknowledged, failed, rate); 0: none")
 	firstID := fs.Int("first-id", 0,
-		"number of the first request (d-00000000 by default); give each load its own ids when several are sent to the same services, which keep one record per id")
+		"number of the first request (d-00000000 by default); give each load its own ids when several are sent to the same services, which keep one record per id: a load uses one id per request it sends, duplicates included, so the next may start at this one plus the sent count it prints")
 	recordTo := fs.String("record", "",
 		"when done, write what the brokers (or Redis) acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
