@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"log/slog"
 	"time"
+
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // retry decides whether a failed job is tried again and, if so, puts it in
@@ -17,12 +19,16 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 		r.a.exhausted.Add(1)
 		return false
 	}
-	// A wait the service asked for (a 429's or 503's Retry-After) longer
+	// A wait a throttling service asked for (a 429's Retry-After) longer
 	// than any wait of the policy does not fit the budget: an attempt in
 	// place would come before the time asked, meet the same refusal and
 	// spend the attempts. The retries end at once; the failure carries the
-	// end of the wait (NotBefore) for a parking to replay the message then.
-	if ra := j.class.RetryAfter; p.HonorRetryAfter && ra > 0 && p.MaxDelay > 0 && ra > p.MaxDelay {
+	// end of the wait (NotBefore, set for throttling answers only) for a
+	// parking to replay the message then. Other answers with a Retry-After
+	// (a 502, a 503, a breaker's next probe) are retried as the policy
+	// says, the wait capped at MaxDelay.
+	if ra := j.class.RetryAfter; p.HonorRetryAfter && j.class.Reason == stream.ReasonThrottled && ra > 0 &&
+		p.MaxDelay > 0 && ra > p.MaxDelay {
 		r.a.exhausted.Add(1)
 		return false
 	}

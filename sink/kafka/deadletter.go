@@ -68,6 +68,12 @@ func Backoff(parkTopic string, first, most time.Duration) func(m *stream.Message
 			}
 			d = min(2*d, most)
 		}
+		// Any other wait its error asks (a breaker's next probe, a 502's
+		// or 503's Retry-After) is a floor: replayed sooner, the message
+		// would meet the same refusal and spend a parking.
+		if ra := stream.Classify(m.Value.Err).RetryAfter; ra > d {
+			d = ra
+		}
 		return min(d, most)
 	}
 }
