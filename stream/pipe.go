@@ -456,7 +456,13 @@ func (o *Outlet[T]) Sent(n int) {
 func (o *Outlet[T]) Closed() <-chan struct{} { return o.p.readerDone }
 
 // NewBatch returns an empty recycled batch, to fill and send on C.
-func (o *Outlet[T]) NewBatch() *Batch[T] { return o.p.pool.get() }
+func (o *Outlet[T]) NewBatch() *Batch[T] {
+	b := o.p.pool.get()
+	// Sent on C, it is never flushed, so nothing learns how far it will be
+	// filled: its release clears every slot past what its reader kept.
+	b.dirty = cap(b.Items)
+	return b
+}
 
 // BatchSize returns the most messages one batch of this output holds.
 func (o *Outlet[T]) BatchSize() int { return o.max }

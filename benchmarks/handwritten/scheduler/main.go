@@ -152,8 +152,13 @@ func (w *worker) consume(ctx context.Context) error {
 		go func() {
 			defer pool.Done()
 			for r := range jobs {
-				w.handle(r)
-				w.commits.done(r)
+				// A request whose outcome could not be written (its
+				// compensation event or dead letter refused) is not done:
+				// its offset, and every later one of its partition, stay
+				// uncommitted, and a restart takes it again.
+				if w.handle(r) {
+					w.commits.done(r)
+				}
 			}
 		}()
 	}
@@ -216,10 +221,13 @@ func (w *worker) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int
 	w.commits.forget(lost)
 }
 
-// handle runs one request to its outcome and observes its latency.
-func (w *worker) handle(r *kgo.Record) {
+// handle runs one request to its outcome and observes its latency; done
+// is false if the outcome could not be written.
+func (w *worker) handle(r *kgo.Record) (done bool) {
 	defer func() { w.latency.Observe(time.Since(r.Timestamp).Seconds()) }()
 	if err := w.process(r); err != nil {
 		log.Printf("request at %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+		return false
 	}
+	return true
 }
