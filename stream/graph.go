@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Graph is a pipeline under construction and, once Run is called, running.
@@ -18,6 +20,7 @@ type Graph struct {
 	batchSize    int
 	drainTimeout time.Duration
 	logger       *slog.Logger
+	tracer       trace.TracerProvider // nil: tracing off
 	observers    []Observer
 	observer     Observer // the observers as one, set by Run
 	name         string

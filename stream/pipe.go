@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultBatchSize is the most messages a pipe moves in one batch.
@@ -150,6 +152,11 @@ func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
 // stage's name: a stage that logs and was given no logger of its own logs
 // here.
 func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
+
+// TracerProvider returns the pipeline's tracer provider
+// (WithTracerProvider), nil when tracing is off: a stage that traces its
+// messages asks once when it starts.
+func (in *Inlet[T]) TracerProvider() trace.TracerProvider { return in.node.tracer() }
 
 // FlushOutputs hands on what every output of the stage (its failure output
 // included) has built, and publishes the stage's settles counted since
@@ -296,6 +303,11 @@ type Outlet[T any] struct {
 	max     int
 	failure bool // the stage's failure output: not counted as Out
 }
+
+// TracerProvider returns the pipeline's tracer provider
+// (WithTracerProvider), nil when tracing is off: a source that traces its
+// messages asks once when it starts.
+func (o *Outlet[T]) TracerProvider() trace.TracerProvider { return o.node.tracer() }
 
 // Send appends m to the output. It blocks only when a full batch must be
 // handed on and the pipe is full (backpressure).

@@ -1,0 +1,80 @@
+package tracing
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// Receiver starts the receive span of each message a source reads. A
+// source makes one when it starts, if its pipeline traces
+// (stream.Outlet.TracerProvider is not nil), and calls Receive for each
+// message from its reading goroutine: a Receiver is not safe for
+// concurrent use.
+type Receiver struct {
+	tracer trace.Tracer
+	system attribute.KeyValue
+	kafka  bool // offsets are Kafka offsets
+	// The span name of the last topic, so that a run of messages of one
+	// topic builds it once.
+	topic, name string
+	attrs       []attribute.KeyValue // reused for each message
+}
+
+// NewReceiver returns a Receiver whose spans come from tp and say the
+// messages come from system (messaging.system: "kafka", "redis"); nil if
+// tp is nil.
+func NewReceiver(tp trace.TracerProvider, system string) *Receiver {
+	if tp == nil {
+		return nil
+	}
+	return &Receiver{tracer: tp.Tracer(ScopeName), system: semconv.MessagingSystemKey.String(system),
+		kafka: system == "kafka"}
+}
+
+// Receive starts and ends the receive span of the message e, then writes
+// the span's context into e's traceparent (and tracestate) header.
+//
+// The span, named "receive <topic>" (kind consumer), is a child of the
+// span e's headers name, or the root of a new trace if they name none or
+// a malformed one; the provider's sampler decides whether it is recorded.
+// It starts at e.Timestamp if that is in the past, so that its length is
+// the message's wait in the broker (on the clock that stamped it: the
+// producer's, unless the broker stamps the log append time), and ends now.
+// It carries the messaging attributes: messaging.system,
+// messaging.operation.type "receive", messaging.destination.name (the
+// topic or stream), messaging.destination.partition.id and
+// messaging.kafka.offset for Kafka, and attrs (a consumer
+// group, a lag, a message id).
+//
+// The span ends at once, so that no span stays open for a message that is
+// dropped, or whose partition is revoked, before it is settled; the spans
+// of the stages the message goes through, children of this one, show
+// where its time went after it was read.
+func (r *Receiver) Receive(ctx context.Context, e *stream.Envelope, attrs ...attribute.KeyValue) {
+	now := time.Now()
+	start := now
+	if !e.Timestamp.IsZero() && e.Timestamp.Before(now) {
+		start = e.Timestamp
+	}
+	if e.Topic != r.topic || r.name == "" {
+		r.topic, r.name = e.Topic, "receive "+e.Topic
+	}
+	a := append(r.attrs[:0], r.system, semconv.MessagingOperationTypeReceive, semconv.MessagingDestinationName(e.Topic))
+	if r.kafka {
+		a = append(a, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(e.Partition))), semconv.MessagingKafkaOffset(int(e.Offset)))
+	}
+	a = append(a, attrs...)
+	r.attrs = a
+	pctx := Extract(ctx, e)
+	sctx, span := r.tracer.Start(pctx, r.name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithTimestamp(start), trace.WithAttributes(a...))
+	span.End(trace.WithTimestamp(now))
+	injectSpan(sctx, e)
+}
