@@ -37,6 +37,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 			// retry waits for the breaker.
 			counts.refused++
 			j.err, j.class = err, r.classify(err)
+			if j.span != nil {
+				refusedEvent(j.span, j.attempts, err)
+			}
 			return now
 		}
 		j.breakerDone = done // for callPanicked, should the classifier panic
@@ -45,6 +48,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	var finish func() time.Time // ends the call's context; returns its send time
 	if r.clock != nil {
 		ctx, finish = r.clock.start(now, r.attemptLimit(j, now))
+	}
+	if j.span != nil {
+		ctx = attemptContext(ctx, j.span, j.attempts)
 	}
 	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
 	timedOut := false
@@ -77,6 +83,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 				j.notBefore = nb
 			}
 		}
+	}
+	if j.err != nil && j.span != nil {
+		failedEvent(j.span, j.attempts, j.err, j.class)
 	}
 	// A call that says it failed before reaching the service (NotCalled)
 	// tells nothing of the service: the breaker counts it neither way, and
