@@ -125,7 +125,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if r.onCall != nil {
-		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err, NotCalled: notCalled})
+		var traceID string
+		if j.span != nil {
+			traceID = sampledTraceID(j.span)
+		}
+		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err, NotCalled: notCalled, TraceID: traceID})
 	}
 	return end
 }

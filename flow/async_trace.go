@@ -149,3 +149,11 @@ func retryEvent(span trace.Span, attempt int, reason stream.Reason, delay time.D
 		span.AddEvent("retry", trace.WithAttributes(attrAttempt.Int(attempt), attrReason.String(string(reason)), attrDelay.Float64(delay.Seconds())))
 	}
 }
+
+// sampledTraceID is span's trace id if its trace is sampled, "" otherwise.
+func sampledTraceID(span trace.Span) string {
+	if sc := span.SpanContext(); sc.IsSampled() {
+		return sc.TraceID().String()
+	}
+	return ""
+}

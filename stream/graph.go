@@ -22,7 +22,8 @@ type Graph struct {
 	logger       *slog.Logger
 	tracer       trace.TracerProvider // nil: tracing off
 	observers    []Observer
-	observer     Observer // the observers as one, set by Run
+	observer     Observer      // the observers as one, set by Run
+	traceObs     TraceObserver // observer, if the pipeline traces and it keeps exemplars; set by Run
 	name         string
 
 	nodes    []*node

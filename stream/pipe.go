@@ -238,7 +238,7 @@ func (in *Inlet[T]) Settle(m *Message[T], o Outcome) {
 		in.settled[o]++
 	}
 	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
-		obs.Latency(time.Since(m.Timestamp))
+		in.node.g.observeLatency(obs, &m.Envelope, time.Since(m.Timestamp))
 	}
 }
 
@@ -255,7 +255,7 @@ func (in *Inlet[T]) SettleAsync(m *Message[T], o Outcome) {
 	}
 	m.handle.Settle(o)
 	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
-		obs.Latency(time.Since(m.Timestamp))
+		in.node.g.observeLatency(obs, &m.Envelope, time.Since(m.Timestamp))
 	}
 }
 
@@ -273,7 +273,7 @@ func (in *Inlet[T]) SettleAll(ms []Message[T], o Outcome) {
 		now := time.Now()
 		for i := range ms {
 			if ts := ms[i].Timestamp; !ts.IsZero() {
-				obs.Latency(now.Sub(ts))
+				in.node.g.observeLatency(obs, &ms[i].Envelope, now.Sub(ts))
 			}
 		}
 	}

@@ -255,6 +255,9 @@ func (g *Graph) prepare() error {
 		To(g.Failures(), Sink[Failure](&logDeadLetter{logger: g.logger}), Name("dead-letter"))
 	}
 	g.observer = teeObservers(g.observers)
+	if to, ok := g.observer.(TraceObserver); ok && g.tracer != nil {
+		g.traceObs = to
+	}
 	if g.observer != nil {
 		for _, n := range g.nodes {
 			n.obs = g.observer.Stage(n.name)
