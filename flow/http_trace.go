@@ -78,6 +78,14 @@ func (t *tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// CloseIdleConnections closes the idle connections of the transport it
+// wraps, if it has any (http.Client.CloseIdleConnections).
+func (t *tracedTransport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // redacted is u without its user info and query.
 func redacted(u *url.URL) string {
 	c := *u

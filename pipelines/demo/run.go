@@ -6,6 +6,8 @@
 package demo
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"fmt"
 	"io"
@@ -91,6 +93,9 @@ type Config struct {
 	LatencyTarget time.Duration
 	TargetHigh    bool
 	Logger        *slog.Logger
+	// TracerProvider, if set, traces the scheduler's pipeline
+	// (delivery.SchedulerConfig.TracerProvider). Default nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults returns the demo's defaults for a run of d.
