@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 type asyncJob[In, Out any] struct {
@@ -179,7 +180,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		j = new(asyncJob[In, Out])
 	}
 	j.seq, j.msg = r.nextSeq, *m
-	if r.tracer != nil {
+	if r.tracer != nil && !tracing.NotSampled(&j.msg.Envelope) {
 		j.span = r.tracer.start(r.ctx, j, &j.msg.Envelope)
 	}
 	r.nextSeq++

@@ -233,3 +233,22 @@ func TestMapAsyncTraceEndsSpansOnStop(t *testing.T) {
 		}
 	}
 }
+
+// A message whose traceparent says its trace is not sampled gets no span:
+// the stages follow the sampling decision made at the source.
+func TestMapAsyncFollowsAnUnsampledTrace(t *testing.T) {
+	tp, exp := tracedProvider(t)
+	g := stream.New(stream.WithTracerProvider(tp))
+	out := sink.Collect[string]()
+	unsampled := "00-" + traceID + "-00f067aa0ba902b7-00"
+	stream.To(stream.Via(stream.From(g, headed(unsampled, parentTP)), flow.MapAsync(1, func(ctx context.Context, v string) (string, error) {
+		if traced := trace.SpanFromContext(ctx).SpanContext().IsValid(); traced != (v == parentTP) {
+			return "", errors.New("a span for an unsampled message, or none for a sampled one")
+		}
+		return v, nil
+	})), out)
+	run(t, g)
+	if len(out.Values()) != 2 || len(exp.GetSpans()) != 1 {
+		t.Fatalf("results %v, %d spans", out.Values(), len(exp.GetSpans()))
+	}
+}

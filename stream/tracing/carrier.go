@@ -2,8 +2,10 @@ package tracing
 
 import (
 	"context"
+	"encoding/hex"
 
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -90,8 +92,67 @@ func Inject(ctx context.Context, e *stream.Envelope) {
 	propagator.Inject(ctx, Carrier{Headers: &e.Headers})
 }
 
-// injectSpan writes only the trace context of ctx (traceparent and
-// tracestate), leaving the message's baggage as it came.
-func injectSpan(ctx context.Context, e *stream.Envelope) {
-	propagation.TraceContext{}.Inject(ctx, Carrier{Headers: &e.Headers})
+// NotSampled reports whether e's traceparent has the W3C layout of
+// version 00 and flags that say its trace is not sampled. A stage that
+// traces uses it to skip the spans of such a message for the cost of a
+// header scan: the sampler decided at the source (the receive span) and
+// the stages follow that decision, as a parent-based sampler would. A
+// message with no traceparent, or one of another layout, is not
+// NotSampled: its stage span is the root of a new trace, sampled by the
+// provider's sampler.
+func NotSampled(e *stream.Envelope) bool {
+	v := e.Header(TraceParent)
+	if len(v) != 55 || v[0] != '0' || v[1] != '0' || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return false
+	}
+	switch v[54] { // the low bit of the flags is sampled
+	case '0', '2', '4', '6', '8', 'a', 'c', 'e':
+		return true
+	}
+	return false
+}
+
+// injectSpan writes the trace context of sc into e's headers: traceparent,
+// and tracestate if sc has one. It writes the header's bytes at once,
+// without the propagator's string: a source does it for every message.
+func injectSpan(sc trace.SpanContext, e *stream.Envelope) {
+	if !sc.IsValid() {
+		return
+	}
+	b := make([]byte, traceParentLen)
+	formatTraceParent(b, sc)
+	setHeader(e, TraceParent, b)
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		setHeader(e, TraceState, []byte(ts.String()))
+	}
+}
+
+// traceParentLen is the length of a version 00 traceparent.
+const traceParentLen = 55
+
+// formatTraceParent writes sc as a version 00 traceparent into b, of
+// traceParentLen bytes.
+func formatTraceParent(b []byte, sc trace.SpanContext) {
+	const hexDigits = "0123456789abcdef"
+	b[0], b[1], b[2] = '0', '0', '-'
+	tid, sid := sc.TraceID(), sc.SpanID()
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	f := byte(sc.TraceFlags())
+	b[53], b[54] = hexDigits[f>>4], hexDigits[f&0xf]
+}
+
+// setHeader is Carrier.Set with a value of bytes.
+func setHeader(e *stream.Envelope, key string, v []byte) {
+	for i := range e.Headers {
+		if e.Headers[i].Key == key {
+			e.Headers[i].Value = v
+			return
+		}
+	}
+	n := make([]stream.Header, len(e.Headers), len(e.Headers)+1)
+	copy(n, e.Headers)
+	e.Headers = append(n, stream.Header{Key: key, Value: v})
 }

@@ -25,6 +25,13 @@ type Receiver struct {
 	// topic builds it once.
 	topic, name string
 	attrs       []attribute.KeyValue // reused for each message
+	opts        []trace.SpanStartOption
+	kind        trace.SpanStartOption
+	// Slabs the traceparent values and header slices are cut from: a
+	// source writes them for every message, and one allocation per
+	// message each cost a fifth of the receive span's time.
+	bytes   []byte
+	headers []stream.Header
 }
 
 // NewReceiver returns a Receiver whose spans come from tp and say the
@@ -35,7 +42,7 @@ func NewReceiver(tp trace.TracerProvider, system string) *Receiver {
 		return nil
 	}
 	return &Receiver{tracer: tp.Tracer(ScopeName), system: semconv.MessagingSystemKey.String(system),
-		kafka: system == "kafka"}
+		kafka: system == "kafka", kind: trace.WithSpanKind(trace.SpanKindConsumer)}
 }
 
 // Receive starts and ends the receive span of the message e, then writes
@@ -66,15 +73,60 @@ func (r *Receiver) Receive(ctx context.Context, e *stream.Envelope, attrs ...att
 	if e.Topic != r.topic || r.name == "" {
 		r.topic, r.name = e.Topic, "receive "+e.Topic
 	}
-	a := append(r.attrs[:0], r.system, semconv.MessagingOperationTypeReceive, semconv.MessagingDestinationName(e.Topic))
-	if r.kafka {
-		a = append(a, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(e.Partition))), semconv.MessagingKafkaOffset(int(e.Offset)))
+	// The attributes are set only on a span that records: building them
+	// into the start options cost an allocation for each of the many
+	// spans a ratio sampler drops.
+	r.opts = append(r.opts[:0], r.kind, trace.WithTimestamp(start))
+	_, span := r.tracer.Start(Extract(ctx, e), r.name, r.opts...)
+	if span.IsRecording() {
+		a := append(r.attrs[:0], r.system, semconv.MessagingOperationTypeReceive, semconv.MessagingDestinationName(e.Topic))
+		if r.kafka {
+			a = append(a, semconv.MessagingDestinationPartitionID(strconv.Itoa(int(e.Partition))), semconv.MessagingKafkaOffset(int(e.Offset)))
+		}
+		a = append(a, attrs...)
+		r.attrs = a
+		span.SetAttributes(a...)
+		span.End(trace.WithTimestamp(now))
+	} else {
+		span.End() // a span that does not record keeps no time
 	}
-	a = append(a, attrs...)
-	r.attrs = a
-	pctx := Extract(ctx, e)
-	sctx, span := r.tracer.Start(pctx, r.name, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(start), trace.WithAttributes(a...))
-	span.End(trace.WithTimestamp(now))
-	injectSpan(sctx, e)
+	r.inject(span.SpanContext(), e)
+}
+
+// inject is injectSpan with the value and the headers cut from the
+// receiver's slabs. Each cut has its capacity fixed, so that an append to
+// one message's headers never writes into another's.
+func (r *Receiver) inject(sc trace.SpanContext, e *stream.Envelope) {
+	if !sc.IsValid() {
+		return
+	}
+	if len(r.bytes) < traceParentLen {
+		r.bytes = make([]byte, 256*traceParentLen)
+	}
+	b := r.bytes[:traceParentLen:traceParentLen]
+	r.bytes = r.bytes[traceParentLen:]
+	formatTraceParent(b, sc)
+	for i := range e.Headers {
+		if e.Headers[i].Key == TraceParent {
+			e.Headers[i].Value = b
+			r.traceState(sc, e)
+			return
+		}
+	}
+	n := len(e.Headers) + 1
+	if len(r.headers) < n {
+		r.headers = make([]stream.Header, max(256, n))
+	}
+	hs := r.headers[:n:n]
+	r.headers = r.headers[n:]
+	copy(hs, e.Headers)
+	hs[n-1] = stream.Header{Key: TraceParent, Value: b}
+	e.Headers = hs
+	r.traceState(sc, e)
+}
+
+func (r *Receiver) traceState(sc trace.SpanContext, e *stream.Envelope) {
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		setHeader(e, TraceState, []byte(ts.String()))
+	}
 }

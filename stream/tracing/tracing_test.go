@@ -142,3 +142,40 @@ func TestNewReceiverOff(t *testing.T) {
 		t.Fatal("a receiver without a provider")
 	}
 }
+
+func TestNotSampled(t *testing.T) {
+	for v, want := range map[string]bool{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00": true,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02": true,
+		parent: false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03":  false,
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00":  false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-": false,
+		"00-1-00": false,
+		"":        false,
+	} {
+		e := stream.Envelope{Headers: []stream.Header{{Key: tracing.TraceParent, Value: []byte(v)}}}
+		if got := tracing.NotSampled(&e); got != want {
+			t.Errorf("NotSampled(%q) = %v, want %v", v, got, want)
+		}
+	}
+	if tracing.NotSampled(&stream.Envelope{}) {
+		t.Error("a message without headers is NotSampled")
+	}
+}
+
+// The headers a Receiver writes for one message are not shared with the
+// next message's: appending to one leaves the other as it was.
+func TestReceiveHeadersAreTheMessagesOwn(t *testing.T) {
+	tp, _ := newProvider(t)
+	r := tracing.NewReceiver(tp, "kafka")
+	a, b := stream.Envelope{Topic: "t"}, stream.Envelope{Topic: "t", Headers: []stream.Header{{Key: "k", Value: []byte("v")}}}
+	r.Receive(context.Background(), &a)
+	r.Receive(context.Background(), &b)
+	a.Headers = append(a.Headers, stream.Header{Key: "extra", Value: []byte("x")})
+	tpB := string(b.Header(tracing.TraceParent))
+	if len(b.Headers) != 2 || b.Headers[0].Key != "k" || b.Headers[1].Key != tracing.TraceParent || len(tpB) != 55 ||
+		tpB == string(a.Header(tracing.TraceParent)) {
+		t.Fatalf("headers of b %+v after an append to a's", b.Headers)
+	}
+}
