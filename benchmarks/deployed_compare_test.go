@@ -2,12 +2,16 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -34,13 +38,19 @@ import (
 // Each reports completed/s (drain included), completed_share, p50_ms and
 // p99_ms (the worker's end-to-end histogram, record timestamp to outcome;
 // the hand-written worker waits out a 429's Retry-After in place, the
-// sluice one parks the request and replays it 2 s later), drain_s,
+// sluice one parks the request and replays it 2 s later),
+// p99_unthrottled_ms and p99_throttled_ms (the verification's measure,
+// the same for both workers: produce to the deliveries record, over the
+// requests never answered 429 and over those answered 429 at least once),
+// drain_s,
 // worker_cpu_us/req (user+system CPU of the worker per request sent),
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
-// requests. SLUICE_DEPLOYED_PROFILE names a directory where the
-// hand-written worker writes a CPU profile of each run
-// (handwritten-<rate>.pprof).
+// requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
+// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory where each worker's
+// CPU profile of each run is written (<worker>-<rate>.pprof): the
+// hand-written worker's of its whole run, sluice's of the load's duration,
+// fetched from its /debug/pprof/profile (-pprof).
 func runCompare(b *testing.B, bin string) {
 	hw := buildHandwritten(b)
 	load := 20 * time.Second
@@ -64,12 +74,16 @@ func runCompare(b *testing.B, bin string) {
 		name string
 		rate float64
 	}{{"500", 500}, {"1000", 1000}, {"max", top}}
+	// Every load numbers its requests apart: the services keep one
+	// record per delivery id for as long as they run.
+	loads := 0
 	for _, impl := range []string{"handwritten", "sluice"} {
 		b.Run(impl, func(b *testing.B) {
 			for _, r := range rates {
 				b.Run(r.name, func(b *testing.B) {
 					for b.Loop() {
-						compareRun(b, s, impl, hw, r.rate, load)
+						loads++
+						compareRun(b, s, impl, hw, r.rate, load, loads*idsPerLoad)
 					}
 				})
 			}
@@ -89,9 +103,43 @@ func buildHandwritten(b *testing.B) string {
 	return out
 }
 
+// profileWorker fetches a CPU profile of w over d from its
+// /debug/pprof/profile into file; the channel says how it ended.
+func profileWorker(b *testing.B, w *deployed.Worker, d time.Duration, file string) <-chan error {
+	b.Helper()
+	done := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.Listen, int(math.Ceil(d.Seconds())))
+		resp, err := (&http.Client{Timeout: d + time.Minute}).Get(url)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("%s: %s", url, resp.Status)
+			return
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return done
+}
+
+// idsPerLoad is how many delivery ids each load of the comparison may
+// use: more than its rate times its duration.
+const idsPerLoad = 100_000_000
+
 // compareRun replaces the scheduler with a fresh incarnation of impl,
-// loads it at rate for load, waits for the outcomes and reports.
-func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration) {
+// loads it at rate for load with ids from firstID, waits for the outcomes
+// and reports.
+func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration, firstID int) {
+	sluiceFlags := strings.Fields(os.Getenv("SLUICE_COMPARE_FLAGS"))
 	s.Worker("delivery").Stop(syscall.SIGTERM)
 	var w *deployed.Worker
 	if impl == "handwritten" {
@@ -101,8 +149,16 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 			args = append(args, "-cpuprofile", filepath.Join(dir, fmt.Sprintf("handwritten-%v.pprof", rate)))
 		}
 		w = s.StartProgram("delivery", hw, args...)
+	} else if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
+		w = s.StartWorker("delivery", append(sluiceFlags, "-pprof")...)
+		prof := profileWorker(b, w, load, filepath.Join(dir, fmt.Sprintf("sluice-%v.pprof", rate)))
+		defer func() {
+			if err := <-prof; err != nil {
+				b.Errorf("profiling the sluice scheduler: %v", err)
+			}
+		}()
 	} else {
-		w = s.StartWorker("delivery")
+		w = s.StartWorker("delivery", sluiceFlags...)
 	}
 	ctx := context.Background()
 	before, err := s.LedgerTotals(ctx)
@@ -110,7 +166,7 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 		b.Fatal(err)
 	}
 	start := time.Now()
-	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String())
+	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String(), "-first-id", fmt.Sprint(firstID))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,6 +191,7 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	b.ReportMetric(float64(sum.Completed)/deliverable, "completed_share")
 	b.ReportMetric(1000*h.Quantile(0.5), "p50_ms")
 	b.ReportMetric(1000*h.Quantile(0.99), "p99_ms")
+	reportByThrottling(b, sum)
 	b.ReportMetric(drain.Seconds(), "drain_s")
 	b.ReportMetric(float64(cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
 	b.ReportMetric(float64(rss)/(1<<20), "worker_peak_rss_mb")

@@ -18,9 +18,9 @@ type Worker struct {
 }
 
 // StartWorker starts an incarnation of the delivery or supervisor worker
-// (with the same instance id as the last: static membership) and waits
-// until it is ready.
-func (s *System) StartWorker(which string) *Worker {
+// (with the same instance id as the last: static membership), with extra
+// flags after the configured ones, and waits until it is ready.
+func (s *System) StartWorker(which string, extra ...string) *Worker {
 	s.tb.Helper()
 	name := s.Name(which)
 	listen := fmt.Sprintf("127.0.0.1:%d", ports(s.tb, 1)[0])
@@ -35,6 +35,7 @@ func (s *System) StartWorker(which string) *Worker {
 		args = append(args, s.cfg.Delivery...)
 	}
 	args = append(args, s.cfg.Worker...)
+	args = append(args, extra...)
 	return s.startReady(which, name, listen, s.spawn(name, args...))
 }
 

@@ -117,22 +117,25 @@ var ErrRejected = errors.New("rejected by the service")
 type sim struct {
 	name string
 	cfg  SimConfig
+	l    *Ledger // where the calls answered "slow down" are counted, by delivery id
 	mu   sync.Mutex
 	rng  *rand.Rand
 }
 
-func newSim(name string, cfg SimConfig, seed uint64) *sim {
-	return &sim{name: name, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 7))}
+func newSim(name string, cfg SimConfig, l *Ledger, seed uint64) *sim {
+	return &sim{name: name, cfg: cfg, l: l, rng: rand.New(rand.NewPCG(seed, 7))}
 }
 
 // call waits the service's latency and returns the fault it decides on.
-func (s *sim) call(ctx context.Context) error { return s.serve(ctx, true) }
+// id is the delivery the call is made for ("": not known), whose record
+// in the ledger counts the call if it is throttled.
+func (s *sim) call(ctx context.Context, id string) error { return s.serve(ctx, id, true) }
 
 // undo is call for an undo operation, which the service may fail
 // transiently but never rejects: a compensation must be able to finish.
-func (s *sim) undo(ctx context.Context) error { return s.serve(ctx, false) }
+func (s *sim) undo(ctx context.Context, id string) error { return s.serve(ctx, id, false) }
 
-func (s *sim) serve(ctx context.Context, mayReject bool) error {
+func (s *sim) serve(ctx context.Context, id string, mayReject bool) error {
 	// The request reaches an in-process service at once: in a stage with
 	// flow.TimeoutFromSend the attempt's clock starts here.
 	flow.Sent(ctx)
@@ -154,6 +157,9 @@ func (s *sim) serve(ctx context.Context, mayReject bool) error {
 	case roll < s.cfg.TransientRate:
 		return stream.Transient(fmt.Errorf("%s: service unavailable", s.name))
 	case roll < s.cfg.TransientRate+s.cfg.ThrottleRate:
+		if id != "" && s.l != nil {
+			s.l.throttle(id)
+		}
 		return stream.Throttled(fmt.Errorf("%s: too many requests", s.name), s.cfg.RetryAfter)
 	case mayReject && roll < s.cfg.TransientRate+s.cfg.ThrottleRate+s.cfg.PermanentRate:
 		return fmt.Errorf("%s: %w", s.name, ErrRejected)
@@ -166,14 +172,14 @@ func (s *sim) serve(ctx context.Context, mayReject bool) error {
 // request needs a StepStore to avoid booking twice (mode b: recorded steps).
 func SimulatedNonIdempotent(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
 	b := Simulated(cfg, ledger, suspended)
-	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, 4), l: ledger}}
+	b.Drones = &simDronesNonIdem{simDrones{sim: newSim("drones", cfg, ledger, 4), l: ledger}}
 	return b
 }
 
 type simDronesNonIdem struct{ simDrones }
 
 func (d *simDronesNonIdem) Schedule(ctx context.Context, id string, pickup Location) (string, error) {
-	if err := d.call(ctx); err != nil {
+	if err := d.call(ctx, id); err != nil {
 		return "", err
 	}
 	if NoDroneBase(pickup) {
@@ -189,11 +195,11 @@ func (d *simDronesNonIdem) Schedule(ctx context.Context, id string, pickup Locat
 // effects in ledger, and treat the owners in suspended as suspended.
 func Simulated(cfg SimConfig, ledger *Ledger, suspended func(owner string) bool) Backends {
 	return Backends{
-		Accounts:   &simAccounts{sim: newSim("accounts", cfg, 1), suspended: suspended},
-		Packages:   &simPackages{sim: newSim("packages", cfg, 2), l: ledger},
-		ThirdParty: &simThirdParty{sim: newSim("third-party", cfg, 3)},
-		Drones:     &simDrones{sim: newSim("drones", cfg, 4), l: ledger},
-		Deliveries: &simDeliveries{sim: newSim("deliveries", cfg, 5), l: ledger},
+		Accounts:   &simAccounts{sim: newSim("accounts", cfg, ledger, 1), suspended: suspended},
+		Packages:   &simPackages{sim: newSim("packages", cfg, ledger, 2), l: ledger},
+		ThirdParty: &simThirdParty{sim: newSim("third-party", cfg, ledger, 3)},
+		Drones:     &simDrones{sim: newSim("drones", cfg, ledger, 4), l: ledger},
+		Deliveries: &simDeliveries{sim: newSim("deliveries", cfg, ledger, 5), l: ledger},
 	}
 }
 
@@ -202,8 +208,10 @@ type simAccounts struct {
 	suspended func(string) bool
 }
 
+// Check is keyed by owner: the delivery it is made for is known only if
+// the caller says it (ForDelivery).
 func (a *simAccounts) Check(ctx context.Context, owner string) (Account, error) {
-	if err := a.call(ctx); err != nil {
+	if err := a.call(ctx, DeliveryOf(ctx)); err != nil {
 		return Account{}, err
 	}
 	if a.suspended != nil && a.suspended(owner) {
@@ -221,14 +229,14 @@ type simPackages struct {
 }
 
 func (p *simPackages) Put(ctx context.Context, id string, _ Request) error {
-	if err := p.call(ctx); err != nil {
+	if err := p.call(ctx, id); err != nil {
 		return err
 	}
 	return p.l.put(svcPackages, id)
 }
 
 func (p *simPackages) Delete(ctx context.Context, id string) error {
-	if err := p.undo(ctx); err != nil {
+	if err := p.undo(ctx, id); err != nil {
 		return err
 	}
 	p.l.del(svcPackages, id)
@@ -238,7 +246,7 @@ func (p *simPackages) Delete(ctx context.Context, id string) error {
 type simThirdParty struct{ *sim }
 
 func (t *simThirdParty) Needed(ctx context.Context, r Request) (bool, error) {
-	if err := t.call(ctx); err != nil {
+	if err := t.call(ctx, r.ID); err != nil {
 		return false, err
 	}
 	return DistanceKm(r.Pickup, r.Dropoff) > 20, nil
@@ -250,7 +258,7 @@ type simDrones struct {
 }
 
 func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (string, error) {
-	if err := d.call(ctx); err != nil {
+	if err := d.call(ctx, id); err != nil {
 		return "", err
 	}
 	if NoDroneBase(pickup) {
@@ -263,7 +271,7 @@ func (d *simDrones) Schedule(ctx context.Context, id string, pickup Location) (s
 }
 
 func (d *simDrones) Cancel(ctx context.Context, id string) error {
-	if err := d.undo(ctx); err != nil {
+	if err := d.undo(ctx, id); err != nil {
 		return err
 	}
 	d.l.del(svcDrones, id)
@@ -273,7 +281,7 @@ func (d *simDrones) Cancel(ctx context.Context, id string) error {
 // Booking reads the booking; like an undo it may fail transiently, never
 // for good.
 func (d *simDrones) Booking(ctx context.Context, id string) (string, bool, error) {
-	if err := d.undo(ctx); err != nil {
+	if err := d.undo(ctx, id); err != nil {
 		return "", false, err
 	}
 	if d.l.get("drones", id).live {
@@ -288,14 +296,14 @@ type simDeliveries struct {
 }
 
 func (d *simDeliveries) Put(ctx context.Context, id string, _ Progress) error {
-	if err := d.call(ctx); err != nil {
+	if err := d.call(ctx, id); err != nil {
 		return err
 	}
 	return d.l.put(svcDeliveries, id)
 }
 
 func (d *simDeliveries) Delete(ctx context.Context, id string) error {
-	if err := d.undo(ctx); err != nil {
+	if err := d.undo(ctx, id); err != nil {
 		return err
 	}
 	d.l.del(svcDeliveries, id)
@@ -305,7 +313,7 @@ func (d *simDeliveries) Delete(ctx context.Context, id string) error {
 // State reads the delivery record; like an undo it may fail transiently,
 // never for good.
 func (d *simDeliveries) State(ctx context.Context, id string) (DeliveryState, error) {
-	if err := d.undo(ctx); err != nil {
+	if err := d.undo(ctx, id); err != nil {
 		return "", err
 	}
 	switch e := d.l.get("deliveries", id); {

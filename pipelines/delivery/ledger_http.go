@@ -23,7 +23,8 @@ import (
 //	                          live, undone and created twice; when the
 //	                          last undo was applied
 //	GET /ledger/{id}          the LedgerRecord of one delivery id (zero
-//	                          entries if no service has a record of it)
+//	                          entries if no service has a record of it),
+//	                          with the calls for it answered 429
 //	GET /ledger?records=all   every LedgerRecord, one JSON object a line
 //	                          (application/x-ndjson), gzipped when the
 //	                          client accepts gzip
@@ -31,7 +32,7 @@ import (
 // For example:
 //
 //	{"ids":2,"services":{"deliveries":{"created":1,"live":1,"undone":0,"created_twice":0},...},"last_undo":"2025-06-01T10:00:03.5Z"}
-//	{"id":"d-00000042","packages":{"created":1,"live":true,"undone":false},"drones":{...},"deliveries":{...}}
+//	{"id":"d-00000042","packages":{"created":1,"live":true,"undone":false},"drones":{...},"deliveries":{...,"created_at":"2025-06-01T10:00:01.234Z"},"throttled":1}
 //
 // Mount it beside HTTPHandler on "/ledger" and "/ledger/".
 func LedgerHandler(l *Ledger) http.Handler {

@@ -18,6 +18,11 @@ type LedgerEntry struct {
 	// deleted (nil if never, or not known: a ledger of an earlier version).
 	Undone   bool       `json:"undone"`
 	UndoneAt *time.Time `json:"undone_at,omitempty"`
+	// CreatedAt is, for the deliveries service, when the record was
+	// first created, to the millisecond: when the request completed its
+	// last step (nil if never, or not known: a ledger of an earlier
+	// version). The other services leave it nil.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
 // LedgerRecord is what every service that creates something did for one
@@ -27,6 +32,11 @@ type LedgerRecord struct {
 	Packages   LedgerEntry `json:"packages"`
 	Drones     LedgerEntry `json:"drones"`
 	Deliveries LedgerEntry `json:"deliveries"`
+	// Throttled counts the calls made for the delivery that a service
+	// answered "slow down" (429, with a Retry-After), 0 if none was (or
+	// not known: a ledger of an earlier version). A request that was
+	// throttled waited at least the Retry-After it was given.
+	Throttled int `json:"throttled,omitempty"`
 }
 
 // entry returns the entry of service i (an index of ledgerServices).
@@ -43,29 +53,40 @@ func (r *LedgerRecord) entry(i int) *LedgerEntry {
 
 // recordOf converts a ledger's records of id to their exported form.
 func recordOf(id string, rs *ledgerRecords) LedgerRecord {
-	r := LedgerRecord{ID: id}
-	for i, e := range rs {
-		*r.entry(i) = LedgerEntry{Created: int(e.created), Live: e.live, Undone: e.deleted > 0}
-		if e.undoneAt != 0 {
-			at := time.Unix(0, e.undoneAt).UTC()
-			r.entry(i).UndoneAt = &at
-		}
+	r := LedgerRecord{ID: id, Throttled: int(rs.throttled)}
+	for i, e := range rs.svc {
+		*r.entry(i) = LedgerEntry{Created: int(e.created), Live: e.live, Undone: e.deleted > 0,
+			UndoneAt: timeOf(e.undoneAt), CreatedAt: timeOf(e.createdAt)}
 	}
 	return r
+}
+
+// timeOf converts Unix nanoseconds to a UTC time, nil for 0.
+func timeOf(n int64) *time.Time {
+	if n == 0 {
+		return nil
+	}
+	t := time.Unix(0, n).UTC()
+	return &t
+}
+
+// unixOf is timeOf's inverse.
+func unixOf(t *time.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // recordsOf is recordOf's inverse; it keeps what the ledger's questions
 // need (an undone record counts one deletion).
 func recordsOf(r *LedgerRecord) ledgerRecords {
-	var rs ledgerRecords
-	for i := range rs {
+	rs := ledgerRecords{throttled: int32(r.Throttled)}
+	for i := range rs.svc {
 		e := r.entry(i)
-		rs[i] = ledgerEntry{created: int32(e.Created), live: e.Live}
+		rs.svc[i] = ledgerEntry{created: int32(e.Created), live: e.Live, undoneAt: unixOf(e.UndoneAt), createdAt: unixOf(e.CreatedAt)}
 		if e.Undone {
-			rs[i].deleted = 1
-		}
-		if e.UndoneAt != nil {
-			rs[i].undoneAt = e.UndoneAt.UnixNano()
+			rs.svc[i].deleted = 1
 		}
 	}
 	return rs
@@ -73,7 +94,8 @@ func recordsOf(r *LedgerRecord) ledgerRecords {
 
 // LedgerTotals sums a ledger per service.
 type LedgerTotals struct {
-	// IDs is how many delivery ids any service has a record of.
+	// IDs is how many delivery ids any service has a record of, or
+	// throttled a call for.
 	IDs int `json:"ids"`
 	// Services holds the totals of packages, drones and deliveries.
 	Services map[string]ServiceTotals `json:"services"`
@@ -118,7 +140,7 @@ type tally struct {
 
 func (t *tally) add(rs *ledgerRecords) {
 	t.ids++
-	for i, e := range rs {
+	for i, e := range rs.svc {
 		s := &t.svc[i]
 		s.Created += int(e.created)
 		if e.live {
@@ -240,7 +262,7 @@ func (s *LedgerSnapshot) get(service, id string) ledgerEntry {
 		return ledgerEntry{}
 	}
 	rs := s.recs[id]
-	return rs[i]
+	return rs.svc[i]
 }
 
 // Len returns how many delivery ids the snapshot holds.
@@ -260,6 +282,17 @@ func (s *LedgerSnapshot) Undone(service, id string) bool { return s.get(service,
 
 // Created returns how many times service created a record for id.
 func (s *LedgerSnapshot) Created(service, id string) int { return int(s.get(service, id).created) }
+
+// Throttled returns how many calls made for id a service answered
+// "slow down" (429).
+func (s *LedgerSnapshot) Throttled(id string) int { return int(s.recs[id].throttled) }
+
+// CreatedAt returns when service first created its record for id; the
+// zero time if it never did, or the ledger did not say (only the
+// deliveries service's is kept).
+func (s *LedgerSnapshot) CreatedAt(service, id string) time.Time {
+	return unixTime(s.get(service, id).createdAt)
+}
 
 // Totals sums the snapshot per service.
 func (s *LedgerSnapshot) Totals() LedgerTotals { return s.t.totals() }

@@ -142,7 +142,8 @@ type namedStep struct {
 func stepCalls(b Backends) []namedStep {
 	return []namedStep{
 		{StepAccount, func(ctx context.Context, p *Progress) error {
-			acct, err := b.Accounts.Check(ctx, p.Request.Owner)
+			// The check is keyed by owner: it says which delivery it is for.
+			acct, err := b.Accounts.Check(ForDelivery(ctx, p.Request.ID), p.Request.Owner)
 			if err == nil {
 				p.Tier = acct.Tier
 			}

@@ -139,6 +139,10 @@ type SchedulerConfig struct {
 	LatencyTarget time.Duration
 }
 
+// DefaultLatencyTarget is SchedulerConfig.LatencyTarget's default: a
+// fifth of the 500 ms budget of a request's calls.
+const DefaultLatencyTarget = 100 * time.Millisecond
+
 // The bounds of a step's adaptive limit below Parallelism: it starts at
 // initialLimit (slow start doubles it within a few windows where the
 // service keeps up) and never drops under minLimit, so that one slow
@@ -217,7 +221,7 @@ func (cfg *SchedulerConfig) setDefaults() {
 		cfg.Parallelism = DefaultParallelism
 	}
 	if cfg.LatencyTarget == 0 {
-		cfg.LatencyTarget = 100 * time.Millisecond
+		cfg.LatencyTarget = DefaultLatencyTarget
 	}
 	if cfg.Retry == nil {
 		p := DefaultRetry()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -60,6 +61,22 @@ func (r *remoteLedger) Twice() int                     { return r.totals.Twice()
 // request is not yet seen to have its outcome.
 func (r *remoteLedger) Live(service, id string) bool   { return r.load() && r.snap.Live(service, id) }
 func (r *remoteLedger) Undone(service, id string) bool { return r.load() && r.snap.Undone(service, id) }
+
+// Throttled and CreatedAt answer 0 and the zero time if the ledger
+// cannot be downloaded.
+func (r *remoteLedger) Throttled(id string) int {
+	if !r.load() {
+		return 0
+	}
+	return r.snap.Throttled(id)
+}
+
+func (r *remoteLedger) CreatedAt(service, id string) time.Time {
+	if !r.load() {
+		return time.Time{}
+	}
+	return r.snap.CreatedAt(service, id)
+}
 
 func (r *remoteLedger) load() bool {
 	if r.snap == nil && r.err == nil {

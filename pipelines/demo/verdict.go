@@ -13,7 +13,7 @@ import (
 // String is the verdict, a few lines of at most maxWidth columns (a
 // list of reasons may run longer): whether every request was accounted
 // for (PASS or FAIL, as OK), its outcomes, the latency against its
-// target, the drain, and whether the machine was too busy for the
+// target and that of the requests never throttled and throttled, the drain, and whether the machine was too busy for the
 // figures to mean much.
 func (s Summary) String() string {
 	if !s.Checked() {
@@ -45,6 +45,9 @@ func (s Summary) String() string {
 			s.Unconfirmed, s.UnconfirmedArrived))
 	}
 	if l := s.latencyLine(); l != "" {
+		lines = append(lines, l)
+	}
+	if l := s.throttlingLine(); l != "" {
 		lines = append(lines, l)
 	}
 	switch {
@@ -107,6 +110,20 @@ func (s Summary) latencyLine() string {
 		met = "MISSED"
 	}
 	return l + fmt.Sprintf("; target%s p99 < %v: %s", of, s.LatencyTarget, met)
+}
+
+// throttlingLine shows the p99 of the completed requests that no service
+// throttled apart from those one did (Summary.NeverThrottled): the
+// first is the worker's own latency, the second waited what the services
+// asked. Empty when the run measured neither.
+func (s Summary) throttlingLine() string {
+	if s.NeverThrottled.N == 0 && s.Throttled.N == 0 {
+		return ""
+	}
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("  latency to completion: p99 never throttled %v (n=%d, p50 %v), throttled %v (n=%d, p50 %v)",
+		ms(s.NeverThrottled.P99), s.NeverThrottled.N, ms(s.NeverThrottled.P50),
+		ms(s.Throttled.P99), s.Throttled.N, ms(s.Throttled.P50))
 }
 
 // machineLine says, when the process waited for a CPU long enough to

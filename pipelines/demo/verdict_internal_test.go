@@ -45,7 +45,9 @@ func passing() Summary {
 		ExpectedDead: 11_700, P50: 109 * time.Millisecond, P99: 1430 * time.Millisecond, Elapsed: 52*time.Second + 340*time.Millisecond,
 		MaxLag: 1_234_567, Drained: 17*time.Second + 250*time.Millisecond,
 		Levels:        [3]LevelSummary{{P99: 629 * time.Millisecond}, {P99: 711 * time.Millisecond}, {P99: 21516 * time.Millisecond}},
-		LatencyTarget: DefaultLatencyTarget, CPURun: 95 * time.Second, CPUWait: 3 * time.Second}
+		LatencyTarget: DefaultLatencyTarget, CPURun: 95 * time.Second, CPUWait: 3 * time.Second,
+		NeverThrottled: Latencies{N: 2_287_654, P50: 95 * time.Millisecond, P99: 1180 * time.Millisecond},
+		Throttled:      Latencies{N: 12_346, P50: 2105 * time.Millisecond, P99: 12345 * time.Millisecond}}
 }
 
 // The verdict is a few short lines, no Go map syntax, with the latency
@@ -66,7 +68,8 @@ func TestVerdictIsShortAndJudgesLatency(t *testing.T) {
 	for _, want := range []string{"verification PASS: 2345678 requests acknowledged", "compensated 12345 (suspended 4567, undeliverable 7778)",
 		"dead-lettered 11700 (invalid 7000, malformed 4700), expected 11700", "lost 0, applied twice 0",
 		"p50 109ms p99 1.43s", "target p99 < 2s: MET", "drain: every request accounted for 17.3s after the load ended",
-		"machine: the process waited 3s for a CPU and ran 1m35s (3%)"} {
+		"machine: the process waited 3s for a CPU and ran 1m35s (3%)",
+		"latency to completion: p99 never throttled 1.18s (n=2287654, p50 95ms), throttled 12.345s (n=12346, p50 2.105s)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the verdict does not say %q:\n%s", want, out)
 		}
@@ -93,6 +96,24 @@ func TestVerdictIsShortAndJudgesLatency(t *testing.T) {
 	s.TargetHigh = true // the high level, 629 ms, is judged alone
 	if out := s.String(); !strings.Contains(out, "target high p99 < 2s: MET") {
 		t.Errorf("the target of an overload, on the high level:\n%s", out)
+	}
+}
+
+// A run verified from another process has no latency of the worker's
+// own (P99 0), and still shows the latency the verification measured,
+// never-throttled requests apart; a run that measured neither shows no
+// latency at all.
+func TestVerdictShowsTheLatencyByThrottling(t *testing.T) {
+	s := passing()
+	s.P50, s.P99, s.Levels = 0, 0, [3]LevelSummary{}
+	out := s.String()
+	if strings.Contains(out, "latency: p50") || !strings.Contains(out,
+		"  latency to completion: p99 never throttled 1.18s (n=2287654, p50 95ms), throttled 12.345s (n=12346, p50 2.105s)") {
+		t.Errorf("the verdict of a run verified from another process:\n%s", out)
+	}
+	s.NeverThrottled, s.Throttled = Latencies{}, Latencies{}
+	if out := s.String(); strings.Contains(out, "latency") {
+		t.Errorf("a run that measured no latency shows one:\n%s", out)
 	}
 }
 

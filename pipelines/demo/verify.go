@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-streams/sluice/internal/quantile"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
@@ -56,9 +57,21 @@ type Summary struct {
 	// above, like the others.
 	Unconfirmed, UnconfirmedArrived int
 	// P50 and P99 are end-to-end latencies (produce to settle) over every
-	// request of the run.
+	// request of the run, from the scheduler's own measure: the demo's
+	// (in process) only.
 	P50, P99 time.Duration
-	Elapsed  time.Duration
+	// NeverThrottled and Throttled are the end-to-end latencies of the
+	// completed requests as the verification measures them, whatever
+	// worker served them: from when the load generator produced each to
+	// when the deliveries service created its record (the end of its last
+	// step). NeverThrottled are the requests no service answered "slow
+	// down" (429), Throttled those one did at least once: a throttled
+	// request waits at least the Retry-After it was given, whatever its
+	// worker does, so the never-throttled figure is the worker's own
+	// latency. Both N are 0 where the times are not known (a record file
+	// or services of an earlier version).
+	NeverThrottled, Throttled Latencies
+	Elapsed                   time.Duration
 	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
 	// Drained how long after the load ended every request was accounted
 	// for or, with DrainStalled, the drain gave up: it went DrainLimit
@@ -86,6 +99,18 @@ type Summary struct {
 	// (Linux; both 0 where not measured): a wait near the running time
 	// means the machine was too busy for the latencies to mean much.
 	CPURun, CPUWait time.Duration
+}
+
+// Latencies are the end-to-end latencies of N requests.
+type Latencies struct {
+	N        int
+	P50, P99 time.Duration
+}
+
+// latenciesOf returns the figures of d (which it sorts).
+func latenciesOf(d []time.Duration) Latencies {
+	qs := quantile.All(d, 0.5, 0.99)
+	return Latencies{N: len(d), P50: qs[0], P99: qs[1]}
 }
 
 // LevelSummary is what the requests of one level of priority saw: how
@@ -220,6 +245,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 		}
 		return refused[id]
 	}
+	var lat byThrottling
 	s := Summary{Sent: int(sent.Total()), Duplicates: dups, DeadLettered: map[string]int{}, CompensationsDeadLettered: len(undoneNot),
 		CompensatedBy: map[string]int{}}
 	// A request sent without an acknowledgement may not be in the
@@ -252,6 +278,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 			if !l.Live("packages", id) || !l.Live("drones", id) {
 				s.Incomplete++
 			}
+			lat.add(sent, l, id)
 		case l.Undone("packages", id):
 			s.Compensated++
 			s.CompensatedBy[name]++
@@ -279,10 +306,32 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 	slices.Sort(s.ValidDeadReasons)
 	s.ValidDeadReasons = s.ValidDeadReasons[:min(len(s.ValidDeadReasons), 3)]
 	s.Twice = l.Twice()
+	s.NeverThrottled, s.Throttled = latenciesOf(lat.never), latenciesOf(lat.throttled)
 	if refusedErr != nil {
 		return s, fmt.Errorf("reading why requests were compensated: %w", refusedErr)
 	}
 	return s, nil
+}
+
+// byThrottling gathers the end-to-end latencies of completed requests,
+// those a service throttled apart.
+type byThrottling struct{ never, throttled []time.Duration }
+
+// add adds completed request id's latency, from when the load generator
+// produced it to when the deliveries service created its record, if both
+// are known. A negative one (clocks apart by more than the latency)
+// counts as 0.
+func (b *byThrottling) add(sent *loadgen.Sent, l LedgerView, id string) {
+	from, to := sent.SentAt(id), l.CreatedAt("deliveries", id)
+	if from.IsZero() || to.IsZero() {
+		return
+	}
+	d := max(0, to.Sub(from))
+	if l.Throttled(id) > 0 {
+		b.throttled = append(b.throttled, d)
+	} else {
+		b.never = append(b.never, d)
+	}
 }
 
 // kindNames name the kinds of request in the summary.

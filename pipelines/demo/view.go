@@ -1,6 +1,10 @@
 package demo
 
-import "github.com/sluice-streams/sluice/pipelines/delivery"
+import (
+	"time"
+
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+)
 
 // LedgerView is what verification reads of the services' side effects:
 // the ledger itself, in the process that runs the services
@@ -16,6 +20,12 @@ type LedgerView interface {
 	UndoneCount(service string) int
 	// Twice returns how many records any service created more than once.
 	Twice() int
+	// Throttled returns how many calls made for id a service answered
+	// "slow down" (429); CreatedAt when service first created its record
+	// for id (the zero time: never, or not known), which for the
+	// deliveries service is when the request completed.
+	Throttled(id string) int
+	CreatedAt(service, id string) time.Time
 }
 
 var (

@@ -115,7 +115,9 @@ func TestRunRecordsOnlyAcknowledgedRequests(t *testing.T) {
 	})
 	brokers := c.ListenAddrs()
 	sent := NewSent()
+	start := time.Now().Truncate(time.Millisecond)
 	err = Run(context.Background(), producer(t, brokers...), Default("requests", 2000, 2*time.Second), sent)
+	end := time.Now()
 	if err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
 		t.Fatalf("Run = %v, want the refusal", err)
 	}
@@ -132,6 +134,10 @@ func TestRunRecordsOnlyAcknowledgedRequests(t *testing.T) {
 	for id := range kinds {
 		if keys[id] == 0 {
 			t.Fatalf("%s recorded as sent, not in the topic", id)
+		}
+		// When it was produced: the start of its end-to-end latency.
+		if at := sent.SentAt(id); at.Before(start) || at.After(end) {
+			t.Fatalf("%s recorded as sent at %v, not during the run (%v to %v)", id, at, start, end)
 		}
 	}
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// created, so it is compensated).
 	Malformed, Invalid, Duplicate, Suspended, Undeliverable float64
 	Seed                                                    uint64
+	// FirstID numbers the first request (default 0: d-00000000); the
+	// others follow. Loads sent to the same services one after another
+	// need ids of their own: the services keep one record per id, and a
+	// request whose id an earlier load completed would find it done.
+	FirstID int
 	// ConnectTimeout bounds the check, before anything is sent, that the
 	// brokers answer and hold the topics (default 10 s).
 	ConnectTimeout time.Duration
@@ -106,6 +111,9 @@ func (cfg Config) validate() error {
 	}
 	if len(mix) != delivery.Levels || sum <= 0 {
 		return fmt.Errorf("loadgen: mix %v: want %d shares, highest level first, not all 0", mix, delivery.Levels)
+	}
+	if cfg.FirstID < 0 {
+		return fmt.Errorf("loadgen: first id %d is negative", cfg.FirstID)
 	}
 	if cfg.Untagged < 0 || cfg.Untagged > 1 {
 		return fmt.Errorf("loadgen: untagged share %v is outside [0, 1]", cfg.Untagged)
@@ -225,7 +233,7 @@ func Run(ctx context.Context, p kafkasink.Producer, cfg Config, sent *Sent) erro
 	lctx, cancelLoad := context.WithDeadline(ctx, start.Add(cfg.Duration))
 	defer cancelLoad()
 	var chunk []made
-	for seq := 0; ; {
+	for seq := cfg.FirstID; ; {
 		now := time.Now()
 		if now.Sub(start) >= cfg.Duration || ctx.Err() != nil || acks.failed() {
 			break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,40 @@ func TestRunDoesNotOutlastItsDurationAtALowRate(t *testing.T) {
 	}
 	if n := sent.Total(); n != 1 {
 		t.Fatalf("sent %d requests in a 1 s load at 0.2/s, want 1: the second was due after the load's end", n)
+	}
+}
+
+// A load with a FirstID numbers its requests from it: two loads sent to
+// the same services one after the other share no id. Before, every load
+// started at d-00000000, and the second one's requests found the
+// services' records of the first's.
+func TestRunNumbersFromFirstID(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "requests")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cfg := Default("requests", 2000, 100*time.Millisecond)
+	cfg.FirstID = 50_000_000
+	sent := NewSent()
+	if err := Run(context.Background(), cl, cfg, sent); err != nil {
+		t.Fatal(err)
+	}
+	kinds, _ := sent.Kinds()
+	if len(kinds) == 0 {
+		t.Fatal("nothing sent")
+	}
+	if _, ok := kinds["d-50000000"]; !ok {
+		t.Errorf("the first request is not d-50000000: %d requests", len(kinds))
+	}
+	for id := range kinds {
+		if n, err := strconv.Atoi(id[strings.LastIndex(id, "-")+1:]); err != nil || n < cfg.FirstID {
+			t.Errorf("request %s numbered below the first id %d", id, cfg.FirstID)
+		}
+	}
+	cfg.FirstID = -1
+	if err := Run(context.Background(), cl, cfg, NewSent()); err == nil || !strings.Contains(err.Error(), "first id") {
+		t.Errorf("a negative first id: %v", err)
 	}
 }

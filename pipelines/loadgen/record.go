@@ -46,9 +46,10 @@ func (k *Kind) UnmarshalText(b []byte) error {
 // RecordFormat names the form of a record file in its header.
 const RecordFormat = "sluice-loadgen-record"
 
-// recordVersion is the version WriteRecord writes; ReadRecord reads it
-// and version 1 (written before unconfirmed requests were recorded).
-const recordVersion = 2
+// recordVersion is the version WriteRecord writes; ReadRecord reads it,
+// version 2 (written before the times of the requests were recorded) and
+// version 1 (before unconfirmed requests were).
+const recordVersion = 3
 
 // recordHeader is a record file's first line.
 type recordHeader struct {
@@ -65,6 +66,7 @@ type recordLine struct {
 	ID          string `json:"id"`
 	Kind        Kind   `json:"kind"`
 	Unconfirmed bool   `json:"unconfirmed,omitempty"`
+	AtMs        int64  `json:"at_ms,omitempty"`
 }
 
 // WriteRecord writes what s holds so that ReadRecord can read it back in
@@ -72,10 +74,10 @@ type recordLine struct {
 // The form is JSON lines: a header, then one line per distinct request,
 // by id:
 //
-//	{"format":"sluice-loadgen-record","version":2,"sent":1012,"duplicates":10,"requests":1002,"unconfirmed":1}
-//	{"id":"d-00000000","kind":"deliverable"}
+//	{"format":"sluice-loadgen-record","version":3,"sent":1012,"duplicates":10,"requests":1002,"unconfirmed":1}
+//	{"id":"d-00000000","kind":"deliverable","at_ms":1748772000123}
 //	{"id":"d-00000001","kind":"deliverable","unconfirmed":true}
-//	{"id":"malformed-17","kind":"malformed"}
+//	{"id":"malformed-17","kind":"malformed","at_ms":1748772000125}
 //
 // sent counts every record the brokers acknowledged, duplicates included;
 // requests is the number of lines of acknowledged requests, unconfirmed
@@ -86,7 +88,7 @@ func (s *Sent) WriteRecord(w io.Writer) error {
 	s.mu.Lock()
 	lines := make([]recordLine, 0, len(s.kinds)+len(s.unconfirmed))
 	for id, k := range s.kinds {
-		lines = append(lines, recordLine{ID: id, Kind: k})
+		lines = append(lines, recordLine{ID: id, Kind: k, AtMs: s.at[id]})
 	}
 	for id, k := range s.unconfirmed {
 		lines = append(lines, recordLine{ID: id, Kind: k, Unconfirmed: true})
@@ -130,6 +132,7 @@ func ReadRecord(r io.Reader) (*Sent, error) {
 			ID          string `json:"id"`
 			Kind        *Kind  `json:"kind"`
 			Unconfirmed bool   `json:"unconfirmed"`
+			AtMs        int64  `json:"at_ms"`
 		}
 		if err := dec.Decode(&l); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -148,6 +151,9 @@ func ReadRecord(r io.Reader) (*Sent, error) {
 			s.unconfirmed[l.ID] = *l.Kind
 		} else {
 			s.kinds[l.ID] = *l.Kind
+			if l.AtMs > 0 {
+				s.at[l.ID] = l.AtMs
+			}
 		}
 	}
 	if len(s.kinds) != h.Requests || len(s.unconfirmed) != h.Unconfirmed {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strings"
 	"testing"
+	"time"
 )
 
 func sentOf(kinds map[string]Kind, dups int) *Sent {
@@ -16,21 +17,24 @@ func sentOf(kinds map[string]Kind, dups int) *Sent {
 }
 
 // A record written to a file reads back as the same record, in the
-// documented form, the requests never answered marked apart; a record
-// of the first version, which had no such requests, still reads.
+// documented form, the requests never answered marked apart and those
+// acknowledged with the time they were produced; a record of the first
+// version, which had no requests unanswered, and one of the second, which
+// had no times, still read.
 func TestRecordRoundTrip(t *testing.T) {
 	kinds := map[string]Kind{"d-00000002": Deliverable, "d-00000000": Undeliverable, "malformed-1": Malformed,
 		"d-00000003": Invalid, "d-00000004": Suspended}
 	sent := sentOf(kinds, 3)
 	sent.unconfirmed["d-00000005"] = Deliverable
+	sent.at["d-00000002"], sent.at["d-00000003"] = 1748772000123, 1748772000125
 	var buf bytes.Buffer
 	if err := sent.WriteRecord(&buf); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"format":"sluice-loadgen-record","version":2,"sent":8,"duplicates":3,"requests":5,"unconfirmed":1}
+	want := `{"format":"sluice-loadgen-record","version":3,"sent":8,"duplicates":3,"requests":5,"unconfirmed":1}
 {"id":"d-00000000","kind":"undeliverable"}
-{"id":"d-00000002","kind":"deliverable"}
-{"id":"d-00000003","kind":"invalid"}
+{"id":"d-00000002","kind":"deliverable","at_ms":1748772000123}
+{"id":"d-00000003","kind":"invalid","at_ms":1748772000125}
 {"id":"d-00000004","kind":"suspended"}
 {"id":"d-00000005","kind":"deliverable","unconfirmed":true}
 {"id":"malformed-1","kind":"malformed"}
@@ -48,6 +52,10 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Fatalf("read back %v, %d duplicates, total %d, distinct %d, unconfirmed %v",
 			gotKinds, dups, got.Total(), got.Distinct(), got.Unconfirmed())
 	}
+	if at := got.SentAt("d-00000002"); !at.Equal(time.UnixMilli(1748772000123)) || !got.SentAt("d-00000000").IsZero() {
+		t.Fatalf("read back d-00000002 sent at %v, d-00000000 at %v; want %v and never said",
+			at, got.SentAt("d-00000000"), time.UnixMilli(1748772000123))
+	}
 
 	v1 := `{"format":"sluice-loadgen-record","version":1,"sent":2,"duplicates":0,"requests":2}
 {"id":"d-1","kind":"deliverable"}
@@ -55,6 +63,12 @@ func TestRecordRoundTrip(t *testing.T) {
 `
 	if got, err := ReadRecord(strings.NewReader(v1)); err != nil || got.Distinct() != 2 || len(got.Unconfirmed()) != 0 {
 		t.Fatalf("a record of version 1: %v", err)
+	}
+	v2 := `{"format":"sluice-loadgen-record","version":2,"sent":1,"duplicates":0,"requests":1,"unconfirmed":0}
+{"id":"d-1","kind":"deliverable"}
+`
+	if got, err := ReadRecord(strings.NewReader(v2)); err != nil || got.Distinct() != 1 || !got.SentAt("d-1").IsZero() {
+		t.Fatalf("a record of version 2: %v", err)
 	}
 
 	var empty bytes.Buffer
@@ -74,7 +88,7 @@ func TestRecordRefusesBadFiles(t *testing.T) {
 		"":                                      "header",
 		"[]\n":                                  "header",
 		`{"format":"other","version":1}` + "\n": "want",
-		`{"format":"sluice-loadgen-record","version":3}` + "\n": "version 3",
+		`{"format":"sluice-loadgen-record","version":4}` + "\n": "version 4",
 		header + line: "cut short",
 		header + line + `{"id":"d-1","kind":"deliverable","unconfirmed":true}` + "\n":                                       "twice",
 		`{"format":"sluice-loadgen-record","version":2,"sent":1,"duplicates":0,"requests":1,"unconfirmed":1}` + "\n" + line: "cut short",

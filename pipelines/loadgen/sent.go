@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -19,8 +20,9 @@ import (
 // sending it, was not written: it is not recorded.
 type Sent struct {
 	mu          sync.Mutex
-	kinds       map[string]Kind // acknowledged, by delivery id (malformed ones under a synthetic key)
-	unconfirmed map[string]Kind // sent, never answered, and not acknowledged in another copy
+	kinds       map[string]Kind  // acknowledged, by delivery id (malformed ones under a synthetic key)
+	at          map[string]int64 // when each acknowledged one was produced, Unix milliseconds
+	unconfirmed map[string]Kind  // sent, never answered, and not acknowledged in another copy
 	duplicates  int
 	total       atomic.Int64
 	levels      [delivery.Levels]atomic.Int64
@@ -40,7 +42,9 @@ func (s *Sent) Levels() [delivery.Levels]int64 {
 }
 
 // NewSent returns an empty record.
-func NewSent() *Sent { return &Sent{kinds: map[string]Kind{}, unconfirmed: map[string]Kind{}} }
+func NewSent() *Sent {
+	return &Sent{kinds: map[string]Kind{}, at: map[string]int64{}, unconfirmed: map[string]Kind{}}
+}
 
 // Total returns how many requests the brokers acknowledged (duplicates
 // included).
@@ -66,6 +70,7 @@ func (s *Sent) reserve(n int) {
 	defer s.mu.Unlock()
 	if len(s.kinds) == 0 && n > 0 {
 		s.kinds = make(map[string]Kind, min(n, 10_000_000))
+		s.at = make(map[string]int64, min(n, 10_000_000))
 	}
 }
 
@@ -77,6 +82,7 @@ func (s *Sent) acknowledged(p pend) {
 		s.duplicates++
 	} else {
 		s.kinds[p.key] = p.kind
+		s.at[p.key] = p.at
 		delete(s.unconfirmed, p.key)
 	}
 	s.mu.Unlock()
@@ -113,6 +119,20 @@ func (s *Sent) Kinds() (map[string]Kind, int) {
 	return m, s.duplicates
 }
 
+// SentAt returns when request id was handed to the producer (its
+// record's timestamp, to the millisecond): the start of its end-to-end
+// latency. The zero time if the brokers did not acknowledge it, or the
+// record was read from a file that did not say (an earlier version).
+func (s *Sent) SentAt(id string) time.Time {
+	s.mu.Lock()
+	ms := s.at[id]
+	s.mu.Unlock()
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // Unconfirmed returns the requests that were sent but never answered (the
 // load generator stopped waiting: FlushTimeout, an interruption), by id,
 // with what each is expected to become: the brokers may hold them or not.
@@ -133,6 +153,7 @@ type pend struct {
 	key   string
 	kind  Kind
 	level int
+	at    int64 // when it was produced, Unix milliseconds
 }
 
 // acks follows the requests produced until the brokers answer them, and
@@ -169,9 +190,12 @@ func newAcks(ctx context.Context, p kafkasink.Producer, sent *Sent) *acks {
 
 // add notes the chunk of requests numbered from first as produced.
 func (a *acks) add(chunk []made, first int) {
+	// One time for the chunk: a millisecond's worth of requests, which
+	// the producer stamps alike.
+	at := time.Now().UnixMilli()
 	a.mu.Lock()
 	for i, m := range chunk {
-		a.pending[first+i] = pend{key: m.key, kind: m.kind, level: m.level}
+		a.pending[first+i] = pend{key: m.key, kind: m.kind, level: m.level, at: at}
 	}
 	a.mu.Unlock()
 	a.sent.produced.Add(int64(len(chunk)))

@@ -24,7 +24,7 @@ func (w *worker) process(rec *kgo.Record) error {
 	defer w.keys.lock(r.ID)()
 	ctx := context.Background()
 	p := &progress{Request: r}
-	tier, err := w.svc.checkAccount(ctx, r.Owner)
+	tier, err := w.svc.checkAccount(ctx, r.Owner, r.ID)
 	if err != nil {
 		return w.compensate(rec, p, stepAccount, err)
 	}

@@ -136,11 +136,13 @@ func (s *services) once(ctx context.Context, method, path string, body, out any)
 	return nil
 }
 
-func (s *services) checkAccount(ctx context.Context, owner string) (string, error) {
+// checkAccount checks owner's account for delivery id, which it names so
+// that the services can count a 429 they answer against the delivery.
+func (s *services) checkAccount(ctx context.Context, owner, id string) (string, error) {
 	var out struct {
 		Tier string `json:"tier"`
 	}
-	err := s.call(ctx, http.MethodPost, "/accounts/"+url.PathEscape(owner)+"/check", nil, &out)
+	err := s.call(ctx, http.MethodPost, "/accounts/"+url.PathEscape(owner)+"/check?delivery="+url.QueryEscape(id), nil, &out)
 	return out.Tier, err
 }
 

@@ -48,6 +48,8 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	dur := fs.Duration("duration", time.Minute, "how long to send")
 	progressEvery := fs.Duration("progress-every", 5*time.Second,
 		"write a progress line this often to standard error (elapsed, sent, acknowledged, failed, rate); 0: none")
+	firstID := fs.Int("first-id", 0,
+		"number of the first request (d-00000000 by default); give each load its own ids when several are sent to the same services, which keep one record per id")
 	recordTo := fs.String("record", "",
 		"when done, write what the brokers (or Redis) acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	if err := parseFlags("loadgen", fs, args); err != nil {
@@ -74,7 +76,7 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	}
 	defer closeP()
 	cfg := loadgen.Default(*topic, *rate, *dur)
-	cfg.Topics, cfg.Untagged = splitComma(*levelTopics), *untagged
+	cfg.Topics, cfg.Untagged, cfg.FirstID = splitComma(*levelTopics), *untagged, *firstID
 	if cfg.Mix, err = parseMix(*mixFlag); err != nil {
 		return nil, err
 	}

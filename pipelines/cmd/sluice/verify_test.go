@@ -27,7 +27,8 @@ import (
 // the record, the services' ledger and the dead letters, and must count
 // exactly what the load generator sent, with side effects in the
 // services' ledger (a loaded machine may time out most calls: how many
-// complete is not the point here).
+// complete is not the point here), and measure the latency of each that
+// completed.
 func TestSeparateCommandsVerifyARun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the commands as processes through a load: make test runs it, -short does not")
@@ -98,6 +99,14 @@ func TestSeparateCommandsVerifyARun(t *testing.T) {
 		sum.ExpectedDead != expectedDead || sum.Completed+sum.Compensated == 0 {
 		t.Fatalf("%s\nwant what the load generator sent: %d (%d duplicates), %d distinct, %d of them bad input",
 			sum, sent.Total(), dups, len(kinds), expectedDead)
+	}
+	// Every completed request's latency is measured from the record and
+	// the ledger, those the services throttled apart, and the verdict
+	// shows it.
+	if sum.NeverThrottled.N+sum.Throttled.N != sum.Completed || sum.NeverThrottled.P99 <= 0 ||
+		!strings.Contains(sum.String(), "p99 never throttled") {
+		t.Fatalf("%s\nwant the latency of every one of the %d completed requests, %d never throttled and %d throttled",
+			sum, sum.Completed, sum.NeverThrottled.N, sum.Throttled.N)
 	}
 	cancel()
 	for range 3 {

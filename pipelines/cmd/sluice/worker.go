@@ -195,7 +195,8 @@ func (w *worker) build() error {
 	cfg := delivery.SchedulerConfig{Backends: w.backends, Producer: w.producer,
 		FailuresTopic: f.failures, DeadLetterTopic: f.dead, Parallelism: f.parallelism, Retry: f.retry, Metrics: m, Logger: f.logger,
 		ParkTopic: f.rf.retryTopic, Replay: w.replay, ReplayCommitter: w.replay, ReplayAfter: f.rf.replayAfter,
-		MaxReplayDelay: f.rf.maxReplayDelay, MaxParkings: f.rf.maxParkings, StaleAfter: f.staleAfter, DefaultHorizon: f.horizon}
+		MaxReplayDelay: f.rf.maxReplayDelay, MaxParkings: f.rf.maxParkings, StaleAfter: f.staleAfter, DefaultHorizon: f.horizon,
+		LatencyTarget: f.latencyTarget}
 	if len(w.srcs) == 1 {
 		cfg.Source, cfg.Committer = w.srcs[0], w.srcs[0]
 	} else {

@@ -28,7 +28,7 @@ type workerFlags struct {
 
 	requests, dead, redisURL, redisCA, levelTopics string
 	parallelism                                    int
-	staleAfter, horizon                            time.Duration
+	staleAfter, horizon, latencyTarget             time.Duration
 	failures, group, instance, backendsURL, listen string
 	pprof                                          bool
 	session, summaryEvery                          time.Duration
@@ -93,6 +93,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	// Each pipeline takes only the flags it uses.
 	f.requests, f.dead = "delivery-requests", "delivery-dead-letters"
 	f.parallelism, f.staleAfter, f.horizon = delivery.DefaultParallelism, 10*time.Second, delivery.DefaultHorizon
+	f.latencyTarget = delivery.DefaultLatencyTarget
 	if f.which == "delivery" {
 		fs.StringVar(&f.requests, "requests-topic", f.requests, "topic of delivery requests, unless -level-topics is set")
 		fs.StringVar(&f.levelTopics, "level-topics", "",
@@ -103,6 +104,10 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 			"streams too: redis://[user:password@]host:port[/db], rediss:// for TLS, or host:port; the password may come from "+
 			"$SLUICE_REDIS_PASSWORD instead. Empty (Kafka only): rely on idempotent backends")
 		fs.IntVar(&f.parallelism, "parallelism", f.parallelism, "calls in flight per step at most; an adaptive limit keeps it lower while the services need it")
+		fs.DurationVar(&f.latencyTarget, "latency-target", f.latencyTarget,
+			"the p99 latency of a service's calls that each step's adaptive limit holds: past it the step lowers its calls "+
+				"in flight (never under 8) and the rest wait in the worker and in Kafka; raise it for services that are slower "+
+				"by nature, or to push a saturated service harder at the cost of its latency")
 		fs.DurationVar(&f.staleAfter, "stale-after", f.staleAfter,
 			"with -redis: how long a drone booking may be in flight at its service; one left unanswered longer (its worker killed) is looked up there")
 		fs.DurationVar(&f.horizon, "default-horizon", f.horizon,
@@ -157,6 +162,9 @@ func (f *workerFlags) check() error {
 	}
 	if f.parallelism < 1 {
 		return fmt.Errorf("-parallelism %d: must be at least 1", f.parallelism)
+	}
+	if f.latencyTarget <= 0 {
+		return fmt.Errorf("-latency-target %v: must be positive", f.latencyTarget)
 	}
 	if f.horizon < 0 {
 		return fmt.Errorf("-default-horizon %v: must not be negative (0: the default, %v)", f.horizon, delivery.DefaultHorizon)
