@@ -106,6 +106,7 @@ type worker struct {
 	// it ended with an error), once: a Kafka source's last commit and
 	// leaving its group. Nil: nothing to do.
 	leave   func(failed bool) error
+	traces  tracing // off: a zero tracing
 	reg     *prometheus.Registry
 	m       *observe.Metrics
 	g       *stream.Graph
@@ -184,19 +185,21 @@ func (w *worker) build() error {
 		return err
 	}
 	w.m = m
+	w.traces = f.tf.start(f.logger, f.instance)
+	w.closers = append(w.closers, func() { w.traces.Shutdown(f.logger) })
 	if f.which == "supervisor" {
 		w.g, err = supervisor.New(supervisor.Config{Source: w.srcs[0], Committer: w.srcs[0], Backends: w.backends,
 			Notifier: supervisor.NewNotifications(), Retry: f.retry, Metrics: m, Logger: f.logger,
 			Producer: w.producer, RetryTopic: f.rf.retryTopic, DeadLetterTopic: f.rf.deadLetterTopic,
 			Replay: w.replay, ReplayCommitter: w.replay, ReplayAfter: f.rf.replayAfter, MaxReplayDelay: f.rf.maxReplayDelay,
-			MaxParkings: f.rf.maxParkings})
+			MaxParkings: f.rf.maxParkings, TracerProvider: w.traces.Provider()})
 		return err
 	}
 	cfg := delivery.SchedulerConfig{Backends: w.backends, Producer: w.producer,
 		FailuresTopic: f.failures, DeadLetterTopic: f.dead, Parallelism: f.parallelism, Retry: f.retry, Metrics: m, Logger: f.logger,
 		ParkTopic: f.rf.retryTopic, Replay: w.replay, ReplayCommitter: w.replay, ReplayAfter: f.rf.replayAfter,
 		MaxReplayDelay: f.rf.maxReplayDelay, MaxParkings: f.rf.maxParkings, StaleAfter: f.staleAfter, DefaultHorizon: f.horizon,
-		LatencyTarget: f.latencyTarget}
+		LatencyTarget: f.latencyTarget, TracerProvider: w.traces.Provider()}
 	if len(w.srcs) == 1 {
 		cfg.Source, cfg.Committer = w.srcs[0], w.srcs[0]
 	} else {
