@@ -92,6 +92,8 @@ func (t *traceFlags) start(logger *slog.Logger, instance string) tracing {
 	var opts []otlptracehttp.Option
 	where := ""
 	switch {
+	case spanExporter != nil:
+		return t.withExporter(logger, instance, spanExporter(), "(test)")
 	case t.endpoint != "":
 		u, err := traceEndpoint(t.endpoint)
 		if err != nil {
@@ -118,6 +120,15 @@ func (t *traceFlags) start(logger *slog.Logger, instance string) tracing {
 		return tracing{}
 	}
 	otel.SetErrorHandler(newExportWarnings(logger, time.Minute))
+	return t.withExporter(logger, instance, exp, where)
+}
+
+// spanExporter, if set (by tests), is every command's exporter, in place
+// of OTLP's: tracing is on with or without an endpoint.
+var spanExporter func() sdktrace.SpanExporter
+
+// withExporter is the TracerProvider that batches its spans to exp.
+func (t *traceFlags) withExporter(logger *slog.Logger, instance string, exp sdktrace.SpanExporter, where string) tracing {
 	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(t.resource(instance))}
 	sampler := "OTEL_TRACES_SAMPLER"
 	if s, ok := t.sampler(); ok {
