@@ -1,11 +1,19 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +24,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
@@ -57,7 +67,7 @@ func startTraceSystem(t *testing.T) *traceSystem {
 	for _, which := range []string{"delivery", "supervisor"} {
 		go func() {
 			done <- runWorker(ctx, []string{which, "-brokers", s.brokers, "-listen", "127.0.0.1:0", "-backends", s.services,
-				"-replay-after", "200ms", "-max-replay-delay", "1s", "-instance-id", which + "-0", "-summary-every", "0"})
+				"-replay-after", "200ms", "-max-replay-delay", "1s", "-instance-id", which + "-0", "-summary-every", "0", "-trace-sample", "1"})
 		}()
 	}
 	for range 2 {
@@ -112,6 +122,25 @@ func (s *traceSystem) load(t *testing.T, cfg loadgen.Config) map[loadgen.Kind][]
 		ids[k] = append(ids[k], id)
 	}
 	return ids
+}
+
+// produce writes the request r to the requests' topic with headers, as a
+// producer other than the load generator would.
+func (s *traceSystem) produce(t *testing.T, r delivery.Request, headers ...kgo.RecordHeader) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: "delivery-requests", Key: []byte(r.ID), Value: b, Headers: headers}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitLedger waits until done says the services' ledger shows what the
@@ -259,6 +288,13 @@ func TestTraceFollowsEachRequest(t *testing.T) {
 	}
 	s.waitLedger(t, "delivered", plain, live)
 
+	// One whose traceparent is malformed: processed as any other, in a
+	// trace of its own.
+	bad := delivery.Request{ID: "d-00000300", Owner: "acct-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
+		Dropoff: delivery.Location{Lat: 47.7, Lon: -122.2}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour).UTC()}
+	s.produce(t, bad, kgo.RecordHeader{Key: "traceparent", Value: []byte("00-not-a-trace-01")})
+	s.waitLedger(t, "delivered", []string{bad.ID}, live)
+
 	// One throttled by the drone service for longer than its retries:
 	// parked, then replayed once the service takes calls again.
 	if _, err := delivery.StartFault(ctx, cl, s.admin, delivery.Fault{Service: "drones", Status: 429, For: time.Second}); err != nil {
@@ -292,6 +328,15 @@ func TestTraceFollowsEachRequest(t *testing.T) {
 		checkSteps(t, id, spans)
 		t.Logf("the trace of request %s:\n%s", id, spanTree(spans))
 	}
+	badTraces := ts.of(bad.ID)
+	if len(badTraces) != 1 {
+		t.Fatalf("the request with a malformed traceparent is in %d traces, want 1", len(badTraces))
+	}
+	spans := ts[badTraces[0]]
+	if recv := named(spans, "receive delivery-requests"); len(recv) != 1 || recv[0].Parent.IsValid() {
+		t.Errorf("the request with a malformed traceparent: want its receive span the root of a new trace:\n%s", spanTree(spans))
+	}
+	checkSteps(t, bad.ID, spans)
 	for _, id := range parked {
 		spans := one(id)
 		checkSteps(t, id, spans)
@@ -323,4 +368,197 @@ func TestTraceFollowsEachRequest(t *testing.T) {
 		}
 		t.Logf("the trace of request %s, compensated:\n%s", id, spanTree(spans))
 	}
+}
+
+// otlpReceiver is a collector's OTLP/HTTP traces endpoint: it counts the
+// spans it receives by service.
+type otlpReceiver struct {
+	mu       sync.Mutex
+	spans    map[string]int
+	requests int
+	bad      []string
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.requests++
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		o.bad = append(o.bad, fmt.Sprintf("%s %s %s", r.Method, r.URL.Path, r.Header.Get("Content-Type")))
+		http.Error(w, "not an OTLP traces request", http.StatusBadRequest)
+		return
+	}
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	var req coltracepb.ExportTraceServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(b, &req)
+	}
+	if err != nil {
+		o.bad = append(o.bad, err.Error())
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for _, rs := range req.ResourceSpans {
+		service := ""
+		for _, a := range rs.Resource.GetAttributes() {
+			if a.Key == "service.name" {
+				service = a.Value.GetStringValue()
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			o.spans[service] += len(ss.Spans)
+		}
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+	_, _ = w.Write(out)
+}
+
+// TestOtlpExportFromTheCommands runs the scheduler and the load generator
+// with -otlp-endpoint naming a collector (a test's OTLP/HTTP receiver):
+// both send it their spans, under their service names, by the time they
+// have stopped.
+func TestOtlpExportFromTheCommands(t *testing.T) {
+	rcv := &otlpReceiver{spans: map[string]int{}}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "delivery-requests", "delivery-failures", "delivery-dead-letters",
+		"delivery-requests-retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan string, 1)
+	onListen = func(_, addr string) { addrs <- addr }
+	defer func() { onListen = nil }()
+	done := make(chan error, 1)
+	go func() {
+		done <- runWorker(ctx, []string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim",
+			"-otlp-endpoint", srv.URL, "-summary-every", "0"})
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case err := <-done:
+		t.Fatalf("worker ended: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not start")
+	}
+	// The load generator's endpoint without a scheme: http:// is assumed.
+	sent, err := loadgenCmd(ctx, []string{"-brokers", brokers, "-rate", "20", "-burst", "0", "-duration", "500ms",
+		"-otlp-endpoint", srv.URL[len("http://"):], "-trace-sample", "1", "-progress-every", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds, dups := sent.Kinds()
+	want := len(kinds) + dups
+	completed := regexp.MustCompile(`sluice_stage_received_total\{pipeline="delivery",stage="checkpoint"\} (\d+)`)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n := metricValue(t, addr, completed); n >= want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d requests did not all reach the checkpoint", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	t.Logf("%d export requests, spans by service %v", rcv.requests, rcv.spans)
+	if len(rcv.bad) > 0 {
+		t.Fatalf("requests the receiver refused: %q", rcv.bad)
+	}
+	// A send span per request; at least a receive span and five step spans
+	// per request that went through every step (the rest stop earlier).
+	if rcv.spans["sluice-loadgen"] != want || rcv.spans["sluice-delivery"] < want {
+		t.Fatalf("spans received by service %v, want %d from sluice-loadgen and at least as many from sluice-delivery", rcv.spans, want)
+	}
+}
+
+// metricValue reads the first number re's group finds on the worker's
+// /metrics at addr (0 if none).
+func metricValue(t *testing.T, addr string, re *regexp.Regexp) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := re.FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// A collector that cannot be reached costs the spans, with a warning, and
+// nothing else: starting a span and stopping the provider return. A
+// malformed endpoint turns tracing off, with a warning.
+func TestTraceEndpointUnreachableOrMalformed(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+	tf := traceFlags{service: "sluice-delivery", endpoint: "http://127.0.0.1:1", sample: 1}
+	tr := tf.start(logger, "delivery-0")
+	if tr.Provider() == nil {
+		t.Fatal("tracing is off with an endpoint given")
+	}
+	_, span := tr.Provider().Tracer("test").Start(context.Background(), "work")
+	span.End()
+	tr.Shutdown(logger)
+	mu.Lock()
+	got := logs.String()
+	mu.Unlock()
+	if !strings.Contains(got, "level=WARN") || !strings.Contains(got, "traces:") {
+		t.Fatalf("no warning that the spans were not sent:\n%s", got)
+	}
+
+	for _, bad := range []string{"ftp://collector:4318", "http://", "http://[::1"} {
+		logs.Reset()
+		tf.endpoint = bad
+		if tr := tf.start(logger, ""); tr.Provider() != nil {
+			t.Errorf("-otlp-endpoint %q: tracing on, want it off", bad)
+		}
+		if !strings.Contains(logs.String(), "tracing off") {
+			t.Errorf("-otlp-endpoint %q: no warning:\n%s", bad, logs.String())
+		}
+	}
+	for in, want := range map[string]string{
+		"localhost:4318":                 "http://localhost:4318/v1/traces",
+		"http://localhost:4318/":         "http://localhost:4318/v1/traces",
+		"https://otel.example/v1/traces": "https://otel.example/v1/traces",
+		"http://gateway:4318/otlp":       "http://gateway:4318/otlp/v1/traces",
+	} {
+		if got, err := traceEndpoint(in); got != want || err != nil {
+			t.Errorf("traceEndpoint(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
