@@ -446,7 +446,7 @@ func TestOtlpExportFromTheCommands(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runWorker(ctx, []string{"delivery", "-brokers", brokers, "-listen", "127.0.0.1:0", "-backends", "sim",
-			"-otlp-endpoint", srv.URL, "-summary-every", "0"})
+			"-otlp-endpoint", srv.URL, "-summary-every", "0", "-trace-url", "http://jaeger.test/trace/{trace_id}"})
 	}()
 	var addr string
 	select {
@@ -473,6 +473,7 @@ func TestOtlpExportFromTheCommands(t *testing.T) {
 			t.Fatalf("the %d requests did not all reach the checkpoint", want)
 		}
 	}
+	checkSlowest(t, addr)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -487,6 +488,41 @@ func TestOtlpExportFromTheCommands(t *testing.T) {
 	// per request that went through every step (the rest stop earlier).
 	if rcv.spans["sluice-loadgen"] != want || rcv.spans["sluice-delivery"] < want {
 		t.Fatalf("spans received by service %v, want %d from sluice-loadgen and at least as many from sluice-delivery", rcv.spans, want)
+	}
+}
+
+// checkSlowest checks that the worker's /status/traces names, for each
+// step, its slowest traced call, linked to its trace.
+func checkSlowest(t *testing.T, addr string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/status/traces.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Calls []slowCall }
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string]slowCall{}
+	for _, c := range got.Calls {
+		stages[c.Stage] = c
+	}
+	for _, step := range append(slices.Clone(delivery.Steps), "end to end") {
+		c, ok := stages[string(step)]
+		if !ok || len(c.TraceID) != 32 || c.Link != "http://jaeger.test/trace/"+c.TraceID || c.Pipeline != "delivery" || c.Seconds <= 0 {
+			t.Errorf("/status/traces.json: %s is %+v, want its slowest call's trace, linked", step, c)
+		}
+	}
+	resp, err = http.Get("http://" + addr + "/status/traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if c := stages[string(delivery.StepDrone)]; !strings.Contains(string(page), `<a href="`+c.Link+`">`+c.TraceID+`</a>`) {
+		t.Errorf("/status/traces has no link to schedule_drone's trace %s:\n%s", c.TraceID, page)
 	}
 }
 

@@ -244,11 +244,8 @@ func (w *worker) run(ctx context.Context) error {
 	f := w.f
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
-	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: w.ln, Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
-		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof})
-	if err != nil {
-		return err
-	}
+	addr, served := serveWorker(srvCtx, w.ln, observe.ServerConfig{Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
+		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url)
 	f.logger.Info("worker running", append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
 		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")...)
 	if onListen != nil {
