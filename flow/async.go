@@ -220,7 +220,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.onCall, r.onDone = a.hooks()
-	r.tracer = newAsyncTracer(in.TracerProvider(), a.Name())
+	r.tracer = newAsyncTracer(in.TracerProvider(), in.Stage())
 	if a.o.lanes != nil {
 		r.lanes = newLanes[In, Out](a.o.lanes, a.meters.Load())
 	}

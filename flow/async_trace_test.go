@@ -284,3 +284,15 @@ func TestMapAsyncTracedKeepsTheAttemptClock(t *testing.T) {
 		}
 	})
 }
+
+// The stage's span is named after the stage in the pipeline.
+func TestMapAsyncSpanNamedAfterTheStage(t *testing.T) {
+	tp, exp := tracedProvider(t)
+	g := stream.New(stream.WithTracerProvider(tp))
+	stream.To(stream.Via(stream.From(g, headed(parentTP)), flow.MapAsync(1, func(_ context.Context, v string) (string, error) { return v, nil }),
+		stream.Name("check-account")), sink.Discard[string]())
+	run(t, g)
+	if spans := exp.GetSpans(); len(spans) != 1 || spans[0].Name != "check-account" || attrsOf(spans[0])["sluice.stage"] != "check-account" {
+		t.Fatalf("spans %+v", spans)
+	}
+}

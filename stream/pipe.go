@@ -153,6 +153,10 @@ func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
 // here.
 func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
 
+// Stage returns the stage's name in the pipeline (Name, or its default):
+// the name its logs, metrics and spans go by.
+func (in *Inlet[T]) Stage() string { return in.node.name }
+
 // TracerProvider returns the pipeline's tracer provider
 // (WithTracerProvider), nil when tracing is off: a stage that traces its
 // messages asks once when it starts.
