@@ -220,8 +220,6 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.onCall, r.onDone = a.hooks()
-	// Named after the stage, so that a trace tells a pipeline's steps
-	// apart (check_account, schedule_drone), not the kind of stage.
 	r.tracer = newAsyncTracer(in.TracerProvider(), in.Stage())
 	if a.o.lanes != nil {
 		r.lanes = newLanes[In, Out](a.o.lanes, a.meters.Load())

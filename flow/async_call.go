@@ -49,10 +49,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if r.clock != nil {
 		ctx, finish = r.clock.start(now, r.attemptLimit(j, now))
 	}
+	callCtx := ctx // ctx stays the clock's own, which timeoutOf reads
 	if j.span != nil {
-		ctx = attemptContext(ctx, j.span, j.attempts)
+		callCtx = attemptContext(ctx, j.span, j.attempts)
 	}
-	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
+	j.out, j.err = safeCall(callCtx, a.fn, j.msg.Value)
 	timedOut := false
 	// Cause rather than Err: a call timed from its send on the fallback
 	// contexts is cancelled with the cause DeadlineExceeded (stdSent).

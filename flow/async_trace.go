@@ -13,12 +13,13 @@ import (
 )
 
 // With tracing on (stream.WithTracerProvider), MapAsync starts a span for
-// each message when it takes the message in, child of the context the
-// message's traceparent names (the source's receive span), and ends it
-// when the message leaves: emitted, failed, or left unsettled because the
-// stage stopped. Its function gets a context carrying the span, so that a
-// call it makes with that context (an HTTP request through
-// TracedTransport) is the span's child. The span's events tell the
+// each message, named after the stage (its stream.Name), when it takes
+// the message in, child of the context the message's traceparent names
+// (the source's receive span), and ends it when the message leaves:
+// emitted, failed, or left unsettled because the stage stopped. Its
+// function gets a context carrying the span, so that a call it makes with
+// that context (an HTTP request through TracedTransport) is the span's
+// child. The span's events tell the
 // attempts, their failures, the breaker's refusals and the retries with
 // their waits. Off, a job's span is nil and nothing of this runs.
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -250,5 +251,48 @@ func TestMapAsyncFollowsAnUnsampledTrace(t *testing.T) {
 	run(t, g)
 	if len(out.Values()) != 2 || len(exp.GetSpans()) != 1 {
 		t.Fatalf("results %v, %d spans", out.Values(), len(exp.GetSpans()))
+	}
+}
+
+// The context a traced stage gives its function still is the stage's
+// attempt clock: Sent starts the attempt's timeout, and the failure names
+// the timeout the attempt had.
+func TestMapAsyncTracedKeepsTheAttemptClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp, exp := tracedProvider(t)
+		g := stream.New(stream.WithTracerProvider(tp), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		var errs []error
+		stream.To(stream.Via(stream.From(g, headed(parentTP)), flow.MapAsync(1, func(ctx context.Context, v string) (string, error) {
+			time.Sleep(time.Second) // before the send: not counted
+			if ctx.Err() != nil {
+				return "", errors.New("timed out before the send")
+			}
+			flow.Sent(ctx)
+			<-ctx.Done()
+			return "", ctx.Err()
+		}, flow.CallTimeout(300*time.Millisecond), flow.TimeoutFromSend())), sink.Discard[string]())
+		stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+			errs = append(errs, m.Value.Err)
+			return nil
+		}))
+		run(t, g)
+		if len(errs) != 1 || !errors.Is(errs[0], flow.ErrCallTimeout) || !strings.Contains(errs[0].Error(), "after 300ms") {
+			t.Fatalf("failures %v", errs)
+		}
+		if spans := exp.GetSpans(); len(spans) != 1 || spans[0].Status.Code.String() != "Error" {
+			t.Fatalf("spans %+v", spans)
+		}
+	})
+}
+
+// The stage's span is named after the stage in the pipeline.
+func TestMapAsyncSpanNamedAfterTheStage(t *testing.T) {
+	tp, exp := tracedProvider(t)
+	g := stream.New(stream.WithTracerProvider(tp))
+	stream.To(stream.Via(stream.From(g, headed(parentTP)), flow.MapAsync(1, func(_ context.Context, v string) (string, error) { return v, nil }),
+		stream.Name("check-account")), sink.Discard[string]())
+	run(t, g)
+	if spans := exp.GetSpans(); len(spans) != 1 || spans[0].Name != "check-account" || attrsOf(spans[0])["sluice.stage"] != "check-account" {
+		t.Fatalf("spans %+v", spans)
 	}
 }

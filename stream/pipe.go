@@ -153,8 +153,8 @@ func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
 // here.
 func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
 
-// Stage returns the stage's name in its pipeline (stream.Name, or the
-// name the graph gave it): what a stage names its spans after.
+// Stage returns the stage's name in the pipeline (Name, or its default):
+// the name its logs, metrics and spans go by.
 func (in *Inlet[T]) Stage() string { return in.node.name }
 
 // TracerProvider returns the pipeline's tracer provider

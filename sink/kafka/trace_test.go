@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -151,7 +152,83 @@ func TestOneTraceFromSourceThroughServiceToSink(t *testing.T) {
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters", len(dead))
 	}
-	if tp := traceparent(dead[0]); tp[1] != deadTrace || byID[tp[2]].Name != "receive in" {
-		t.Errorf("the dead letter's traceparent %v does not continue its message's trace", tp)
+	dtp := traceparent(dead[0])
+	if dtp[1] != deadTrace || byID[dtp[2]].Name != "receive in" {
+		t.Errorf("the dead letter's traceparent %v does not continue its message's trace", dtp)
+	}
+	var deadSpans []tracetest.SpanStub
+	for _, s := range spans {
+		if s.Name == "dead-letter dead" {
+			deadSpans = append(deadSpans, s)
+		}
+	}
+	if len(deadSpans) != 1 || deadSpans[0].SpanContext.TraceID().String() != deadTrace || deadSpans[0].Parent.SpanID().String() != dtp[2] {
+		t.Fatalf("dead letter spans %+v", deadSpans)
+	}
+	attrs := map[string]string{}
+	for _, kv := range deadSpans[0].Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	if attrs["sluice.failure.stage"] != "map-async" || !strings.Contains(attrs["sluice.failure.reason"], "400") ||
+		attrs["sluice.failure.transient"] != "false" || attrs["messaging.destination.name"] != "dead" {
+		t.Errorf("dead letter span attributes %v", attrs)
+	}
+}
+
+// A parking in a traced pipeline ends its message's trace with a span of
+// the write, saying the failure was transient; untraced it starts none.
+func TestParkingSpan(t *testing.T) {
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	for _, traced := range []bool{true, false} {
+		brokers := testenv.Kfake(t, 1, "parked")
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		opts := []stream.Option{stream.WithLogger(slog.New(slog.DiscardHandler))}
+		if traced {
+			opts = append(opts, stream.WithTracerProvider(tp))
+		}
+		g := stream.New(opts...)
+		src := stream.SourceFunc[[]byte](func(ctx context.Context, out *stream.Outlet[[]byte]) error {
+			m := stream.Message[[]byte]{Value: []byte("v")}
+			m.Headers = []stream.Header{{Key: "traceparent", Value: []byte("00-" + trace + "-00f067aa0ba902b7-01")}}
+			return out.Send(ctx, m)
+		})
+		fail := stream.FlowFunc[[]byte, []byte](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[[]byte]) error {
+			for {
+				b, err := in.Recv(ctx)
+				if err != nil {
+					return nil
+				}
+				for _, m := range b.Items {
+					if err := in.FailWith(ctx, m, stream.Failure{Err: errors.New("service unavailable"), Transient: true, Attempts: 3}); err != nil {
+						return err
+					}
+				}
+				b.Release()
+			}
+		})
+		stream.To(stream.Via(stream.From(g, src), fail, stream.Name("call")), kafkasink.NewSink(client(t, brokers), kafkasink.Records("parked")))
+		stream.To(g.Failures(), kafkasink.NewParking(client(t, brokers), "parked", time.Minute))
+		if err := g.Run(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		spans := exp.GetSpans()
+		_ = tp.Shutdown(context.Background()) // clears exp
+		if !traced {
+			if len(spans) != 0 {
+				t.Fatalf("untraced: %d spans", len(spans))
+			}
+			continue
+		}
+		if len(spans) != 1 || spans[0].Name != "park parked" || spans[0].SpanContext.TraceID().String() != trace {
+			t.Fatalf("spans %+v", spans)
+		}
+		attrs := map[string]string{}
+		for _, kv := range spans[0].Attributes {
+			attrs[string(kv.Key)] = kv.Value.Emit()
+		}
+		if attrs["sluice.failure.transient"] != "true" || attrs["sluice.failure.stage"] != "call" || attrs["sluice.attempts"] != "3" {
+			t.Errorf("attributes %v", attrs)
+		}
 	}
 }
