@@ -61,6 +61,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	if err := tf.parse(); err != nil {
 		return nil, err
 	}
+	if err := trf.check(); err != nil {
+		return nil, err
+	}
 	if err := checkRates(*rate, *burst); err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ func runDemo(ctx context.Context, args []string) error {
 	if err := checkRates(*rate, *burst); err != nil {
 		return err
 	}
+	if err := trf.check(); err != nil {
+		return err
+	}
 	cfg := def
 	cfg.Rate, cfg.BurstRate, cfg.Duration, cfg.Listen, cfg.Redis = *rate, *burst, *dur, *listen, *redisAddr
 	var err error

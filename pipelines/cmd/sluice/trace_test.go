@@ -588,6 +588,20 @@ func TestTraceEndpointUnreachableOrMalformed(t *testing.T) {
 	}
 }
 
+// A share to sample outside [0, 1] stops the command, naming the flag.
+func TestTraceSampleOutOfRange(t *testing.T) {
+	for _, v := range []string{"-0.1", "1.5", "NaN"} {
+		if err := runWorker(context.Background(), []string{"delivery", "-brokers", "127.0.0.1:1", "-trace-sample", v}); err == nil ||
+			!strings.Contains(err.Error(), "-trace-sample") {
+			t.Errorf("run delivery -trace-sample %s: %v, want an error naming the flag", v, err)
+		}
+		if _, err := loadgenCmd(context.Background(), []string{"-brokers", "127.0.0.1:1", "-trace-sample", v}); err == nil ||
+			!strings.Contains(err.Error(), "-trace-sample") {
+			t.Errorf("loadgen -trace-sample %s: %v, want an error naming the flag", v, err)
+		}
+	}
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer

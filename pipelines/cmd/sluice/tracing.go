@@ -56,6 +56,14 @@ func (t *traceFlags) register(fs *flag.FlagSet, service string, status bool) {
 	}
 }
 
+// check reports a -trace-sample outside [0, 1].
+func (t *traceFlags) check() error {
+	if !(t.sample >= 0 && t.sample <= 1) {
+		return fmt.Errorf("-trace-sample %v: want a share from 0 to 1 (0.01: one trace in a hundred)", t.sample)
+	}
+	return nil
+}
+
 // tracing is a TracerProvider built from the flags, or none (nil) when
 // tracing is off; Shutdown flushes what is left, within a bound.
 type tracing struct {

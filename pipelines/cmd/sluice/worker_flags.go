@@ -70,6 +70,9 @@ func parseWorkerFlags(which string, args []string) (*workerFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	if err := f.tf.check(); err != nil {
+		return nil, err
+	}
 	if err := f.consumerName(); err != nil {
 		return nil, err
 	}
