@@ -93,8 +93,9 @@ type Config struct {
 	LatencyTarget time.Duration
 	TargetHigh    bool
 	Logger        *slog.Logger
-	// TracerProvider, if set, traces the scheduler's pipeline
-	// (delivery.SchedulerConfig.TracerProvider). Default nil: off.
+	// TracerProvider, if set, traces the scheduler's and the
+	// supervisor's pipelines (delivery.SchedulerConfig.TracerProvider,
+	// supervisor.Config.TracerProvider). Default nil: off.
 	TracerProvider trace.TracerProvider
 }
 

@@ -192,7 +192,7 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 	pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: sp.backends, Notifier: sp.notes,
 		Logger: cfg.Logger, DrainTimeout: sp.drain, Producer: sp.tr.producer, RetryTopic: topicRetry,
 		DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
-		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
+		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, TracerProvider: cfg.TracerProvider}
 	if withMetrics {
 		scfg.Metrics, pcfg.Metrics = sp.schedMetrics, sp.supMetrics
 	}

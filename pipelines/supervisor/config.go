@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,6 +98,11 @@ type Config struct {
 	// Metrics, if set, receives the pipeline's metrics: New registers the
 	// pipeline (observe.Metrics.Register).
 	Metrics *observe.Metrics
+	// TracerProvider, if set, traces each compensation through the
+	// pipeline (stream.WithTracerProvider), continuing the trace its
+	// failure event's traceparent names: the scheduler's request's.
+	// Default nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger receives retries as warnings, parkings as warnings and dead
 	// letters as errors (default slog.Default()).
 	Logger *slog.Logger
