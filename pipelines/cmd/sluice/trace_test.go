@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -611,4 +612,38 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// The sampler: -trace-sample when given, else the OTel variables, else
+// 1%; always parent-based when it is ours.
+func TestTraceSamplerFromFlagsAndVariables(t *testing.T) {
+	parse := func(args ...string) *traceFlags {
+		fs := flag.NewFlagSet("run delivery", flag.ContinueOnError)
+		tf := &traceFlags{}
+		tf.register(fs, "sluice-delivery", true)
+		if err := parseFlags("run", fs, args); err != nil {
+			t.Fatal(err)
+		}
+		return tf
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER", "")
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "")
+	if _, r, ok := parse().sampler(); !ok || r != defaultTraceSample {
+		t.Errorf("no flag, no variable: ratio %v, %v; want ours, %v", r, ok, defaultTraceSample)
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+	if _, r, ok := parse().sampler(); !ok || r != 0.25 {
+		t.Errorf("OTEL_TRACES_SAMPLER_ARG=0.25: ratio %v, %v", r, ok)
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	if _, _, ok := parse().sampler(); ok {
+		t.Error("OTEL_TRACES_SAMPLER set and no -trace-sample: ours, want the SDK's")
+	}
+	if s, r, ok := parse("-trace-sample", "0.5").sampler(); !ok || r != 0.5 || !strings.HasPrefix(s.Description(), "ParentBased") {
+		t.Errorf("-trace-sample 0.5 beside the variables: %v, %v, %v; want it to win", s, r, ok)
+	}
+	t.Setenv("SLUICE_TRACE_SAMPLE", "0.75")
+	if _, r, ok := parse().sampler(); !ok || r != 0.75 {
+		t.Errorf("SLUICE_TRACE_SAMPLE=0.75: ratio %v, %v; want it to win", r, ok)
+	}
 }

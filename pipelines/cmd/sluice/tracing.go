@@ -138,9 +138,9 @@ var spanExporter func() sdktrace.SpanExporter
 // withExporter is the TracerProvider that batches its spans to exp.
 func (t *traceFlags) withExporter(logger *slog.Logger, instance string, exp sdktrace.SpanExporter, where string) tracing {
 	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(t.resource(instance))}
-	sampler := "OTEL_TRACES_SAMPLER"
-	if s, ok := t.sampler(); ok {
-		popts, sampler = append(popts, sdktrace.WithSampler(s)), s.Description()
+	sampler := "$OTEL_TRACES_SAMPLER"
+	if s, ratio, ok := t.sampler(); ok {
+		popts, sampler = append(popts, sdktrace.WithSampler(s)), fmt.Sprintf("parent-based, %g of new traces", ratio)
 	}
 	logger.Info("tracing on", "otlp_endpoint", where, "sampler", sampler)
 	return tracing{tp: sdktrace.NewTracerProvider(popts...)}
@@ -170,21 +170,21 @@ func traceEndpoint(s string) (string, error) {
 // -trace-sample (given as a flag or its variable), else of
 // $OTEL_TRACES_SAMPLER_ARG; false when -trace-sample is not given and
 // $OTEL_TRACES_SAMPLER is set, which the SDK then reads itself.
-func (t *traceFlags) sampler() (sdktrace.Sampler, bool) {
+func (t *traceFlags) sampler() (s sdktrace.Sampler, ratio float64, ok bool) {
 	given := false
 	if t.fs != nil {
 		t.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "trace-sample" })
 	}
-	ratio := t.sample
+	ratio = t.sample
 	if !given {
 		if os.Getenv("OTEL_TRACES_SAMPLER") != "" {
-			return nil, false
+			return nil, 0, false
 		}
 		if v, err := strconv.ParseFloat(os.Getenv("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && v >= 0 && v <= 1 {
 			ratio = v
 		}
 	}
-	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), true
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), ratio, true
 }
 
 // resource says which process the spans come from: service.name (the
