@@ -137,7 +137,7 @@ var spanExporter func() sdktrace.SpanExporter
 
 // withExporter is the TracerProvider that batches its spans to exp.
 func (t *traceFlags) withExporter(logger *slog.Logger, instance string, exp sdktrace.SpanExporter, where string) tracing {
-	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(t.resource(instance))}
+	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(t.resource(logger, instance))}
 	sampler := "$OTEL_TRACES_SAMPLER"
 	if s, ratio, ok := t.sampler(); ok {
 		popts, sampler = append(popts, sdktrace.WithSampler(s)), fmt.Sprintf("parent-based, %g of new traces", ratio)
@@ -192,7 +192,7 @@ func (t *traceFlags) sampler() (s sdktrace.Sampler, ratio float64, ok bool) {
 // another), service.instance.id (instance, else the host's name) and
 // service.version (the module's, when the binary was built from a
 // release).
-func (t *traceFlags) resource(instance string) *resource.Resource {
+func (t *traceFlags) resource(logger *slog.Logger, instance string) *resource.Resource {
 	if instance == "" {
 		instance, _ = os.Hostname()
 	}
@@ -208,7 +208,7 @@ func (t *traceFlags) resource(instance string) *resource.Resource {
 	r, err := resource.New(context.Background(), resource.WithAttributes(attrs...), resource.WithFromEnv(),
 		resource.WithTelemetrySDK())
 	if err != nil { // a malformed $OTEL_RESOURCE_ATTRIBUTES: what parsed is kept
-		slog.Warn("traces: resource attributes", "err", err)
+		logger.Warn("traces: resource attributes", "err", err)
 	}
 	if r == nil {
 		r = resource.NewSchemaless(attrs...)

@@ -246,8 +246,12 @@ func (w *worker) run(ctx context.Context) error {
 	defer stopSrv()
 	addr, served := serveWorker(srvCtx, w.ln, observe.ServerConfig{Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
 		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url)
-	f.logger.Info("worker running", append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
-		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")...)
+	attrs := append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
+		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")
+	if w.traces.Provider() != nil {
+		attrs = append(attrs, "slowest_traces", "http://"+addr+"/status/traces")
+	}
+	f.logger.Info("worker running", attrs...)
 	if onListen != nil {
 		onListen(f.which, addr)
 	}
