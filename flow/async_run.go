@@ -181,7 +181,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	}
 	j.seq, j.msg = r.nextSeq, *m
 	if r.tracer != nil && !tracing.NotSampled(&j.msg.Envelope) {
-		j.span = r.tracer.start(r.ctx, j, &j.msg.Envelope)
+		j.span = r.tracer.start(j, &j.msg.Envelope)
 	}
 	r.nextSeq++
 	r.held++

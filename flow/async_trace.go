@@ -51,8 +51,11 @@ func newAsyncTracer(tp trace.TracerProvider, name string) *asyncTracer {
 }
 
 // start opens the span of the message e, kept under job.
-func (t *asyncTracer) start(ctx context.Context, job any, e *stream.Envelope) trace.Span {
-	_, span := t.tracer.Start(tracing.Extract(ctx, e), t.name, trace.WithAttributes(t.stage))
+func (t *asyncTracer) start(job any, e *stream.Envelope) trace.Span {
+	// The parent is the message's, never a span of the stage's context:
+	// a pipeline run under a span (a job's) does not make every message
+	// its child.
+	_, span := t.tracer.Start(tracing.Extract(context.Background(), e), t.name, trace.WithAttributes(t.stage))
 	t.open[job] = span
 	return span
 }

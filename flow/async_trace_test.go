@@ -296,3 +296,25 @@ func TestMapAsyncSpanNamedAfterTheStage(t *testing.T) {
 		t.Fatalf("spans %+v", spans)
 	}
 }
+
+// A pipeline run under a span (a job's) does not make its messages that
+// span's children: a message without a traceparent starts its own trace.
+func TestMapAsyncIgnoresTheRunsSpan(t *testing.T) {
+	tp, exp := tracedProvider(t)
+	ctx, job := tp.Tracer("test").Start(context.Background(), "job")
+	g := stream.New(stream.WithTracerProvider(tp))
+	stream.To(stream.Via(stream.From(g, headed("")), flow.MapAsync(1, func(_ context.Context, v string) (string, error) { return v, nil })),
+		sink.Discard[string]())
+	if err := g.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	job.End()
+	for _, s := range exp.GetSpans() {
+		if s.Name == "map-async" && (s.Parent.IsValid() || s.SpanContext.TraceID() == job.SpanContext().TraceID()) {
+			t.Fatalf("the stage span is the job's child: %+v", s.Parent)
+		}
+	}
+	if len(exp.GetSpans()) != 2 {
+		t.Fatalf("%d spans", len(exp.GetSpans()))
+	}
+}

@@ -88,7 +88,7 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 		if topic == "" {
 			topic = r.defaultTopic
 		}
-		traced = r.tracer.start(ctx, &m.Envelope, m.Value, topic)
+		traced = r.tracer.start(&m.Envelope, m.Value, topic)
 	}
 	r.pending.Add(1)
 	r.s.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {

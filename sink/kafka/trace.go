@@ -47,11 +47,11 @@ func newFailureTracer(tp trace.TracerProvider, outcome stream.Outcome, name stri
 // start opens the span of m's record to topic; its end is called with
 // the broker's answer. It returns nil for a message whose trace is not
 // sampled.
-func (t *failureTracer) start(ctx context.Context, m *stream.Envelope, value any, topic string) func(error) {
+func (t *failureTracer) start(m *stream.Envelope, value any, topic string) func(error) {
 	if tracing.NotSampled(m) {
 		return nil
 	}
-	_, span := t.tracer.Start(tracing.Extract(ctx, m), t.verb+" "+topic, t.opts...)
+	_, span := t.tracer.Start(tracing.Extract(context.Background(), m), t.verb+" "+topic, t.opts...)
 	if !span.IsRecording() {
 		span.End()
 		return nil

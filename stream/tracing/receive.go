@@ -50,7 +50,7 @@ func NewReceiver(tp trace.TracerProvider, system string) *Receiver {
 //
 // The span, named "receive <topic>" (kind consumer), is a child of the
 // span e's headers name, or the root of a new trace if they name none or
-// a malformed one; the provider's sampler decides whether it is recorded.
+// a malformed one (a span in ctx is no parent: ctx is for cancellation); the provider's sampler decides whether it is recorded.
 // It starts at e.Timestamp if that is in the past, so that its length is
 // the message's wait in the broker (on the clock that stamped it: the
 // producer's, unless the broker stamps the log append time), and ends now.
@@ -64,7 +64,7 @@ func NewReceiver(tp trace.TracerProvider, system string) *Receiver {
 // dropped, or whose partition is revoked, before it is settled; the spans
 // of the stages the message goes through, children of this one, show
 // where its time went after it was read.
-func (r *Receiver) Receive(ctx context.Context, e *stream.Envelope, attrs ...attribute.KeyValue) {
+func (r *Receiver) Receive(_ context.Context, e *stream.Envelope, attrs ...attribute.KeyValue) {
 	now := time.Now()
 	start := now
 	if !e.Timestamp.IsZero() && e.Timestamp.Before(now) {
@@ -77,7 +77,9 @@ func (r *Receiver) Receive(ctx context.Context, e *stream.Envelope, attrs ...att
 	// into the start options cost an allocation for each of the many
 	// spans a ratio sampler drops.
 	r.opts = append(r.opts[:0], r.kind, trace.WithTimestamp(start))
-	_, span := r.tracer.Start(Extract(ctx, e), r.name, r.opts...)
+	// The parent is the record's, never a span of ctx: a pipeline run
+	// under a span (a job's) does not make every message its child.
+	_, span := r.tracer.Start(Extract(context.Background(), e), r.name, r.opts...)
 	if span.IsRecording() {
 		a := append(r.attrs[:0], r.system, semconv.MessagingOperationTypeReceive, semconv.MessagingDestinationName(e.Topic))
 		if r.kafka {

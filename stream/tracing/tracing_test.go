@@ -179,3 +179,17 @@ func TestReceiveHeadersAreTheMessagesOwn(t *testing.T) {
 		t.Fatalf("headers of b %+v after an append to a's", b.Headers)
 	}
 }
+
+// A span in the context a source runs under is no parent of its
+// messages: a message without a traceparent starts a trace of its own.
+func TestReceiveIgnoresTheCallersSpan(t *testing.T) {
+	tp, exp := newProvider(t)
+	ctx, job := tp.Tracer("test").Start(context.Background(), "job")
+	defer job.End()
+	e := stream.Envelope{Topic: "t"}
+	tracing.NewReceiver(tp, "kafka").Receive(ctx, &e)
+	spans := exp.GetSpans()
+	if len(spans) != 1 || spans[0].Parent.IsValid() || spans[0].SpanContext.TraceID() == job.SpanContext().TraceID() {
+		t.Fatalf("spans %+v", spans)
+	}
+}
