@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -28,6 +29,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
@@ -645,5 +647,41 @@ func TestTraceSamplerFromFlagsAndVariables(t *testing.T) {
 	t.Setenv("SLUICE_TRACE_SAMPLE", "0.75")
 	if _, r, ok := parse().sampler(); !ok || r != 0.75 {
 		t.Errorf("SLUICE_TRACE_SAMPLE=0.75: ratio %v, %v; want it to win", r, ok)
+	}
+}
+
+// On Redis streams too, each request's entry carries the traceparent of
+// its send span, as a field beside its other headers.
+func TestTraceparentOnRedisStreams(t *testing.T) {
+	addr := testenv.Redis(t)
+	rc := newRedisClient(t, addr)
+	spans := tracetest.NewInMemoryExporter()
+	spanExporter = func() sdktrace.SpanExporter { return keptSpans{spans} }
+	defer func() { spanExporter = nil }()
+	loadgenOutput = io.Discard
+	defer func() { loadgenOutput = os.Stdout }()
+	sent, err := loadgenCmd(context.Background(), []string{"-transport", "redis", "-redis", "redis://" + addr + "/0",
+		"-topic", "reqs", "-rate", "200", "-burst", "0", "-duration", "200ms", "-trace-sample", "1", "-progress-every", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sends := map[string]bool{}
+	for _, s := range spans.GetSpans() {
+		sends[s.SpanContext.TraceID().String()+"-"+s.SpanContext.SpanID().String()] = true
+	}
+	recs := streamRecords(t, rc, "reqs")
+	if int64(len(recs)) != sent.Total() || len(recs) == 0 {
+		t.Fatalf("%d entries, %d acknowledged", len(recs), sent.Total())
+	}
+	for _, r := range recs {
+		var tp string
+		for _, h := range r.Headers {
+			if h.Key == "traceparent" {
+				tp = string(h.Value)
+			}
+		}
+		if len(tp) != 55 || !sends[tp[3:52]] || !strings.HasSuffix(tp, "-01") {
+			t.Fatalf("entry of %s: traceparent %q, want its sampled send span's", r.Key, tp)
+		}
 	}
 }
