@@ -185,7 +185,11 @@ func (w *worker) build() error {
 		return err
 	}
 	w.m = m
-	w.traces = f.tf.start(f.logger, f.instance)
+	instance := f.instance
+	if instance == "" {
+		instance = f.consumer // -transport redis: the worker's name in its groups
+	}
+	w.traces = f.tf.start(f.logger, instance)
 	w.closers = append(w.closers, func() { w.traces.Shutdown(f.logger) })
 	if f.which == "supervisor" {
 		w.g, err = supervisor.New(supervisor.Config{Source: w.srcs[0], Committer: w.srcs[0], Backends: w.backends,
