@@ -220,6 +220,7 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		}
 	}
 	r.onCall, r.onDone = a.hooks()
+	r.tracer = newAsyncTracer(in.TracerProvider(), in.Stage())
 	if a.o.lanes != nil {
 		r.lanes = newLanes[In, Out](a.o.lanes, a.meters.Load())
 	}
@@ -249,6 +250,9 @@ func (a *Async[In, Out]) Run(ctx context.Context, in *stream.Inlet[In], out *str
 		a.waiting.Store(0)
 		if r.lanes != nil {
 			r.lanes.stopped()
+		}
+		if r.tracer != nil {
+			r.tracer.stopped()
 		}
 	}()
 	return r.loop()

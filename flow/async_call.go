@@ -37,6 +37,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 			// retry waits for the breaker.
 			counts.refused++
 			j.err, j.class = err, r.classify(err)
+			if j.span != nil {
+				refusedEvent(j.span, j.attempts, err)
+			}
 			return now
 		}
 		j.breakerDone = done // for callPanicked, should the classifier panic
@@ -46,7 +49,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if r.clock != nil {
 		ctx, finish = r.clock.start(now, r.attemptLimit(j, now))
 	}
-	j.out, j.err = safeCall(ctx, a.fn, j.msg.Value)
+	callCtx := ctx // ctx stays the clock's own, which timeoutOf reads
+	if j.span != nil {
+		callCtx = attemptContext(ctx, j.span, j.attempts)
+	}
+	j.out, j.err = safeCall(callCtx, a.fn, j.msg.Value)
 	timedOut := false
 	// Cause rather than Err: a call timed from its send on the fallback
 	// contexts is cancelled with the cause DeadlineExceeded (stdSent).
@@ -77,6 +84,9 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 				j.notBefore = nb
 			}
 		}
+	}
+	if j.err != nil && j.span != nil {
+		failedEvent(j.span, j.attempts, j.err, j.class)
 	}
 	// A call that says it failed before reaching the service (NotCalled)
 	// tells nothing of the service: the breaker counts it neither way, and
@@ -116,7 +126,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})
 	}
 	if r.onCall != nil {
-		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err, NotCalled: notCalled})
+		var traceID string
+		if j.span != nil {
+			traceID = sampledTraceID(j.span)
+		}
+		r.onCall(CallInfo{Latency: lat, Wait: wait, InFlight: j.inFlight, Err: j.err, NotCalled: notCalled, TraceID: traceID})
 	}
 	return end
 }

@@ -101,6 +101,9 @@ func (r *asyncRun[In, Out]) emit(j *asyncJob[In, Out]) error {
 
 // hand passes on the outcome of a job taken out of the stage (see emit).
 func (r *asyncRun[In, Out]) hand(j *asyncJob[In, Out]) error {
+	if j.span != nil {
+		r.endSpan(j)
+	}
 	if j.err == nil {
 		if len(r.slots) == 0 {
 			var err error
@@ -126,6 +129,18 @@ func (r *asyncRun[In, Out]) hand(j *asyncJob[In, Out]) error {
 	}
 	return r.in.FailWith(r.ctx, j.msg, stream.Failure{Err: j.err, Attempts: j.attempts, FirstFailure: j.first,
 		Transient: j.class.Transient, NotBefore: j.notBefore})
+}
+
+// endSpan ends j's span with its outcome.
+func (r *asyncRun[In, Out]) endSpan(j *asyncJob[In, Out]) {
+	span := j.span
+	j.span = nil
+	if r.cut(j) {
+		span.AddEvent("stage stopped: message left unsettled, to be replayed")
+		r.tracer.end(j, span, j.attempts, nil, false)
+		return
+	}
+	r.tracer.end(j, span, j.attempts, j.err, j.class.Transient)
 }
 
 // cut reports whether j's call failed because the stage is stopping: it

@@ -10,8 +10,15 @@ import "github.com/sluice-streams/sluice/stream"
 // metrics package calls it when it registers the pipeline, before Run.
 func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 	l := stream.Label{Name: "stage", Value: stage}
-	call := m.Histogram("sluice_async_call_seconds", "Latency of one call of an asynchronous stage (one attempt).",
-		expBuckets(0.0001, 2, 18), l)
+	const callName, callHelp = "sluice_async_call_seconds", "Latency of one call of an asynchronous stage (one attempt)."
+	var call func(float64, string)
+	if em, ok := m.(stream.ExemplarMeter); ok {
+		// A traced call's trace id becomes its bucket's exemplar.
+		call = em.HistogramWithExemplars(callName, callHelp, expBuckets(0.0001, 2, 18), l)
+	} else {
+		h := m.Histogram(callName, callHelp, expBuckets(0.0001, 2, 18), l)
+		call = func(v float64, _ string) { h(v) }
+	}
 	attempts := m.Histogram("sluice_async_attempts", "Calls made per message by an asynchronous stage, retries included.",
 		[]float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20}, l)
 	total := m.Histogram("sluice_async_message_seconds", "Time from a message's first call to its outcome, waits between retries included.",
@@ -62,8 +69,9 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 
 // asyncMeter is one registration's histograms.
 type asyncMeter struct {
-	call, attempts, total func(float64)
-	lanes                 laneMeter // by level, with Lanes
+	call            func(v float64, traceID string)
+	attempts, total func(float64)
+	lanes           laneMeter // by level, with Lanes
 }
 
 // hooks returns the OnCall and OnDone functions of a run: the options'
@@ -78,7 +86,7 @@ func (a *Async[In, Out]) hooks() (func(CallInfo), func(DoneInfo)) {
 	return func(c CallInfo) {
 			for _, m := range ms {
 				if !c.NotCalled { // not the service's latency
-					m.call(c.Latency.Seconds())
+					m.call(c.Latency.Seconds(), c.TraceID)
 				}
 			}
 			if onCall != nil {

@@ -137,6 +137,11 @@ type CallInfo struct {
 	// its latency is not the service's. The stage's call histogram leaves
 	// it out.
 	NotCalled bool
+	// TraceID is, in a traced pipeline (stream.WithTracerProvider), the
+	// trace id of the call's message (32 hex digits) if its trace is
+	// sampled; "" otherwise. The stage's call histogram keeps it as an
+	// exemplar.
+	TraceID string
 }
 
 // Retry retries calls that fail transiently (the policy's Classify: its

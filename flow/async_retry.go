@@ -57,6 +57,9 @@ func (r *asyncRun[In, Out]) retry(j *asyncJob[In, Out]) bool {
 			slog.String("reason", string(j.class.Reason)), slog.Int("attempt", j.attempts),
 			slog.Duration("wait", delay), slog.String("err", j.err.Error()))
 	}
+	if j.span != nil {
+		retryEvent(j.span, j.attempts, j.class.Reason, delay)
+	}
 	r.a.retries[reasonIndex(j.class.Reason)].Add(1)
 	j.lastDelay = delay
 	j.due = now.Add(delay)

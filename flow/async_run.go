@@ -6,9 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/internal/logx"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 type asyncJob[In, Out any] struct {
@@ -28,6 +31,7 @@ type asyncJob[In, Out any] struct {
 	class     stream.Classification
 
 	breakerDone func(backpressure.Outcome) // the breaker's, while a call's outcome is being reported
+	span        trace.Span                 // the message's span in this stage, with tracing on
 
 	since, callStart time.Time // with Lanes: when its wait began (lanes.arrived), when its call started
 }
@@ -84,6 +88,7 @@ type asyncRun[In, Out any] struct {
 	// retries, timeouts, lanes). Otherwise workers read the clock only for
 	// the chunks that keep the average call duration current (see work).
 	clocked bool
+	tracer  *asyncTracer // nil: tracing off
 }
 
 // yieldAbove is the calls in flight from which the stage yields once
@@ -171,10 +176,14 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		var zero Out
 		j.out, j.err, j.done, j.key = zero, nil, false, ""
 		j.attempts, j.first, j.lastDelay, j.notBefore = 0, time.Time{}, 0, time.Time{}
+		j.span = nil
 	} else {
 		j = new(asyncJob[In, Out])
 	}
 	j.seq, j.msg = r.nextSeq, *m
+	if r.tracer != nil && !tracing.NotSampled(&j.msg.Envelope) {
+		j.span = r.tracer.start(j, &j.msg.Envelope)
+	}
 	r.nextSeq++
 	r.held++
 	if r.ring != nil {

@@ -154,7 +154,7 @@ func (w *tumbling[T, K, A]) Run(ctx context.Context, in *stream.Inlet[T], out *s
 	}
 	wctx, stopWatching := context.WithCancel(ctx)
 	r := &windowRun[T, K, A]{w: w, parts: map[partKey]*partWindows[K, A]{}, ctx: ctx, in: in, out: out,
-		ended: make(chan endNote), wctx: wctx}
+		ended: make(chan endNote), wctx: wctx, tracer: newWindowTracer(in.TracerProvider(), in.Stage())}
 	defer func() {
 		stopWatching()
 		r.watchers.Wait()

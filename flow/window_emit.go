@@ -121,6 +121,10 @@ func (r *windowRun[T, K, A]) emit(p *partWindows[K, A], closes func(start int64)
 			Panes: win.panes, Count: win.n, FirstOffset: win.first, Early: early, Emitted: time.Now()}
 		m := stream.NewMessage(ws, stream.Join(win.handles))
 		m.Topic, m.Partition, m.Offset, m.Timestamp = p.key.topic, p.key.partition, win.first, ws.End
+		if r.tracer != nil {
+			r.tracer.emitted(&win.trace, &m.Envelope, windowsInfo{topic: ws.Topic, partition: ws.Partition,
+				start: ws.Start, end: ws.End, count: ws.Count, panes: len(ws.Panes), early: early})
+		}
 		if err := r.out.Send(r.ctx, m); err != nil {
 			return err
 		}

@@ -77,6 +77,7 @@ type openWindow[K comparable, A any] struct {
 	handles []stream.Handle
 	n       int // messages
 	first   int64
+	trace   windowTrace // with tracing on
 }
 
 type windowRun[T any, K comparable, A any] struct {
@@ -97,6 +98,7 @@ type windowRun[T any, K comparable, A any] struct {
 	touched int // what touch read, so that the reads are not left out
 	in      *stream.Inlet[T]
 	out     *stream.Outlet[Windows[K, A]]
+	tracer  *windowTracer // nil: tracing off
 
 	// ended receives the assignments that ended, from one watcher
 	// goroutine per assignment (watch), which end with wctx.
@@ -231,6 +233,9 @@ func (r *windowRun[T, K, A]) one(m *stream.Message[T]) error {
 	win.n++
 	if !m.Handle().IsZero() {
 		win.handles = append(win.handles, m.Handle())
+	}
+	if r.tracer != nil {
+		win.trace.placed(&m.Envelope, r.now)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Graph is a pipeline under construction and, once Run is called, running.
@@ -18,8 +20,10 @@ type Graph struct {
 	batchSize    int
 	drainTimeout time.Duration
 	logger       *slog.Logger
+	tracer       trace.TracerProvider // nil: tracing off
 	observers    []Observer
-	observer     Observer // the observers as one, set by Run
+	observer     Observer      // the observers as one, set by Run
+	traceObs     TraceObserver // observer, if the pipeline traces and it keeps exemplars; set by Run
 	name         string
 
 	nodes    []*node

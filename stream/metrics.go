@@ -38,6 +38,15 @@ type Meter interface {
 	Include(part Instrumented, stage string)
 }
 
+// ExemplarMeter is implemented by a Meter whose histograms keep exemplars
+// (observe.Metrics' do): HistogramWithExemplars is Histogram whose
+// function also takes the trace id of the observation, "" for none, so
+// that a bucket can point at one trace that fell in it. A component that
+// traces asks for it with a type assertion and falls back to Histogram.
+type ExemplarMeter interface {
+	HistogramWithExemplars(name, help string, buckets []float64, labels ...Label) func(v float64, traceID string)
+}
+
 // Instrumented is implemented by a stage, source, sink or dependency that
 // publishes numbers of its own. Instrument is called once, before the
 // pipeline runs; stage is the component's name in the pipeline.

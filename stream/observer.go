@@ -47,6 +47,16 @@ type Observer interface {
 	Latency(d time.Duration)
 }
 
+// TraceObserver is implemented by an Observer that keeps exemplars of the
+// end-to-end latency: in a traced pipeline (WithTracerProvider), a message
+// whose traceparent header says its trace was sampled is reported with
+// LatencyInTrace, and its trace id (32 lower-case hex digits), instead of
+// Latency, so that a histogram bucket can point at one trace that fell in
+// it (observe.Metrics keeps it as the exemplar {trace_id="..."}).
+type TraceObserver interface {
+	LatencyInTrace(d time.Duration, traceID string)
+}
+
 // StageObserver receives one stage's measurements.
 type StageObserver interface {
 	// Processed reports that the stage took d over a batch of n messages,
@@ -89,6 +99,52 @@ func (t tee) Latency(d time.Duration) {
 	for _, o := range t {
 		o.Latency(d)
 	}
+}
+
+func (t tee) LatencyInTrace(d time.Duration, traceID string) {
+	for _, o := range t {
+		if to, ok := o.(TraceObserver); ok {
+			to.LatencyInTrace(d, traceID)
+		} else {
+			o.Latency(d)
+		}
+	}
+}
+
+// observeLatency reports the end-to-end latency d of the message e: with
+// its trace id if the pipeline traces, the observer keeps exemplars and
+// e's trace was sampled.
+func (g *Graph) observeLatency(obs Observer, e *Envelope, d time.Duration) {
+	if g.traceObs != nil {
+		if id := sampledTraceID(e); id != "" {
+			g.traceObs.LatencyInTrace(d, id)
+			return
+		}
+	}
+	obs.Latency(d)
+}
+
+// sampledTraceID returns the trace id of e's traceparent header (version
+// 00) if its sampled flag is set, "" otherwise.
+func sampledTraceID(e *Envelope) string {
+	v := e.Header("traceparent")
+	if len(v) < 55 || v[0] != '0' || v[1] != '0' || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return ""
+	}
+	if f := v[54]; !(f == '1' || f == '3' || f == '5' || f == '7' || f == '9' || f == 'b' || f == 'd' || f == 'f') {
+		return "" // the flags' low bit is sampled
+	}
+	zero := true
+	for _, c := range v[3:35] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return ""
+		}
+		zero = zero && c == '0'
+	}
+	if zero {
+		return ""
+	}
+	return string(v[3:35])
 }
 
 type stageTee []StageObserver

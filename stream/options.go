@@ -3,6 +3,8 @@ package stream
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Option configures a Graph.
@@ -27,6 +29,18 @@ func WithDrainTimeout(d time.Duration) Option { return func(g *Graph) { g.drainT
 // and was given no logger of its own (flow.WithLogger,
 // checkpoint.WithLogger), with the stage's name.
 func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } }
+
+// WithTracerProvider turns tracing on: the sources that support it (the
+// Kafka sources, source/redisstream) start a span for each message, child
+// of the W3C traceparent its record carries or a new trace, and write its
+// context into the message's traceparent header, so that every later
+// stage and every sink (dead letters and parkings too) continues that
+// trace; MapAsync starts a span for each message and gives its function a
+// context carrying it. tp's sampler decides which traces are recorded
+// (an sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01)) records one
+// in a hundred, and follows a sampled parent). Default: nil, tracing off,
+// at the cost of one nil check a batch. See stream/tracing.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(g *Graph) { g.tracer = tp } }
 
 // WithPipeline names the pipeline in logs and errors (default "pipeline").
 // Its metrics' pipeline label is the name given to observe.New.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // DefaultBatchSize is the most messages a pipe moves in one batch.
@@ -167,6 +169,15 @@ func (in *Inlet[T]) Draining() <-chan struct{} { return in.node.g.draining }
 // here.
 func (in *Inlet[T]) Logger() *slog.Logger { return in.node.logger() }
 
+// Stage returns the stage's name in the pipeline (Name, or its default):
+// the name its logs, metrics and spans go by.
+func (in *Inlet[T]) Stage() string { return in.node.name }
+
+// TracerProvider returns the pipeline's tracer provider
+// (WithTracerProvider), nil when tracing is off: a stage that traces its
+// messages asks once when it starts.
+func (in *Inlet[T]) TracerProvider() trace.TracerProvider { return in.node.tracer() }
+
 // FlushOutputs hands on what every output of the stage (its failure output
 // included) has built, and publishes the stage's settles counted since
 // its last batch: a stage that waits idle shows none of them in flight.
@@ -247,7 +258,7 @@ func (in *Inlet[T]) Settle(m *Message[T], o Outcome) {
 		in.settled[o]++
 	}
 	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
-		obs.Latency(time.Since(m.Timestamp))
+		in.node.g.observeLatency(obs, &m.Envelope, time.Since(m.Timestamp))
 	}
 }
 
@@ -264,7 +275,7 @@ func (in *Inlet[T]) SettleAsync(m *Message[T], o Outcome) {
 	}
 	m.handle.Settle(o)
 	if obs := in.node.g.observer; obs != nil && !m.Timestamp.IsZero() {
-		obs.Latency(time.Since(m.Timestamp))
+		in.node.g.observeLatency(obs, &m.Envelope, time.Since(m.Timestamp))
 	}
 }
 
@@ -282,7 +293,7 @@ func (in *Inlet[T]) SettleAll(ms []Message[T], o Outcome) {
 		now := time.Now()
 		for i := range ms {
 			if ts := ms[i].Timestamp; !ts.IsZero() {
-				obs.Latency(now.Sub(ts))
+				in.node.g.observeLatency(obs, &ms[i].Envelope, now.Sub(ts))
 			}
 		}
 	}
@@ -312,6 +323,11 @@ type Outlet[T any] struct {
 	max     int
 	failure bool // the stage's failure output: not counted as Out
 }
+
+// TracerProvider returns the pipeline's tracer provider
+// (WithTracerProvider), nil when tracing is off: a source that traces its
+// messages asks once when it starts.
+func (o *Outlet[T]) TracerProvider() trace.TracerProvider { return o.node.tracer() }
 
 // Send appends m to the output. It blocks only when a full batch must be
 // handed on and the pipe is full (backpressure).

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // node is one stage at run time.
@@ -253,6 +255,9 @@ func (g *Graph) prepare() error {
 		To(g.Failures(), Sink[Failure](&logDeadLetter{logger: g.logger}), Name("dead-letter"))
 	}
 	g.observer = teeObservers(g.observers)
+	if to, ok := g.observer.(TraceObserver); ok && g.tracer != nil {
+		g.traceObs = to
+	}
 	if g.observer != nil {
 		for _, n := range g.nodes {
 			n.obs = g.observer.Stage(n.name)
@@ -263,6 +268,15 @@ func (g *Graph) prepare() error {
 		p.closeIfUnwritten()
 	}
 	return nil
+}
+
+// tracer returns the pipeline's tracer provider, nil when tracing is off
+// or the port belongs to no pipeline.
+func (n *node) tracer() trace.TracerProvider {
+	if n == nil {
+		return nil
+	}
+	return n.g.tracer
 }
 
 // logger returns the pipeline's logger with the stage's name, made once.

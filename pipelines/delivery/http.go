@@ -141,8 +141,16 @@ func reply(w http.ResponseWriter, v any, err error) {
 // HTTPBackends calls services served by HTTPHandler at base (for example
 // http://127.0.0.1:8080) through client, which should have timeouts and a
 // pooled transport (NewHTTPClient).
+//
+// Its calls go through client's transport wrapped in
+// flow.TracedTransport: in a traced pipeline
+// (SchedulerConfig.TracerProvider) each attempt is a span of the
+// request's trace and carries its traceparent to the service; otherwise
+// requests go through as they are.
 func HTTPBackends(base string, client *http.Client) Backends {
-	c := &httpClient{base: base, cl: client}
+	traced := *client
+	traced.Transport = flow.TracedTransport(client.Transport)
+	c := &httpClient{base: base, cl: &traced}
 	return Backends{Accounts: httpAccounts{c}, Packages: httpPackages{c}, ThirdParty: httpThirdParty{c},
 		Drones: httpDrones{c}, Deliveries: httpDeliveries{c}}
 }

@@ -80,6 +80,9 @@ func (cfg *SchedulerConfig) graphOptions() []stream.Option {
 	if cfg.Observer != nil {
 		opts = append(opts, stream.WithObserver(cfg.Observer))
 	}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, stream.WithTracerProvider(cfg.TracerProvider))
+	}
 	return opts
 }
 

@@ -1,6 +1,8 @@
 package delivery
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"fmt"
 	"log/slog"
 	"time"
@@ -100,7 +102,13 @@ type SchedulerConfig struct {
 	// Observer, if set, is told the engine's measurements too (beside
 	// Metrics, if set).
 	Observer stream.Observer
-	Logger   *slog.Logger
+	// TracerProvider, if set, traces each request through the pipeline
+	// (stream.WithTracerProvider): the sources' receive spans, a span per
+	// step's call and, with HTTPBackends, a span per HTTP attempt, the
+	// trace continued from the request's traceparent header and carried
+	// into its parkings and dead letters. Default nil: no tracing.
+	TracerProvider trace.TracerProvider
+	Logger         *slog.Logger
 	// DrainTimeout bounds the drain on cancel (default 10s).
 	DrainTimeout time.Duration
 	// Steps, with NonIdempotent, records the completion of the named steps

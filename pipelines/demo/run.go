@@ -6,6 +6,8 @@
 package demo
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"fmt"
 	"io"
@@ -91,6 +93,12 @@ type Config struct {
 	LatencyTarget time.Duration
 	TargetHigh    bool
 	Logger        *slog.Logger
+	// TracerProvider, if set, traces each request from the load
+	// generator's send (loadgen.Config.TracerProvider) through the
+	// scheduler's pipeline (delivery.SchedulerConfig.TracerProvider) and,
+	// compensated, the supervisor's (supervisor.Config.TracerProvider).
+	// Default nil: off.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults returns the demo's defaults for a run of d.
@@ -224,6 +232,7 @@ func startLoad(ctx context.Context, cfg Config, producer kafkasink.Producer) (se
 	lg := loadgen.Default("", cfg.Rate, cfg.Duration)
 	lg.Topics, lg.Mix = topicLevels[:], cfg.Mix
 	lg.BurstRate, lg.BurstEvery, lg.BurstFor, lg.BurstAt = cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor, cfg.BurstAt
+	lg.TracerProvider = cfg.TracerProvider
 	done := make(chan error, 1)
 	go func() { done <- loadgen.Run(ctx, producer, lg, sent) }()
 	return sent, start, done

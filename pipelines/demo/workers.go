@@ -188,11 +188,11 @@ func (sp *spawner) spawn(ctx context.Context, withMetrics bool) (*incarnation, e
 		FailuresTopic: topicFailures, DeadLetterTopic: topicDead, Observer: sp.lat, Logger: cfg.Logger, DrainTimeout: sp.drain,
 		Steps: sp.steps, NonIdempotent: []delivery.Step{delivery.StepDrone},
 		ParkTopic: topicParked, Replay: inc.parkedSrc, ReplayCommitter: inc.parkedSrc,
-		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, StaleAfter: staleAfter}
+		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, StaleAfter: staleAfter, TracerProvider: cfg.TracerProvider}
 	pcfg := supervisor.Config{Source: inc.supSrc, Committer: inc.supSrc, Backends: sp.backends, Notifier: sp.notes,
 		Logger: cfg.Logger, DrainTimeout: sp.drain, Producer: sp.tr.producer, RetryTopic: topicRetry,
 		DeadLetterTopic: topicSupervisorDead, Replay: inc.replaySrc, ReplayCommitter: inc.replaySrc,
-		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay}
+		ReplayAfter: replayAfter, MaxReplayDelay: maxReplayDelay, TracerProvider: cfg.TracerProvider}
 	if withMetrics {
 		scfg.Metrics, pcfg.Metrics = sp.schedMetrics, sp.supMetrics
 	}

@@ -20,6 +20,7 @@ import (
 
 	json "github.com/goccy/go-json"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -67,6 +68,12 @@ type Config struct {
 	// ConnectTimeout bounds the check, before anything is sent, that the
 	// brokers answer and hold the topics (default 10 s).
 	ConnectTimeout time.Duration
+	// TracerProvider, if set, starts a trace for each request: a span
+	// "send <topic>" from its produce to the brokers' answer, whose
+	// traceparent the record carries, so that the scheduler and the
+	// supervisor continue it. The provider's sampler decides which are
+	// recorded. Default nil: records without trace headers.
+	TracerProvider trace.TracerProvider
 	// FlushTimeout is how long Run waits, once the load is sent, for the
 	// brokers to acknowledge it (default 30 s): a request still without
 	// an answer then is recorded as unconfirmed (Sent.Unconfirmed).
@@ -218,6 +225,7 @@ func Run(ctx context.Context, p kafkasink.Producer, cfg Config, sent *Sent) erro
 		}
 	}
 	g := newGen(cfg)
+	send := newSender(cfg.TracerProvider)
 	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/50)))
 	start := time.Now()
 	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))
@@ -265,8 +273,12 @@ func Run(ctx context.Context, p kafkasink.Producer, cfg Config, sent *Sent) erro
 				topic = cfg.Topics[m.level]
 			}
 			id := first + i
-			p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value},
-				func(r *kgo.Record, err error) { acks.done(id, r, err) })
+			r := &kgo.Record{Topic: topic, Key: []byte(m.key), Value: m.value}
+			end := send.start(pctx, r, m.kind)
+			p.Produce(pctx, r, func(r *kgo.Record, err error) {
+				end(err)
+				acks.done(id, r, err)
+			})
 		}
 	}
 	flushErr := p.Flush(pctx)

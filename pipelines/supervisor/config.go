@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -96,6 +97,13 @@ type Config struct {
 	// Metrics, if set, receives the pipeline's metrics: New registers the
 	// pipeline (observe.Metrics.Register).
 	Metrics *observe.Metrics
+	// TracerProvider, if set, traces each compensation
+	// (stream.WithTracerProvider): the sources' receive spans continue the
+	// trace of the failure event's traceparent header — the request's own,
+	// as the scheduler wrote it — with a span per undo and notify call and,
+	// with delivery.HTTPBackends, a span per HTTP attempt; parkings and
+	// dead letters carry the trace on. Default nil: no tracing.
+	TracerProvider trace.TracerProvider
 	// Logger receives retries as warnings, parkings as warnings and dead
 	// letters as errors (default slog.Default()).
 	Logger *slog.Logger

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -64,6 +65,7 @@ type settings struct {
 	metrics        *observe.Metrics
 	notifier       supervisor.Notifier
 	producerOpts   []kgo.Opt // of the parking's and dead letters' client
+	tracer         trace.TracerProvider
 }
 
 // runSupervisor runs the supervisor against brokers and backends until the
@@ -102,7 +104,7 @@ func startSupervisor(t *testing.T, brokers []string, b delivery.Backends, s sett
 		Notifier: s.notifier, Retry: quickRetry(s.attempts), Metrics: s.metrics, Logger: quiet,
 		Producer: producer, RetryTopic: topicRetry, DeadLetterTopic: topicDead,
 		Replay: replay, ReplayCommitter: replay, ReplayAfter: s.replayAfter,
-		MaxReplayDelay: s.maxReplayDelay, MaxParkings: s.maxParkings, DrainTimeout: s.drain})
+		MaxReplayDelay: s.maxReplayDelay, MaxParkings: s.maxParkings, DrainTimeout: s.drain, TracerProvider: s.tracer})
 	if err != nil {
 		t.Fatal(err)
 	}

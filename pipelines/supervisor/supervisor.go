@@ -106,6 +106,9 @@ func New(cfg Config) (*stream.Graph, error) {
 	if cfg.DrainTimeout > 0 {
 		opts = append(opts, stream.WithDrainTimeout(cfg.DrainTimeout))
 	}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, stream.WithTracerProvider(cfg.TracerProvider))
+	}
 	g := stream.New(opts...)
 	// Once an undo goes through after a run of failures — the services
 	// were down and are back — the compensations parked meanwhile are

@@ -27,6 +27,7 @@ type run[T any] struct {
 	idle    chan struct{}
 	failed  chan struct{} // a failure was added to fails
 
+	tracer        *failureTracer  // a failure sink's, in a traced pipeline
 	defaultTopic  string          // the client's, for records without a topic
 	measuresAlone bool            // the producer refuses a record for itself, never for its batch
 	warnedBatch   map[string]bool // topics whose refused batches were warned of
@@ -81,8 +82,19 @@ func (r *run[T]) produce(ctx context.Context, m stream.Message[T], rec *kgo.Reco
 		r.fail(failed[T]{m: m, rec: rec, step: step, err: err, alone: alone})
 		return
 	}
+	var traced func(error)
+	if r.tracer != nil {
+		topic := rec.Topic
+		if topic == "" {
+			topic = r.defaultTopic
+		}
+		traced = r.tracer.start(&m.Envelope, m.Value, topic)
+	}
 	r.pending.Add(1)
 	r.s.cl.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+		if traced != nil {
+			traced(err)
+		}
 		if err == nil {
 			r.s.produced.Add(1)
 			if step > 0 {

@@ -220,7 +220,8 @@ func (s *Sink[T]) Stats() Stats {
 // When the input ends Run waits for the outcome of every record it
 // produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
-	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1)}
+	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1),
+		tracer: newFailureTracer(in.TracerProvider(), s.outcome, s.name)}
 	if o, ok := s.cl.(interface{ OptValue(any) any }); ok {
 		r.defaultTopic, _ = o.OptValue(kgo.DefaultProduceTopic).(string)
 	}

@@ -9,8 +9,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 // Run polls records and emits them until ctx is cancelled. It returns an
@@ -46,6 +49,13 @@ func (s *Source) Run(ctx context.Context, out *stream.Outlet[[]byte]) error {
 // poll is Run's loop.
 func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 	var held []heldPartition
+	var tr *tracer
+	if r := tracing.NewReceiver(out.TracerProvider(), "kafka"); r != nil {
+		tr = &tracer{r: r}
+		if s.cfg.Group != "" {
+			tr.group = semconv.MessagingConsumerGroupName(s.cfg.Group)
+		}
+	}
 	for {
 		pctx := ctx
 		if s.direct != nil {
@@ -67,7 +77,7 @@ func (s *Source) poll(ctx context.Context, out *stream.Outlet[[]byte]) error {
 			return err
 		}
 		for i := range held {
-			if err := s.emit(ctx, &held[i], out); err != nil {
+			if err := s.emit(ctx, &held[i], out, tr); err != nil {
 				return err
 			}
 			held[i] = heldPartition{}
@@ -84,6 +94,7 @@ type heldPartition struct {
 	p     *partition
 	recs  []*kgo.Record
 	first int64 // seq of recs[0] in p
+	hwm   int64 // the partition's high watermark when they were fetched
 }
 
 // track records every fetched record in the state of the partition's
@@ -111,7 +122,7 @@ func (s *Source) track(fs kgo.Fetches, held []heldPartition) []heldPartition {
 				continue
 			}
 			s.records.Add(int64(len(fp.Records)))
-			held = append(held, heldPartition{p: p, recs: fp.Records, first: first})
+			held = append(held, heldPartition{p: p, recs: fp.Records, first: first, hwm: fp.HighWatermark})
 		}
 	})
 	return held
@@ -143,8 +154,10 @@ func (s *Source) fetchErrors(ctx context.Context, fs kgo.Fetches) error {
 }
 
 // emit sends the records of one partition from one poll. It stops, leaving
-// the rest unsent and unsettled, if their assignment ends meanwhile.
-func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[[]byte]) error {
+// the rest unsent and unsettled, if their assignment ends meanwhile. With
+// tracing on (tr not nil), each record's receive span is started and ended
+// as it is handed on (see tracer).
+func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[[]byte], tr *tracer) error {
 	for i := 0; i < len(h.recs); {
 		dst, err := out.Free(ctx)
 		if err != nil {
@@ -169,6 +182,9 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 				m.Headers = unsafe.Slice((*stream.Header)(unsafe.Pointer(unsafe.SliceData(r.Headers))), len(r.Headers))
 			}
 			m.SetHandle(stream.NewHandle(h.p, h.first+int64(i+j)))
+			if tr != nil {
+				tr.receive(ctx, &m.Envelope, h.hwm)
+			}
 		}
 		i += k
 		if err := out.Extend(ctx, k); err != nil {
@@ -184,4 +200,25 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		h.p.flow()
 	}
 	return nil
+}
+
+// tracer starts the receive span of each record when the pipeline traces
+// (stream.WithTracerProvider). The span ends as the record is handed on,
+// not when it is settled: a record that is dropped, or whose partition is
+// revoked before it is settled, leaves no span open, and the spans of the
+// stages it goes through show where its time went after the read.
+type tracer struct {
+	r     *tracing.Receiver
+	group attribute.KeyValue // the consumer group, none for Assigned
+}
+
+// receive records e's receive span with the group and the partition's lag
+// behind its high watermark at the fetch (sluice.partition.lag, records).
+func (t *tracer) receive(ctx context.Context, e *stream.Envelope, hwm int64) {
+	lag := attribute.Int64("sluice.partition.lag", max(0, hwm-e.Offset-1))
+	if t.group.Valid() {
+		t.r.Receive(ctx, e, t.group, lag)
+		return
+	}
+	t.r.Receive(ctx, e, lag)
 }

@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/sluice-streams/sluice/internal/redisentry"
 	"github.com/sluice-streams/sluice/internal/stage"
 	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 // Run reads the streams until ctx ends, then acknowledges what is settled
@@ -128,13 +131,20 @@ type reader struct {
 	// perEntry is the bytes an entry took in the last reply that had
 	// some, to size the buffer of the next one.
 	perEntry int
+	// recv starts each entry's receive span when the pipeline traces
+	// (stream.WithTracerProvider), nil otherwise. The span ends as the
+	// entry is handed on, not when it is settled: an entry dropped, or
+	// taken over by another consumer, leaves no span open.
+	recv  *tracing.Receiver
+	group attribute.KeyValue
 }
 
 // read is Run's loop: re-read its own pending entries, then take over
 // idle ones every ClaimEvery and read new ones in between, each read
 // sized by the room left under MaxInFlight.
 func (s *Source) read(ctx context.Context, out *stream.Outlet[[]byte]) error {
-	r := &reader{s: s, out: out, pendingFrom: make([]string, len(s.cfg.Streams))}
+	r := &reader{s: s, out: out, pendingFrom: make([]string, len(s.cfg.Streams)),
+		recv: tracing.NewReceiver(out.TracerProvider(), "redis"), group: semconv.MessagingConsumerGroupName(s.cfg.Group)}
 	r.rereadPending()
 	b := newBackoff()
 	wait := time.NewTimer(0)
@@ -413,6 +423,9 @@ func (r *reader) deliver(ctx context.Context, i int32, es []entry, counts map[st
 			Timestamp: ts, Attempt: int32(n - 1),
 		}}
 		m.SetHandle(stream.NewHandle(s, h))
+		if r.recv != nil {
+			r.recv.Receive(ctx, &m.Envelope, r.group, semconv.MessagingMessageID(e.id))
+		}
 		c.read.Add(1)
 		if reclaimed {
 			c.reclaimed.Add(1)

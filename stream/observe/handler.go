@@ -91,7 +91,11 @@ func Handler(cfg ServerConfig) http.Handler {
 		}
 	}
 	if cfg.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
+			// A scraper that asks for OpenMetrics gets the histograms'
+			// exemplars: the trace ids of sampled observations.
+			EnableOpenMetrics: true,
+		}))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")

@@ -211,6 +211,36 @@ func (mt meter) Collect(f func(w stream.MetricWriter)) {
 func (mt meter) Include(part stream.Instrumented, stage string) { mt.m.include(part, stage) }
 
 func (mt meter) Histogram(name, help string, buckets []float64, labels ...stream.Label) func(float64) {
+	if o := mt.histogram(name, help, buckets, labels); o != nil {
+		return o.Observe
+	}
+	return func(float64) {}
+}
+
+// HistogramWithExemplars is Histogram whose observations made with a trace
+// id keep it as the bucket's exemplar, {trace_id="..."}, served on
+// /metrics in the OpenMetrics format (stream.ExemplarMeter).
+func (mt meter) HistogramWithExemplars(name, help string, buckets []float64, labels ...stream.Label) func(float64, string) {
+	o := mt.histogram(name, help, buckets, labels)
+	if o == nil {
+		return func(float64, string) {}
+	}
+	return func(v float64, traceID string) { observeInTrace(o, v, traceID) }
+}
+
+// observeInTrace observes v with traceID as its exemplar, if there is one.
+func observeInTrace(o prometheus.Observer, v float64, traceID string) {
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": traceID})
+		return
+	}
+	o.Observe(v)
+}
+
+// histogram returns the observer of the histogram name with labels,
+// registering it the first time; nil (and an error kept for Register) if
+// it cannot.
+func (mt meter) histogram(name, help string, buckets []float64, labels []stream.Label) prometheus.Observer {
 	m := mt.m
 	names, values := split(labels)
 	m.mu.Lock()
@@ -222,7 +252,7 @@ func (mt meter) Histogram(name, help string, buckets []float64, labels ...stream
 		if err := m.reg.Register(h.vec); err != nil {
 			m.errs = append(m.errs, fmt.Errorf("sluice: metrics: histogram %s: %w", name, err))
 			m.mu.Unlock()
-			return func(float64) {}
+			return nil
 		}
 		m.hists[name] = h
 	}
@@ -231,10 +261,9 @@ func (mt meter) Histogram(name, help string, buckets []float64, labels ...stream
 		m.mu.Lock()
 		m.errs = append(m.errs, fmt.Errorf("sluice: metrics: histogram %s: labels %v, registered with %v", name, names, h.labels))
 		m.mu.Unlock()
-		return func(float64) {}
+		return nil
 	}
-	o := h.vec.WithLabelValues(values...)
-	return o.Observe
+	return h.vec.WithLabelValues(values...)
 }
 
 func split(labels []stream.Label) (names, values []string) {
@@ -309,6 +338,12 @@ type stageObserver struct{ h prometheus.Observer }
 func (s stageObserver) Processed(n int, d time.Duration) { s.h.Observe(d.Seconds() / float64(n)) }
 
 func (o observer) Latency(d time.Duration) { o.m.latency.Observe(d.Seconds()) }
+
+// LatencyInTrace keeps the trace id as the bucket's exemplar
+// (stream.TraceObserver).
+func (o observer) LatencyInTrace(d time.Duration, traceID string) {
+	observeInTrace(o.m.latency, d.Seconds(), traceID)
+}
 
 // graph exports every stage's counters.
 func (m *Metrics) graph(g *stream.Graph) {

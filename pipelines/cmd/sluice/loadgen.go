@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -52,10 +53,15 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 		"number of the first request (d-00000000 by default); give each load its own ids when several are sent to the same services, which keep one record per id: a load uses one id per request it sends, duplicates included, so the next may start at this one plus the sent count it prints")
 	recordTo := fs.String("record", "",
 		"when done, write what the brokers (or Redis) acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
+	var trf traceFlags
+	trf.register(fs, "sluice-loadgen", false)
 	if err := parseFlags("loadgen", fs, args); err != nil {
 		return nil, err
 	}
 	if err := tf.parse(); err != nil {
+		return nil, err
+	}
+	if err := trf.check(); err != nil {
 		return nil, err
 	}
 	if err := checkRates(*rate, *burst); err != nil {
@@ -83,6 +89,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 	if *burst > 0 {
 		cfg.BurstRate, cfg.BurstEvery, cfg.BurstFor = *burst, *every, *burstFor
 	}
+	traces := trf.start(slog.Default(), "")
+	defer traces.Shutdown(slog.Default())
+	cfg.TracerProvider = traces.Provider()
 	sent := loadgen.NewSent()
 	began := time.Now()
 	pctx, stopProgress := context.WithCancel(ctx)

@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -88,10 +89,15 @@ func runDemo(ctx context.Context, args []string) error {
 	policy := choiceVar(fs, "priority", "weighted", "how the scheduler reads the levels' topics",
 		choice{"weighted", "6:3:1, every level keeps a share"},
 		choice{"strict-aging", "high first; normal and low requests older than 2 s and 5 s served a level up"})
+	var trf traceFlags
+	trf.register(fs, "sluice-demo", false)
 	if err := parseFlags("demo", fs, args); err != nil {
 		return err
 	}
 	if err := checkRates(*rate, *burst); err != nil {
+		return err
+	}
+	if err := trf.check(); err != nil {
 		return err
 	}
 	cfg := def
@@ -139,6 +145,9 @@ func runDemo(ctx context.Context, args []string) error {
 		cfg.Redis = cfg.RedisOptions.Addr
 	}
 	cfg.HTTP = backends.value == "http"
+	traces := trf.start(slog.Default(), "")
+	defer traces.Shutdown(slog.Default())
+	cfg.TracerProvider = traces.Provider()
 	printDemoHeader(cfg, *overload, *mixFlag)
 	sum, err := demo.Run(ctx, cfg, os.Stdout)
 	if err != nil {

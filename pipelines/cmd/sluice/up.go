@@ -45,6 +45,7 @@ type upConfig struct {
 	startTimeout, stopTimeout    time.Duration
 	ownDir                       bool // dir was made for this run: removed after a clean stop
 	self, selfShown, redisServer string
+	otlp, traceURL               string // the workers' -otlp-endpoint and -trace-url
 }
 
 // upFlags parses the flags of `sluice up`, finds redis-server and this
@@ -62,6 +63,9 @@ func upFlags(args []string) (*upConfig, error) {
 	fs.StringVar(&c.supListen, "supervisor-listen", defaultListen["run supervisor"], "the supervisor's /status, /metrics, /healthz and /readyz (port 0: a free one)")
 	fs.StringVar(&c.dir, "dir", "", "directory of every part's log and of Redis's data, kept after the stop; "+
 		"empty: a new temporary directory, removed after a clean stop")
+	fs.StringVar(&c.otlp, "otlp-endpoint", "", "the workers' and the suggested load's -otlp-endpoint: send their traces over OTLP/HTTP to this collector, "+
+		"e.g. http://localhost:4318 (empty: none, unless the OTEL_EXPORTER_OTLP_ variables, which every part inherits, name one)")
+	fs.StringVar(&c.traceURL, "trace-url", "", "the workers' -trace-url: link /status/traces to the traces, e.g. http://localhost:16686/trace/{trace_id}")
 	fs.DurationVar(&c.startTimeout, "start-timeout", time.Minute, "how long each part may take to be ready")
 	fs.DurationVar(&c.stopTimeout, "stop-timeout", 30*time.Second, "how long each part may take to drain and stop before it is killed")
 	if err := parseFlags("up", fs, args); err != nil {
@@ -409,8 +413,14 @@ func (r *upRun) delivery() (*upPart, error) {
 // a static instance id (a restarted worker takes its partitions back).
 func (r *upRun) worker(which, listen string) *upPart {
 	base := "http://" + listen
-	p := r.part(which, fmt.Sprintf("%s/status  %s/metrics", base, base),
-		"run", which, "-brokers", r.c.brokerList(), "-backends", "http://"+r.c.services, "-listen", listen, "-instance-id", which+"-0")
+	args := []string{"run", which, "-brokers", r.c.brokerList(), "-backends", "http://" + r.c.services, "-listen", listen, "-instance-id", which + "-0"}
+	if r.c.otlp != "" {
+		args = append(args, "-otlp-endpoint", r.c.otlp)
+	}
+	if r.c.traceURL != "" {
+		args = append(args, "-trace-url", r.c.traceURL)
+	}
+	p := r.part(which, fmt.Sprintf("%s/status  %s/metrics", base, base), args...)
 	p.ready = func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 		if err != nil {
@@ -502,7 +512,11 @@ func (r *upRun) unexpected(p *upPart) error {
 func (r *upRun) printTry(took time.Duration) {
 	c, bin := r.c, r.c.selfShown
 	fmt.Printf("ready in %v. Send load, then check every request's outcome:\n", took.Round(100*time.Millisecond))
-	fmt.Printf("  %s loadgen -brokers %s -rate 500 -burst 0 -duration 20s -record sent.jsonl\n", bin, c.brokerList())
+	traced := ""
+	if c.otlp != "" {
+		traced = " -otlp-endpoint " + c.otlp
+	}
+	fmt.Printf("  %s loadgen -brokers %s -rate 500 -burst 0 -duration 20s -record sent.jsonl%s\n", bin, c.brokerList(), traced)
 	fmt.Printf("  %s verify -record sent.jsonl -services http://%s -brokers %s\n", bin, c.services, c.brokerList())
 	fmt.Println("Ctrl-C stops every part, the workers first (each drains and commits); a part that exits on its own stops the others.")
 }

@@ -106,6 +106,7 @@ type worker struct {
 	// it ended with an error), once: a Kafka source's last commit and
 	// leaving its group. Nil: nothing to do.
 	leave   func(failed bool) error
+	traces  tracing // off: a zero tracing
 	reg     *prometheus.Registry
 	m       *observe.Metrics
 	g       *stream.Graph
@@ -184,19 +185,25 @@ func (w *worker) build() error {
 		return err
 	}
 	w.m = m
+	instance := f.instance
+	if instance == "" {
+		instance = f.consumer // -transport redis: the worker's name in its groups
+	}
+	w.traces = f.tf.start(f.logger, instance)
+	w.closers = append(w.closers, func() { w.traces.Shutdown(f.logger) })
 	if f.which == "supervisor" {
 		w.g, err = supervisor.New(supervisor.Config{Source: w.srcs[0], Committer: w.srcs[0], Backends: w.backends,
 			Notifier: supervisor.NewNotifications(), Retry: f.retry, Metrics: m, Logger: f.logger,
 			Producer: w.producer, RetryTopic: f.rf.retryTopic, DeadLetterTopic: f.rf.deadLetterTopic,
 			Replay: w.replay, ReplayCommitter: w.replay, ReplayAfter: f.rf.replayAfter, MaxReplayDelay: f.rf.maxReplayDelay,
-			MaxParkings: f.rf.maxParkings})
+			MaxParkings: f.rf.maxParkings, TracerProvider: w.traces.Provider()})
 		return err
 	}
 	cfg := delivery.SchedulerConfig{Backends: w.backends, Producer: w.producer,
 		FailuresTopic: f.failures, DeadLetterTopic: f.dead, Parallelism: f.parallelism, Retry: f.retry, Metrics: m, Logger: f.logger,
 		ParkTopic: f.rf.retryTopic, Replay: w.replay, ReplayCommitter: w.replay, ReplayAfter: f.rf.replayAfter,
 		MaxReplayDelay: f.rf.maxReplayDelay, MaxParkings: f.rf.maxParkings, StaleAfter: f.staleAfter, DefaultHorizon: f.horizon,
-		LatencyTarget: f.latencyTarget}
+		LatencyTarget: f.latencyTarget, TracerProvider: w.traces.Provider()}
 	if len(w.srcs) == 1 {
 		cfg.Source, cfg.Committer = w.srcs[0], w.srcs[0]
 	} else {
@@ -241,13 +248,14 @@ func (w *worker) run(ctx context.Context) error {
 	f := w.f
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
-	addr, served, err := observe.Serve(srvCtx, observe.ServerConfig{Listener: w.ln, Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
-		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof})
-	if err != nil {
-		return err
+	addr, served := serveWorker(srvCtx, w.ln, observe.ServerConfig{Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
+		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url)
+	attrs := append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
+		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")
+	if w.traces.Provider() != nil {
+		attrs = append(attrs, "slowest_traces", "http://"+addr+"/status/traces")
 	}
-	f.logger.Info("worker running", append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
-		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")...)
+	f.logger.Info("worker running", attrs...)
 	if onListen != nil {
 		onListen(f.which, addr)
 	}

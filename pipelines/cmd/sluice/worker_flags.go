@@ -25,6 +25,7 @@ type workerFlags struct {
 	cf    connFlags
 	rf    replayFlags
 	lf    logFlags
+	tf    traceFlags
 
 	requests, dead, redisURL, redisCA, levelTopics string
 	parallelism                                    int
@@ -67,6 +68,9 @@ func parseWorkerFlags(which string, args []string) (*workerFlags, error) {
 		f.logger.Warn(w)
 	}
 	if err := f.check(); err != nil {
+		return nil, err
+	}
+	if err := f.tf.check(); err != nil {
 		return nil, err
 	}
 	if err := f.consumerName(); err != nil {
@@ -149,6 +153,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 			`in place of the retry policy's transient_status (default: the policy's, 408,429,500,502-504 for the scheduler, 408,429,500-599 for the supervisor)`)
 	f.lf.register(fs)
 	f.rf.register(fs, f.which)
+	f.tf.register(fs, "sluice-"+f.which, true)
 }
 
 // check checks the flags that need no lookup.

@@ -1,0 +1,93 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/tracing"
+)
+
+// recordingProducer keeps the records and acknowledges them, failing
+// those whose key is fail.
+type recordingProducer struct {
+	mu      sync.Mutex
+	fail    string
+	records []*kgo.Record
+}
+
+func (p *recordingProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	p.mu.Lock()
+	p.records = append(p.records, r)
+	p.mu.Unlock()
+	if string(r.Key) == p.fail {
+		promise(r, errLostReply)
+		return
+	}
+	promise(r, nil)
+}
+
+func (p *recordingProducer) Flush(context.Context) error { return nil }
+
+// With a TracerProvider, each request is the root of a trace: a send
+// span, ended with the produce's outcome, whose traceparent the record
+// carries.
+func TestRunStartsATracePerRequest(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	p := &recordingProducer{fail: deliveryID(3)}
+	cfg := Config{Topic: "requests", Rate: 1000, Duration: 50 * time.Millisecond, Seed: 1, TracerProvider: tp}
+	if err := Run(context.Background(), p, cfg, NewSent()); !errors.Is(err, errLostReply) {
+		t.Fatalf("Run = %v, want the failed produce", err)
+	}
+	spans := map[trace.SpanID]tracetest.SpanStub{}
+	for _, s := range exp.GetSpans() {
+		spans[s.SpanContext.SpanID()] = s
+	}
+	if len(p.records) < 4 || len(spans) != len(p.records) {
+		t.Fatalf("%d records produced and %d spans, want a span for each of at least 4", len(p.records), len(spans))
+	}
+	traces := map[trace.TraceID]bool{}
+	for _, r := range p.records {
+		var hs []stream.Header
+		for _, h := range r.Headers {
+			hs = append(hs, stream.Header{Key: h.Key, Value: h.Value})
+		}
+		sc := trace.SpanContextFromContext(tracing.Extract(context.Background(), &stream.Envelope{Headers: hs}))
+		s, ok := spans[sc.SpanID()]
+		if !ok || !sc.IsSampled() || s.Name != "send requests" || s.SpanKind != trace.SpanKindProducer || s.Parent.IsValid() {
+			t.Fatalf("record %s carries %v, want the context of its own root send span (%+v)", r.Key, sc, s)
+		}
+		if failed := s.Status.Code == codes.Error; failed != (string(r.Key) == p.fail) {
+			t.Errorf("record %s: span status %v", r.Key, s.Status)
+		}
+		traces[sc.TraceID()] = true
+	}
+	if len(traces) != len(p.records) {
+		t.Fatalf("%d traces for %d requests, want one each", len(traces), len(p.records))
+	}
+}
+
+// Without one, records carry no trace headers.
+func TestRunWithoutTracingWritesNoHeaders(t *testing.T) {
+	p := &recordingProducer{}
+	cfg := Config{Topic: "requests", Rate: 1000, Duration: 20 * time.Millisecond, Seed: 1}
+	if err := Run(context.Background(), p, cfg, NewSent()); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range p.records {
+		if len(r.Headers) != 0 {
+			t.Fatalf("record %s has headers %v without tracing", r.Key, r.Headers)
+		}
+	}
+}

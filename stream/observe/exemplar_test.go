@@ -1,0 +1,122 @@
+package observe_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/stream"
+	"github.com/sluice-streams/sluice/stream/observe"
+)
+
+// In a traced pipeline the end-to-end and call latency histograms keep
+// the trace id of a sampled observation as their exemplar, which /metrics
+// serves to a scraper that asks for OpenMetrics.
+func TestExemplarsOnMetrics(t *testing.T) {
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "traced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	g := stream.New(stream.WithPipeline("traced"), stream.WithTracerProvider(tp))
+	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		m := stream.Message[int]{Value: 1}
+		m.Timestamp = time.Now().Add(-20 * time.Millisecond)
+		m.Headers = []stream.Header{{Key: "traceparent", Value: []byte("00-" + traceID + "-00f067aa0ba902b7-01")}}
+		return out.Send(ctx, m)
+	})
+	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, reg)
+	req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/openmetrics-text") {
+		t.Fatalf("content type %q", resp.Header.Get("Content-Type"))
+	}
+	for _, name := range []string{"sluice_end_to_end_latency_seconds_bucket", "sluice_async_call_seconds_bucket"} {
+		re := regexp.MustCompile(`(?m)^` + name + `\{[^}]*\} 1 # \{trace_id="` + traceID + `"\} `)
+		if !re.MatchString(body) {
+			t.Errorf("no exemplar of trace %s on %s:\n%s", traceID, name, grepLines(body, name))
+		}
+	}
+}
+
+// Untraced, no observation has an exemplar.
+func TestNoExemplarsUntraced(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := stream.New(stream.WithPipeline("plain"))
+	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		m := stream.Message[int]{Value: 1}
+		m.Timestamp = time.Now()
+		m.Headers = []stream.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}}
+		return out.Send(ctx, m)
+	})
+	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv := newServer(t, reg)
+	req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if strings.Contains(string(b), "trace_id") || !strings.Contains(string(b), "sluice_end_to_end_latency_seconds_count") {
+		t.Fatalf("an exemplar without tracing, or no latency histogram:\n%s", grepLines(string(b), "latency"))
+	}
+}
+
+func newServer(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr, done, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Gatherer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	return "http://" + addr
+}
+
+func grepLines(body, s string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
