@@ -44,3 +44,29 @@ func TestTraceSamplerVariablesRefused(t *testing.T) {
 		t.Errorf("a valid sampler refused: %v", err)
 	}
 }
+
+// The startup line names the URL the exporter sends to, /v1/traces
+// joined to a base URL given as $OTEL_EXPORTER_OTLP_ENDPOINT.
+func TestTraceOtlpEndpointFromVariableLogged(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://collector:4318":       "http://collector:4318/v1/traces",
+		"http://collector:4318/":      "http://collector:4318/v1/traces",
+		"https://gateway/otlp":        "https://gateway/otlp/v1/traces",
+		"http://c:4318/otlp/?x=1#top": "http://c:4318/otlp/v1/traces?x=1#top",
+	} {
+		if got := baseEndpoint(in); got != want {
+			t.Errorf("baseEndpoint(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The load generator's -trace-sample help says its share is the whole
+// system's; -otlp-endpoint's gives the host:port form and the path rule.
+func TestTraceFlagsHelp(t *testing.T) {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	var tf traceFlags
+	tf.register(fs, "sluice-delivery", true)
+	if u := fs.Lookup("otlp-endpoint").Usage; !strings.Contains(u, "localhost:4318 (http:// assumed)") || !strings.Contains(u, "/v1/traces is appended") {
+		t.Errorf("-otlp-endpoint help: %s", u)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -43,7 +44,8 @@ type traceFlags struct {
 func (t *traceFlags) register(fs *flag.FlagSet, service string, status bool) {
 	t.service, t.fs = service, fs
 	fs.StringVar(&t.endpoint, "otlp-endpoint", "",
-		"send traces over OTLP/HTTP to this collector (http://localhost:4318 or a full URL ending in /v1/traces); "+
+		"send traces over OTLP/HTTP to this collector: http://localhost:4318, or localhost:4318 (http:// assumed); "+
+			"/v1/traces is appended to the URL's path unless it ends with it; "+
 			"empty: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing. "+
 			"A collector that is down never slows the work: spans are sent in batches and dropped, with a warning, when it cannot take them")
 	fs.Float64Var(&t.sample, "trace-sample", defaultTraceSample,
@@ -124,7 +126,7 @@ func (t *traceFlags) start(logger *slog.Logger, instance string) tracing {
 	case os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
 		where = os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "":
-		where = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		where = baseEndpoint(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	default:
 		return tracing{}
 	}
@@ -178,6 +180,17 @@ func traceEndpoint(s string) (string, error) {
 		u.Path = strings.TrimRight(u.Path, "/") + "/v1/traces"
 	}
 	return u.String(), nil
+}
+
+// baseEndpoint is the URL the exporter sends to for a base URL given as
+// $OTEL_EXPORTER_OTLP_ENDPOINT: the SDK joins /v1/traces to its path.
+func baseEndpoint(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	u.Path = path.Join(u.Path, "/v1/traces")
+	return u.String()
 }
 
 // sampler is the sampler of new traces and its description for the log:
