@@ -54,6 +54,7 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		callCtx = attemptContext(ctx, j.span, j.attempts)
 	}
 	j.out, j.err = safeCall(callCtx, a.fn, j.msg.Value)
+	j.err = RedactURLError(j.err)
 	timedOut := false
 	// Cause rather than Err: a call timed from its send on the fallback
 	// contexts is cancelled with the cause DeadlineExceeded (stdSent).

@@ -13,6 +13,9 @@ import (
 // reads its status and Retry-After: 408, 429, 502, 503 and 504 are
 // transient (429, and 503 with Retry-After, as throttling).
 type HTTPError struct {
+	// URL is the request's URL without user info, query or fragment
+	// (RedactURL): the error's text goes into spans, failure headers and
+	// logs, and a query may hold a token.
 	Method, URL string
 	Status      int
 	// Wait is the Retry-After the service sent (0 if none).
@@ -47,7 +50,10 @@ func CheckResponse(resp *http.Response) error {
 	}
 	e := &HTTPError{Status: resp.StatusCode}
 	if resp.Request != nil {
-		e.Method, e.URL = resp.Request.Method, resp.Request.URL.String()
+		e.Method = resp.Request.Method
+		if resp.Request.URL != nil {
+			e.URL = redacted(resp.Request.URL)
+		}
 	}
 	if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		e.Wait = d

@@ -39,7 +39,8 @@ func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } 
 // context carrying it. tp's sampler decides which traces are recorded
 // (an sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01)) records one
 // in a hundred, and follows a sampled parent). Default: nil, tracing off,
-// at the cost of one nil check a batch. See stream/tracing.
+// at the cost of a nil check per message in the sources and MapAsync
+// stages that trace. See stream/tracing.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(g *Graph) { g.tracer = tp } }
 
 // WithPipeline names the pipeline in logs and errors (default "pipeline").

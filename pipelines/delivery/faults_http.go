@@ -94,11 +94,11 @@ func callFaults(ctx context.Context, cl *http.Client, method, base string, body 
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := cl.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s /admin/faults: %w", method, err)
+		return fmt.Errorf("%s /admin/faults: %w", method, flow.RedactURLError(err))
 	}
 	defer drainAndClose(resp.Body)
 	if err := flow.CheckResponse(resp); err != nil {
-		return fmt.Errorf("%s /admin/faults: %w", method, err)
+		return fmt.Errorf("%s /admin/faults: %w", method, flow.RedactURLError(err))
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("%s /admin/faults: reading the answer: %w", method, err)

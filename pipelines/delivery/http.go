@@ -211,7 +211,7 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.cl.Do(req)
 	if err != nil {
-		return err
+		return flow.RedactURLError(err) // its text goes into spans and failures
 	}
 	defer drainAndClose(resp.Body)
 	if err := flow.CheckResponse(resp); err != nil {

@@ -127,11 +127,11 @@ func getLedger(ctx context.Context, cl *http.Client, u string, read func(io.Read
 	}
 	resp, err := cl.Do(req)
 	if err != nil {
-		return fmt.Errorf("reading the ledger: %w", err)
+		return fmt.Errorf("reading the ledger: %w", flow.RedactURLError(err))
 	}
 	defer resp.Body.Close()
 	if err := flow.CheckResponse(resp); err != nil {
-		return fmt.Errorf("reading the ledger: %w", err)
+		return fmt.Errorf("reading the ledger: %w", flow.RedactURLError(err))
 	}
 	if err := read(resp.Body); err != nil {
 		return fmt.Errorf("reading the ledger from %s: %w", u, err)

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-streams/sluice/backpressure"
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/sink/checkpoint"
@@ -241,6 +244,11 @@ func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWa
 		aopts = append(aopts, flow.LaneScaling(0, backlog))
 	}
 	call := func(ctx context.Context, p *Progress) (*Progress, error) {
+		// The step's span names the request: the URLs of the checks,
+		// keyed by owner or by content, do not (url.full has no query).
+		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+			sp.SetAttributes(attribute.String("sluice.delivery.id", p.Request.ID))
+		}
 		if err := fn(ctx, p); err != nil {
 			return p, err
 		}

@@ -12,7 +12,9 @@ import (
 )
 
 // With a TracerProvider the scheduler traces each request: its receive
-// span and a span per step, named after the step, in one trace.
+// span and a span per step, named after the step, in one trace; each
+// step's span names the request (sluice.delivery.id), which the URLs of
+// the checks do not.
 func TestSchedulerTracesEachRequest(t *testing.T) {
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	exp := tracetest.NewInMemoryExporter()
@@ -24,6 +26,7 @@ func TestSchedulerTracesEachRequest(t *testing.T) {
 	p.stop()
 	spans := exp.GetSpans()
 	names := map[string]bool{}
+	ids := map[string]string{}
 	var traceID string
 	for _, s := range spans {
 		if s.Name == "receive requests" {
@@ -33,11 +36,21 @@ func TestSchedulerTracesEachRequest(t *testing.T) {
 	for _, s := range spans {
 		if s.SpanContext.TraceID().String() == traceID {
 			names[s.Name] = true
+			for _, kv := range s.Attributes {
+				if kv.Key == "sluice.delivery.id" {
+					ids[s.Name] = kv.Value.AsString()
+				}
+			}
 		}
 	}
 	for _, step := range []string{"receive requests", "check_account", "schedule_drone"} {
 		if !names[step] {
 			t.Errorf("no span %q in the request's trace; spans: %v", step, names)
+		}
+	}
+	for _, step := range []string{"check_account", "check_third_party", "schedule_drone"} {
+		if ids[step] == "" || ids[step] != ids["create_delivery"] {
+			t.Errorf("step spans' sluice.delivery.id: %v", ids)
 		}
 	}
 }

@@ -225,7 +225,7 @@ func Run(ctx context.Context, p kafkasink.Producer, cfg Config, sent *Sent) erro
 		}
 	}
 	g := newGen(cfg)
-	send := newSender(cfg.TracerProvider)
+	send := newSender(cfg.TracerProvider, kafkasink.MessagingSystem(p))
 	lim := rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(cfg.Rate/50)))
 	start := time.Now()
 	sent.reserve(int(max(cfg.Rate, cfg.BurstRate) * cfg.Duration.Seconds()))

@@ -21,15 +21,16 @@ import (
 type sender struct {
 	tracer trace.Tracer
 	kind   trace.SpanStartOption
+	system string // messaging.system: "kafka", "redis"
 }
 
-// newSender returns the sender of tp's spans; nil (no spans, no headers)
-// if tp is nil.
-func newSender(tp trace.TracerProvider) *sender {
+// newSender returns the sender of tp's spans to system (messaging.system);
+// nil (no spans, no headers) if tp is nil.
+func newSender(tp trace.TracerProvider, system string) *sender {
 	if tp == nil {
 		return nil
 	}
-	return &sender{tracer: tp.Tracer(tracing.ScopeName + "/pipelines/loadgen"), kind: trace.WithSpanKind(trace.SpanKindProducer)}
+	return &sender{tracer: tp.Tracer(tracing.ScopeName + "/pipelines/loadgen"), kind: trace.WithSpanKind(trace.SpanKindProducer), system: system}
 }
 
 // start starts r's send span and writes its traceparent into r's headers;
@@ -40,11 +41,14 @@ func (s *sender) start(ctx context.Context, r *kgo.Record, kind Kind) func(error
 	}
 	ctx, span := s.tracer.Start(ctx, "send "+r.Topic, s.kind)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("messaging.system", "kafka"),
+		span.SetAttributes(attribute.String("messaging.system", s.system),
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", r.Topic),
-			attribute.String("messaging.kafka.message.key", string(r.Key)),
+			attribute.String("sluice.delivery.id", string(r.Key)),
 			attribute.String("sluice.request.kind", kind.String()))
+		if s.system == "kafka" {
+			span.SetAttributes(attribute.String("messaging.kafka.message.key", string(r.Key)))
+		}
 	}
 	tracing.Propagator().Inject(ctx, recordCarrier{r})
 	return func(err error) {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/tracing"
 )
@@ -88,6 +89,43 @@ func TestRunWithoutTracingWritesNoHeaders(t *testing.T) {
 	for _, r := range p.records {
 		if len(r.Headers) != 0 {
 			t.Fatalf("record %s has headers %v without tracing", r.Key, r.Headers)
+		}
+	}
+}
+
+// redisProducer is a producer to Redis streams, which says so.
+type redisProducer struct{ *recordingProducer }
+
+func (redisProducer) MessagingSystem() string { return "redis" }
+
+// A send span names the system the producer writes to: Kafka's record
+// key attribute only on Kafka; the request's id on every system.
+func TestSendSpanNamesTheProducersSystem(t *testing.T) {
+	for _, system := range []string{"kafka", "redis"} {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		var p kafkasink.Producer = &recordingProducer{}
+		if system == "redis" {
+			p = redisProducer{&recordingProducer{}}
+		}
+		cfg := Config{Topic: "requests", Rate: 1000, Duration: 20 * time.Millisecond, Seed: 1, TracerProvider: tp}
+		if err := Run(context.Background(), p, cfg, NewSent()); err != nil {
+			t.Fatal(err)
+		}
+		spans := exp.GetSpans()
+		_ = tp.Shutdown(context.Background())
+		if len(spans) == 0 {
+			t.Fatalf("%s: no send span", system)
+		}
+		for _, s := range spans {
+			attrs := map[string]string{}
+			for _, kv := range s.Attributes {
+				attrs[string(kv.Key)] = kv.Value.Emit()
+			}
+			_, kafkaKey := attrs["messaging.kafka.message.key"]
+			if attrs["messaging.system"] != system || kafkaKey != (system == "kafka") || attrs["sluice.delivery.id"] == "" {
+				t.Fatalf("%s: send span attributes %v", system, attrs)
+			}
 		}
 	}
 }

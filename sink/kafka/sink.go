@@ -112,9 +112,23 @@ const MaxShrinkSteps = 8
 // MeasuresRecordsAlone(): a record it refuses as too large is then written
 // smaller at once, rather than produced again alone first as a record of
 // a Kafka batch refused whole is (see the package doc).
+//
+// A Producer that writes to a system other than Kafka names it with a
+// method MessagingSystem() string ("redis" for the Redis Streams one):
+// the spans of the failure sinks say that system (see MessagingSystem).
 type Producer interface {
 	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
 	Flush(ctx context.Context) error
+}
+
+// MessagingSystem returns the system p writes to, as the spans'
+// messaging.system names it: what p's MessagingSystem method returns if
+// it has one, else "kafka".
+func MessagingSystem(p Producer) string {
+	if s, ok := p.(interface{ MessagingSystem() string }); ok {
+		return s.MessagingSystem()
+	}
+	return "kafka"
 }
 
 // Sink produces one record per message.
@@ -221,7 +235,7 @@ func (s *Sink[T]) Stats() Stats {
 // produced (or for ctx to end) and then returns.
 func (s *Sink[T]) Run(ctx context.Context, in *stream.Inlet[T]) error {
 	r := &run[T]{s: s, in: in, idle: make(chan struct{}, 1), failed: make(chan struct{}, 1),
-		tracer: newFailureTracer(in.TracerProvider(), s.outcome, s.name)}
+		tracer: newFailureTracer(in.TracerProvider(), s.outcome, s.name, MessagingSystem(s.cl))}
 	if o, ok := s.cl.(interface{ OptValue(any) any }); ok {
 		r.defaultTopic, _ = o.OptValue(kgo.DefaultProduceTopic).(string)
 	}

@@ -26,10 +26,11 @@ import (
 type failureTracer struct {
 	tracer trace.Tracer
 	verb   string
+	system attribute.KeyValue
 	opts   []trace.SpanStartOption
 }
 
-func newFailureTracer(tp trace.TracerProvider, outcome stream.Outcome, name string) *failureTracer {
+func newFailureTracer(tp trace.TracerProvider, outcome stream.Outcome, name, system string) *failureTracer {
 	if tp == nil || outcome == stream.Completed {
 		return nil
 	}
@@ -40,7 +41,7 @@ func newFailureTracer(tp trace.TracerProvider, outcome stream.Outcome, name stri
 	case name == "kafka-dead-letter":
 		verb = "dead-letter"
 	}
-	return &failureTracer{tracer: tp.Tracer(tracing.ScopeName), verb: verb,
+	return &failureTracer{tracer: tp.Tracer(tracing.ScopeName), verb: verb, system: semconv.MessagingSystemKey.String(system),
 		opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}}
 }
 
@@ -56,7 +57,7 @@ func (t *failureTracer) start(m *stream.Envelope, value any, topic string) func(
 		span.End()
 		return nil
 	}
-	span.SetAttributes(semconv.MessagingSystemKafka, semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic))
+	span.SetAttributes(t.system, semconv.MessagingOperationTypeSend, semconv.MessagingDestinationName(topic))
 	if f, ok := value.(stream.Failure); ok {
 		as := []attribute.KeyValue{attribute.String("sluice.failure.stage", f.Stage), attribute.Int("sluice.attempts", f.Attempts),
 			attribute.Bool("sluice.failure.transient", f.Transient)}

@@ -175,11 +175,22 @@ func TestOneTraceFromSourceThroughServiceToSink(t *testing.T) {
 	}
 }
 
+// otherSystem is a Producer writing to a system other than Kafka, which
+// says so (as sink/redisstream's does).
+type otherSystem struct{ kafkasink.Producer }
+
+func (otherSystem) MessagingSystem() string { return "redis" }
+
 // A parking in a traced pipeline ends its message's trace with a span of
-// the write, saying the failure was transient; untraced it starts none.
+// the write, saying the failure was transient and naming the system its
+// producer writes to; untraced it starts none.
 func TestParkingSpan(t *testing.T) {
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	for _, traced := range []bool{true, false} {
+	for _, c := range []struct {
+		traced bool
+		system string
+	}{{true, "kafka"}, {true, "redis"}, {false, "kafka"}} {
+		traced := c.traced
 		brokers := testenv.Kfake(t, 1, "parked")
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -208,7 +219,11 @@ func TestParkingSpan(t *testing.T) {
 			}
 		})
 		stream.To(stream.Via(stream.From(g, src), fail, stream.Name("call")), kafkasink.NewSink(client(t, brokers), kafkasink.Records("parked")))
-		stream.To(g.Failures(), kafkasink.NewParking(client(t, brokers), "parked", time.Minute))
+		var parking kafkasink.Producer = client(t, brokers)
+		if c.system != "kafka" {
+			parking = otherSystem{parking}
+		}
+		stream.To(g.Failures(), kafkasink.NewParking(parking, "parked", time.Minute))
 		if err := g.Run(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -227,7 +242,8 @@ func TestParkingSpan(t *testing.T) {
 		for _, kv := range spans[0].Attributes {
 			attrs[string(kv.Key)] = kv.Value.Emit()
 		}
-		if attrs["sluice.failure.transient"] != "true" || attrs["sluice.failure.stage"] != "call" || attrs["sluice.attempts"] != "3" {
+		if attrs["sluice.failure.transient"] != "true" || attrs["sluice.failure.stage"] != "call" || attrs["sluice.attempts"] != "3" ||
+			attrs["messaging.system"] != c.system {
 			t.Errorf("attributes %v", attrs)
 		}
 	}

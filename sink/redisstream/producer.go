@@ -80,6 +80,10 @@ func NewProducer(client redis.UniversalClient, opts ...Option) *Producer {
 // batch): they write it smaller at once.
 func (p *Producer) MeasuresRecordsAlone() {}
 
+// MessagingSystem returns "redis": the Kafka sinks' spans name the
+// system so (sink/kafka.MessagingSystem).
+func (p *Producer) MessagingSystem() string { return "redis" }
+
 // Validate reports a bad option.
 func (p *Producer) Validate() error { return p.o.validate("redis stream producer") }
 

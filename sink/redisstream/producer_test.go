@@ -210,3 +210,12 @@ func TestProducerRecordOutcomes(t *testing.T) {
 		t.Fatalf("Flush after Close = %v", err)
 	}
 }
+
+// The Kafka sinks' spans name Redis as the system a Producer writes to.
+func TestProducerSaysItWritesToRedis(t *testing.T) {
+	p := redisstream.NewProducer(outageClient(t, "127.0.0.1:1"))
+	defer p.Close()
+	if s := kafkasink.MessagingSystem(p); s != "redis" {
+		t.Errorf("MessagingSystem = %q, want redis", s)
+	}
+}

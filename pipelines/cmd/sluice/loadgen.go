@@ -55,6 +55,9 @@ func loadgenCmd(ctx context.Context, args []string) (*loadgen.Sent, error) {
 		"when done, write what the brokers (or Redis) acknowledged (each request's id and kind, the number of duplicates), and apart the requests never answered, to this file, for sluice verify")
 	var trf traceFlags
 	trf.register(fs, "sluice-loadgen", false)
+	fs.Lookup("trace-sample").Usage = "share of the requests whose trace is sampled, 0 to 1: the load generator starts every request's trace, " +
+		"and the workers follow its decision, so this is the whole system's share; " +
+		"unless given, $OTEL_TRACES_SAMPLER and $OTEL_TRACES_SAMPLER_ARG choose the sampler as the OpenTelemetry SDK reads them"
 	if err := parseFlags("loadgen", fs, args); err != nil {
 		return nil, err
 	}

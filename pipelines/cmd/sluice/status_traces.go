@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"html/template"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -115,7 +116,7 @@ var slowPage = template.Must(template.New("traces").Parse(`<!doctype html>
 <body><h1>Slowest traced call of each stage, last {{.Window}}</h1>
 {{if not .Calls}}<p>None yet: tracing is off (-otlp-endpoint), or no sampled request went through since.</p>{{else}}
 <table><tr><th>pipeline</th><th>stage</th><th>seconds</th><th>at</th><th>trace</th></tr>
-{{range .Calls}}<tr><td>{{.Pipeline}}</td><td>{{.Stage}}</td><td class="n">{{printf "%.4f" .Seconds}}</td><td>{{.At.Format "15:04:05"}}</td>
+{{range .Calls}}<tr><td>{{.Pipeline}}</td><td>{{.Stage}}</td><td class="n">{{printf "%.4f" .Seconds}}</td><td>{{.At.UTC.Format "2006-01-02 15:04:05 MST"}}</td>
 <td>{{if .Link}}<a href="{{.Link}}">{{.TraceID}}</a>{{else}}<code>{{.TraceID}}</code>{{end}}</td></tr>
 {{end}}</table>{{end}}
 <p><a href="/status">/status</a> · <a href="/status/traces.json">as JSON</a></p></body></html>
@@ -151,11 +152,16 @@ func slowHandler(g prometheus.Gatherer, link string) http.Handler {
 }
 
 // serveWorker serves the worker's endpoints (observe.Handler) and
-// /status/traces on ln until ctx ends, as observe.Serve does.
-func serveWorker(ctx context.Context, ln net.Listener, cfg observe.ServerConfig, traceURL string) (addr string, done <-chan error) {
+// /status/traces on ln until ctx ends, as observe.Serve does; a traced
+// worker's /status links to /status/traces.
+func serveWorker(ctx context.Context, ln net.Listener, cfg observe.ServerConfig, traceURL string, traced bool) (addr string, done <-chan error) {
 	cfg.Context = ctx
 	mux := http.NewServeMux()
-	mux.Handle("/", observe.Handler(cfg))
+	obs := observe.Handler(cfg)
+	mux.Handle("/", obs)
+	if traced {
+		mux.Handle("/status", linkTraces(obs))
+	}
 	slow := slowHandler(cfg.Gatherer, traceURL)
 	mux.Handle("/status/traces", slow)
 	mux.Handle("/status/traces.json", slow)
@@ -176,3 +182,33 @@ func serveWorker(ctx context.Context, ln net.Listener, cfg observe.ServerConfig,
 	}()
 	return ln.Addr().String(), ch
 }
+
+// tracesLink goes under the heading of the /status page.
+const tracesLink = `<h1>sluice</h1>
+<p><a href="/status/traces">Slowest traced calls</a></p>`
+
+// linkTraces serves h's /status page with a link to /status/traces under
+// its heading (the page is a fixed one, its numbers fetched by script).
+func linkTraces(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		page := &pageWriter{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(page, r)
+		for k, v := range page.header {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(page.code)
+		_, _ = io.WriteString(w, strings.Replace(page.body.String(), "<h1>sluice</h1>", tracesLink, 1))
+	})
+}
+
+// pageWriter keeps a page to be changed before it is sent.
+type pageWriter struct {
+	header http.Header
+	code   int
+	body   strings.Builder
+}
+
+func (p *pageWriter) Header() http.Header         { return p.header }
+func (p *pageWriter) WriteHeader(code int)        { p.code = code }
+func (p *pageWriter) Write(b []byte) (int, error) { return p.body.Write(b) }

@@ -630,23 +630,26 @@ func TestTraceSamplerFromFlagsAndVariables(t *testing.T) {
 	}
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
 	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "")
-	if _, r, ok := parse().sampler(); !ok || r != defaultTraceSample {
-		t.Errorf("no flag, no variable: ratio %v, %v; want ours, %v", r, ok, defaultTraceSample)
-	}
-	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
-	if _, r, ok := parse().sampler(); !ok || r != 0.25 {
-		t.Errorf("OTEL_TRACES_SAMPLER_ARG=0.25: ratio %v, %v", r, ok)
-	}
-	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-	if _, _, ok := parse().sampler(); ok {
-		t.Error("OTEL_TRACES_SAMPLER set and no -trace-sample: ours, want the SDK's")
-	}
-	if s, r, ok := parse("-trace-sample", "0.5").sampler(); !ok || r != 0.5 || !strings.HasPrefix(s.Description(), "ParentBased") {
-		t.Errorf("-trace-sample 0.5 beside the variables: %v, %v, %v; want it to win", s, r, ok)
-	}
-	t.Setenv("SLUICE_TRACE_SAMPLE", "0.75")
-	if _, r, ok := parse().sampler(); !ok || r != 0.75 {
-		t.Errorf("SLUICE_TRACE_SAMPLE=0.75: ratio %v, %v; want it to win", r, ok)
+	for _, c := range []struct {
+		sampler, arg, sample string
+		args                 []string
+		want                 string
+	}{
+		{want: "parent-based, 1% of new traces"},
+		{arg: "0.25", want: "parent-based, 25% of new traces"},
+		{arg: "1", want: "parent-based, all new traces"},
+		{sampler: "always_on", want: "$OTEL_TRACES_SAMPLER=always_on: all traces"},
+		{sampler: "parentbased_traceidratio", arg: "0.1", want: "$OTEL_TRACES_SAMPLER=parentbased_traceidratio: parent-based, 10% of new traces"},
+		{sampler: "always_on", arg: "0.25", args: []string{"-trace-sample", "0.5"}, want: "parent-based, 50% of new traces"},
+		{sampler: "always_on", sample: "0.75", want: "parent-based, 75% of new traces"},
+	} {
+		t.Setenv("OTEL_TRACES_SAMPLER", c.sampler)
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", c.arg)
+		t.Setenv("SLUICE_TRACE_SAMPLE", c.sample)
+		s, desc, err := parse(c.args...).sampler()
+		if err != nil || desc != c.want || (strings.HasPrefix(c.want, "parent") && !strings.HasPrefix(s.Description(), "ParentBased")) {
+			t.Errorf("%+v: sampler %v %q %v; want %q", c, s, desc, err, c.want)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -43,7 +44,8 @@ type traceFlags struct {
 func (t *traceFlags) register(fs *flag.FlagSet, service string, status bool) {
 	t.service, t.fs = service, fs
 	fs.StringVar(&t.endpoint, "otlp-endpoint", "",
-		"send traces over OTLP/HTTP to this collector (http://localhost:4318 or a full URL ending in /v1/traces); "+
+		"send traces over OTLP/HTTP to this collector: http://localhost:4318, or localhost:4318 (http:// assumed); "+
+			"/v1/traces is appended to the URL's path unless it ends with it; "+
 			"empty: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT if set, else no tracing. "+
 			"A collector that is down never slows the work: spans are sent in batches and dropped, with a warning, when it cannot take them")
 	fs.Float64Var(&t.sample, "trace-sample", defaultTraceSample,
@@ -56,12 +58,24 @@ func (t *traceFlags) register(fs *flag.FlagSet, service string, status bool) {
 	}
 }
 
-// check reports a -trace-sample outside [0, 1].
+// check reports a -trace-sample outside [0, 1] and, when tracing is on,
+// a $OTEL_TRACES_SAMPLER or $OTEL_TRACES_SAMPLER_ARG the command cannot
+// use: a mistyped sampler would otherwise sample every trace.
 func (t *traceFlags) check() error {
 	if !(t.sample >= 0 && t.sample <= 1) {
 		return fmt.Errorf("-trace-sample %v: want a share from 0 to 1 (0.01: one trace in a hundred)", t.sample)
 	}
-	return nil
+	if !t.on() {
+		return nil
+	}
+	_, _, err := t.sampler()
+	return err
+}
+
+// on says whether tracing is asked for: an endpoint, as a flag or a
+// variable.
+func (t *traceFlags) on() bool {
+	return t.endpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
 }
 
 // tracing is a TracerProvider built from the flags, or none (nil) when
@@ -112,7 +126,7 @@ func (t *traceFlags) start(logger *slog.Logger, instance string) tracing {
 	case os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "":
 		where = os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 	case os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "":
-		where = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		where = baseEndpoint(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	default:
 		return tracing{}
 	}
@@ -138,11 +152,13 @@ var spanExporter func() sdktrace.SpanExporter
 // withExporter is the TracerProvider that batches its spans to exp.
 func (t *traceFlags) withExporter(logger *slog.Logger, instance string, exp sdktrace.SpanExporter, where string) tracing {
 	popts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp), sdktrace.WithResource(t.resource(logger, instance))}
-	sampler := "$OTEL_TRACES_SAMPLER"
-	if s, ratio, ok := t.sampler(); ok {
-		popts, sampler = append(popts, sdktrace.WithSampler(s)), fmt.Sprintf("parent-based, %g of new traces", ratio)
+	s, desc, err := t.sampler()
+	if err != nil { // the commands refuse it before (check): a caller that did not
+		logger.Warn("traces: sampling 1% of new traces", "err", err)
+		s, desc = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(defaultTraceSample)), "parent-based, 1% of new traces"
 	}
-	logger.Info("tracing on", "otlp_endpoint", where, "sampler", sampler)
+	popts = append(popts, sdktrace.WithSampler(s))
+	logger.Info("tracing on", "otlp_endpoint", where, "sampler", desc)
 	return tracing{tp: sdktrace.NewTracerProvider(popts...)}
 }
 
@@ -166,25 +182,100 @@ func traceEndpoint(s string) (string, error) {
 	return u.String(), nil
 }
 
-// sampler is the sampler of new traces: parent-based, a ratio of
-// -trace-sample (given as a flag or its variable), else of
-// $OTEL_TRACES_SAMPLER_ARG; false when -trace-sample is not given and
-// $OTEL_TRACES_SAMPLER is set, which the SDK then reads itself.
-func (t *traceFlags) sampler() (s sdktrace.Sampler, ratio float64, ok bool) {
+// baseEndpoint is the URL the exporter sends to for a base URL given as
+// $OTEL_EXPORTER_OTLP_ENDPOINT: the SDK joins /v1/traces to its path.
+func baseEndpoint(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	u.Path = path.Join(u.Path, "/v1/traces")
+	return u.String()
+}
+
+// sampler is the sampler of new traces and its description for the log:
+// parent-based, a ratio of -trace-sample when given (as a flag or its
+// variable); else the one $OTEL_TRACES_SAMPLER names, with
+// $OTEL_TRACES_SAMPLER_ARG as the SDK reads them; else parent-based, a
+// ratio of $OTEL_TRACES_SAMPLER_ARG if set, of 1% if not. A variable it
+// cannot use is an error naming it, whether the flag overrides it or not.
+func (t *traceFlags) sampler() (sdktrace.Sampler, string, error) {
 	given := false
 	if t.fs != nil {
 		t.fs.Visit(func(f *flag.Flag) { given = given || f.Name == "trace-sample" })
 	}
-	ratio = t.sample
-	if !given {
-		if os.Getenv("OTEL_TRACES_SAMPLER") != "" {
-			return nil, 0, false
-		}
-		if v, err := strconv.ParseFloat(os.Getenv("OTEL_TRACES_SAMPLER_ARG"), 64); err == nil && v >= 0 && v <= 1 {
-			ratio = v
+	name, arg := os.Getenv("OTEL_TRACES_SAMPLER"), os.Getenv("OTEL_TRACES_SAMPLER_ARG")
+	var fromEnv sdktrace.Sampler
+	var desc string
+	if name != "" {
+		var err error
+		if fromEnv, desc, err = envSampler(name, arg); err != nil {
+			return nil, "", err
 		}
 	}
-	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), ratio, true
+	ratio := t.sample
+	switch {
+	case given:
+	case fromEnv != nil:
+		return fromEnv, desc, nil
+	case arg != "":
+		var err error
+		if ratio, err = samplerArg(arg); err != nil {
+			return nil, "", err
+		}
+	}
+	return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio)), "parent-based, " + share(ratio, "new traces"), nil
+}
+
+// envSampler is the sampler $OTEL_TRACES_SAMPLER names, as the
+// OpenTelemetry SDK builds it (a ratio of 1 when the argument is empty).
+func envSampler(name, arg string) (sdktrace.Sampler, string, error) {
+	ratio := func() (float64, error) {
+		if arg == "" {
+			return 1, nil
+		}
+		return samplerArg(arg)
+	}
+	desc := "$OTEL_TRACES_SAMPLER=" + name
+	switch name {
+	case "always_on":
+		return sdktrace.AlwaysSample(), desc + ": all traces", nil
+	case "always_off":
+		return sdktrace.NeverSample(), desc + ": no traces", nil
+	case "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), desc + ": parent-based, all new traces", nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), desc + ": parent-based, no new traces", nil
+	case "traceidratio":
+		r, err := ratio()
+		return sdktrace.TraceIDRatioBased(r), desc + ": " + share(r, "traces") + ", ignoring the producer's decision", err
+	case "parentbased_traceidratio":
+		r, err := ratio()
+		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), desc + ": parent-based, " + share(r, "new traces"), err
+	}
+	return nil, "", fmt.Errorf("$OTEL_TRACES_SAMPLER=%q: not a sampler this command knows; want always_on, always_off, "+
+		"traceidratio, parentbased_always_on, parentbased_always_off or parentbased_traceidratio (or unset it and give -trace-sample)", name)
+}
+
+// samplerArg reads $OTEL_TRACES_SAMPLER_ARG as a ratio.
+func samplerArg(arg string) (float64, error) {
+	v, err := strconv.ParseFloat(arg, 64)
+	if err != nil || !(v >= 0 && v <= 1) {
+		return 0, fmt.Errorf("$OTEL_TRACES_SAMPLER_ARG=%q: want a share from 0 to 1 (0.01: one trace in a hundred)", arg)
+	}
+	return v, nil
+}
+
+// share says a ratio of what for people: "all new traces", "no new
+// traces", "1% of new traces".
+func share(r float64, what string) string {
+	switch r {
+	case 1:
+		return "all " + what
+	case 0:
+		return "no " + what
+	}
+	return fmt.Sprintf("%.4g%% of %s", r*100, what)
 }
 
 // resource says which process the spans come from: service.name (the

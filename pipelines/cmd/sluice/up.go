@@ -420,7 +420,11 @@ func (r *upRun) worker(which, listen string) *upPart {
 	if r.c.traceURL != "" {
 		args = append(args, "-trace-url", r.c.traceURL)
 	}
-	p := r.part(which, fmt.Sprintf("%s/status  %s/metrics", base, base), args...)
+	about := fmt.Sprintf("%s/status  %s/metrics", base, base)
+	if r.c.otlp != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" {
+		about += "  " + base + "/status/traces"
+	}
+	p := r.part(which, about, args...)
 	p.ready = func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 		if err != nil {

@@ -249,7 +249,7 @@ func (w *worker) run(ctx context.Context) error {
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
 	addr, served := serveWorker(srvCtx, w.ln, observe.ServerConfig{Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
-		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url)
+		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url, w.traces.Provider() != nil)
 	attrs := append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
 		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")
 	if w.traces.Provider() != nil {
