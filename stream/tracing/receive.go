@@ -95,9 +95,12 @@ func (r *Receiver) Receive(_ context.Context, e *stream.Envelope, attrs ...attri
 	r.inject(span.SpanContext(), e)
 }
 
-// inject is injectSpan with the value and the headers cut from the
-// receiver's slabs. Each cut has its capacity fixed, so that an append to
-// one message's headers never writes into another's.
+// inject writes the trace context of sc into e's headers: traceparent,
+// and tracestate if sc has one. The value and the new header slice are
+// cut from the receiver's slabs: the headers e came with are never
+// written, as they may be shared (with the record, with other messages).
+// Each cut has its capacity fixed, so that an append to one message's
+// headers never writes into another's.
 func (r *Receiver) inject(sc trace.SpanContext, e *stream.Envelope) {
 	if !sc.IsValid() {
 		return
@@ -108,27 +111,20 @@ func (r *Receiver) inject(sc trace.SpanContext, e *stream.Envelope) {
 	b := r.bytes[:traceParentLen:traceParentLen]
 	r.bytes = r.bytes[traceParentLen:]
 	formatTraceParent(b, sc)
-	for i := range e.Headers {
-		if e.Headers[i].Key == TraceParent {
-			e.Headers[i].Value = b
-			r.traceState(sc, e)
-			return
-		}
-	}
+	ts := sc.TraceState()
 	n := len(e.Headers) + 1
+	if ts.Len() > 0 {
+		n++
+	}
 	if len(r.headers) < n {
 		r.headers = make([]stream.Header, max(256, n))
 	}
-	hs := r.headers[:n:n]
+	hs := r.headers[:len(e.Headers):n]
 	r.headers = r.headers[n:]
 	copy(hs, e.Headers)
-	hs[n-1] = stream.Header{Key: TraceParent, Value: b}
-	e.Headers = hs
-	r.traceState(sc, e)
-}
-
-func (r *Receiver) traceState(sc trace.SpanContext, e *stream.Envelope) {
-	if ts := sc.TraceState(); ts.Len() > 0 {
-		setHeader(e, TraceState, []byte(ts.String()))
+	hs = putHeader(hs, TraceParent, b)
+	if ts.Len() > 0 {
+		hs = putHeader(hs, TraceState, []byte(ts.String()))
 	}
+	e.Headers = hs
 }
