@@ -55,7 +55,7 @@ func (t *asyncTracer) start(job any, e *stream.Envelope) trace.Span {
 	// The parent is the message's, never a span of the stage's context:
 	// a pipeline run under a span (a job's) does not make every message
 	// its child.
-	_, span := t.tracer.Start(tracing.Extract(context.Background(), e), t.name, trace.WithAttributes(t.stage))
+	_, span := t.tracer.Start(tracing.ExtractTraceContext(context.Background(), e), t.name, trace.WithAttributes(t.stage))
 	t.open[job] = span
 	return span
 }

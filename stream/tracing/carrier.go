@@ -78,6 +78,23 @@ func Extract(ctx context.Context, e *stream.Envelope) context.Context {
 	return propagator.Extract(ctx, Carrier{Headers: &e.Headers})
 }
 
+// traceContext reads and writes traceparent and tracestate only.
+var traceContext propagation.TextMapPropagator = propagation.TraceContext{}
+
+// ExtractTraceContext returns ctx with the span context that e's
+// traceparent and tracestate headers carry, as Extract does, but reads
+// no baggage: it is what a stage needs to start a span in the message's
+// trace, and it costs the same whatever baggage the message carries (a
+// producer's 8 KB one would cost a parse of each of its members for
+// every message). The baggage header travels on in the message as it
+// came. The sources' receive spans and sluice's stages use it.
+func ExtractTraceContext(ctx context.Context, e *stream.Envelope) context.Context {
+	if len(e.Headers) == 0 {
+		return ctx
+	}
+	return traceContext.Extract(ctx, Carrier{Headers: &e.Headers})
+}
+
 // Inject writes the span context and baggage of ctx into e's headers,
 // replacing those it had: the message then continues ctx's trace
 // wherever it goes (a Kafka or Redis sink writes its headers). A ctx

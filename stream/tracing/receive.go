@@ -79,8 +79,9 @@ func (r *Receiver) Receive(_ context.Context, e *stream.Envelope, attrs ...attri
 	// spans a ratio sampler drops.
 	r.opts = append(r.opts[:0], r.kind, trace.WithTimestamp(start))
 	// The parent is the record's, never a span of ctx: a pipeline run
-	// under a span (a job's) does not make every message its child.
-	_, span := r.tracer.Start(Extract(context.Background(), e), r.name, r.opts...)
+	// under a span (a job's) does not make every message its child. Its
+	// baggage is not read: the span needs none.
+	_, span := r.tracer.Start(ExtractTraceContext(context.Background(), e), r.name, r.opts...)
 	if span.IsRecording() {
 		a := append(r.attrs[:0], r.system, semconv.MessagingOperationTypeReceive, semconv.MessagingDestinationName(e.Topic))
 		if r.kafka {
