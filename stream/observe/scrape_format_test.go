@@ -22,15 +22,17 @@ import (
 // without --enable-feature=exemplar-storage.
 const prometheusAccept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 
-// Since /metrics serves OpenMetrics to a scraper that asks, every
-// Prometheus server gets it (it asks by default), not only one keeping
-// exemplars. The series it stores must be those it stored from the text
-// format, traced pipeline or not: a histogram bucket whose bound is a
-// whole number is le="1" in the text format and le="1.0" in OpenMetrics,
-// a different series to a Prometheus 2 server, which splits every
-// sluice_async_attempts bucket at the upgrade (and the Redis read and
-// write histograms' 1, 2.5... buckets), breaking the rate() and
-// histogram_quantile() of the shipped dashboard across it.
+// A Prometheus server asks for OpenMetrics first by default, with or
+// without --enable-feature=exemplar-storage. The series it stores must be
+// those it stored from the text format, traced pipeline or not: a
+// histogram bucket whose bound is a whole number is le="1" in the text
+// format and le="1.0" in OpenMetrics, a different series to a Prometheus 2
+// server, which would split every sluice_async_attempts bucket at the
+// upgrade (and the Redis read and write histograms' 1, 2.5... buckets),
+// breaking the rate() and histogram_quantile() of the shipped dashboard
+// across it. So /metrics offers OpenMetrics only when told to
+// (ServerConfig.OpenMetrics: TestExemplarsOnMetrics), and by default
+// answers Prometheus's Accept with the text format.
 func TestScrapeFormatsGiveTheSameSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := observe.New(reg, "plain")
@@ -50,14 +52,20 @@ func TestScrapeFormatsGiveTheSameSeries(t *testing.T) {
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, reg)
+	srv := newServer(t, observe.ServerConfig{Gatherer: reg})
 	text, ct := scrapeWith(t, srv, "text/plain;version=0.0.4")
 	if !strings.HasPrefix(ct, "text/plain") {
 		t.Fatalf("a text scrape answered %q", ct)
 	}
-	om, ct := scrapeWith(t, srv, prometheusAccept)
-	a, b := seriesOf(text), seriesOf(om)
-	var onlyText, onlyOM []string
+	if !strings.Contains(text, `sluice_async_attempts_bucket{pipeline="plain",stage="map-async",le="1"}`) {
+		t.Fatalf("no whole-number bucket bound to compare:\n%s", grepLines(text, "sluice_async_attempts_bucket"))
+	}
+	prom, ct := scrapeWith(t, srv, prometheusAccept)
+	if !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Prometheus's default Accept got %q, not the text format", ct)
+	}
+	a, b := seriesOf(text), seriesOf(prom)
+	var onlyText, onlyProm []string
 	for s := range a {
 		if !b[s] {
 			onlyText = append(onlyText, s)
@@ -65,14 +73,14 @@ func TestScrapeFormatsGiveTheSameSeries(t *testing.T) {
 	}
 	for s := range b {
 		if !a[s] {
-			onlyOM = append(onlyOM, s)
+			onlyProm = append(onlyProm, s)
 		}
 	}
 	sort.Strings(onlyText)
-	sort.Strings(onlyOM)
-	if len(onlyText)+len(onlyOM) > 0 {
+	sort.Strings(onlyProm)
+	if len(onlyText)+len(onlyProm) > 0 {
 		t.Errorf("Prometheus's default Accept got %q; %d series of the text format are not in it, e.g. %v; it has instead e.g. %v",
-			ct, len(onlyText), first(onlyText, 3), first(onlyOM, 3))
+			ct, len(onlyText), first(onlyText, 3), first(onlyProm, 3))
 	}
 }
 
