@@ -95,11 +95,7 @@ func attemptContext(ctx context.Context, span trace.Span, attempt int) context.C
 	if span.IsRecording() {
 		span.AddEvent("attempt", trace.WithAttributes(attrAttempt.Int(attempt)))
 	}
-	tc := &tracedCtx{Context: trace.ContextWithSpan(ctx, span), attempt: attempt}
-	if af, ok := ctx.(afterFuncer); ok {
-		return afterFuncCtx{tc, af}
-	}
-	return tc
+	return keepAfterFunc(&tracedCtx{Context: trace.ContextWithSpan(ctx, span), attempt: attempt}, ctx)
 }
 
 // attemptKey is the context key of an attempt's number.
