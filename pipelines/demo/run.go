@@ -24,6 +24,7 @@ import (
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 // Config shapes a demo run.
@@ -156,7 +157,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	w8.set(first)
 	defer func() { w8.current().shutdown(false) }()
 	if cfg.Listen != "" && cfg.Restarts == 0 {
-		stop, err := serveMetrics(cfg.Listen, sp, first, cfg.TracerProvider != nil, w)
+		stop, err := serveMetrics(cfg.Listen, sp, first, tracing.Enabled(cfg.TracerProvider), w)
 		if err != nil {
 			return Summary{}, err
 		}

@@ -24,9 +24,9 @@ type sender struct {
 }
 
 // newSender returns the sender of tp's spans; nil (no spans, no headers)
-// if tp is nil.
+// if tp is nil or a nil pointer (tracing.Enabled).
 func newSender(tp trace.TracerProvider) *sender {
-	if tp == nil {
+	if !tracing.Enabled(tp) {
 		return nil
 	}
 	return &sender{tracer: tp.Tracer(tracing.ScopeName + "/pipelines/loadgen"), kind: trace.WithSpanKind(trace.SpanKindProducer)}

@@ -37,9 +37,9 @@ type Receiver struct {
 
 // NewReceiver returns a Receiver whose spans come from tp and say the
 // messages come from system (messaging.system: "kafka", "redis"); nil if
-// tp is nil.
+// tracing is off (!Enabled(tp)).
 func NewReceiver(tp trace.TracerProvider, system string) *Receiver {
-	if tp == nil {
+	if !Enabled(tp) {
 		return nil
 	}
 	return &Receiver{tracer: tp.Tracer(ScopeName), system: semconv.MessagingSystemKey.String(system),
