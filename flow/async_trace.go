@@ -55,7 +55,7 @@ func (t *asyncTracer) start(job any, e *stream.Envelope) trace.Span {
 	// The parent is the message's, never a span of the stage's context:
 	// a pipeline run under a span (a job's) does not make every message
 	// its child.
-	_, span := t.tracer.Start(tracing.Extract(context.Background(), e), t.name, trace.WithAttributes(t.stage))
+	_, span := t.tracer.Start(tracing.ExtractTraceContext(context.Background(), e), t.name, trace.WithAttributes(t.stage))
 	t.open[job] = span
 	return span
 }
@@ -95,11 +95,7 @@ func attemptContext(ctx context.Context, span trace.Span, attempt int) context.C
 	if span.IsRecording() {
 		span.AddEvent("attempt", trace.WithAttributes(attrAttempt.Int(attempt)))
 	}
-	tc := &tracedCtx{Context: trace.ContextWithSpan(ctx, span), attempt: attempt}
-	if af, ok := ctx.(afterFuncer); ok {
-		return afterFuncCtx{tc, af}
-	}
-	return tc
+	return keepAfterFunc(&tracedCtx{Context: trace.ContextWithSpan(ctx, span), attempt: attempt}, ctx)
 }
 
 // attemptKey is the context key of an attempt's number.

@@ -55,6 +55,11 @@ func (t *tracedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, span := parent.TracerProvider().Tracer(tracing.ScopeName).Start(req.Context(), req.Method,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	defer span.End()
+	// The span's context is a context.WithValue of the request's, which
+	// hides the AfterFunc a traced MapAsync's call context has: the
+	// context the transport derives from it would need a goroutine to
+	// watch it, for every traced request.
+	ctx = keepAfterFunc(ctx, req.Context())
 	// A RoundTripper must not change the request it was given: Clone
 	// copies its headers.
 	out := req.Clone(ctx)

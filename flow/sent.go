@@ -44,10 +44,7 @@ func SentOnWrite(ctx context.Context) context.Context {
 			}
 		},
 	})
-	if af, ok := ctx.(afterFuncer); ok {
-		return afterFuncCtx{traced, af}
-	}
-	return traced
+	return keepAfterFunc(traced, ctx)
 }
 
 // afterFuncer is what the context package looks for in a parent it does
@@ -67,3 +64,13 @@ type afterFuncCtx struct {
 }
 
 func (c afterFuncCtx) AfterFunc(f func()) func() bool { return c.af.AfterFunc(f) }
+
+// keepAfterFunc returns ctx, a context that adds a value to parent
+// (context.WithValue and the like: same Done, same Err), with parent's
+// AfterFunc visible again if parent has one.
+func keepAfterFunc(ctx, parent context.Context) context.Context {
+	if af, ok := parent.(afterFuncer); ok {
+		return afterFuncCtx{ctx, af}
+	}
+	return ctx
+}

@@ -54,7 +54,7 @@ func (t *windowTrace) placed(m *stream.Envelope, now time.Time) {
 	if len(t.links) >= maxWindowLinks || len(m.Headers) == 0 || tracing.NotSampled(m) {
 		return
 	}
-	if sc := trace.SpanContextFromContext(tracing.Extract(context.Background(), m)); sc.IsSampled() {
+	if sc := trace.SpanContextFromContext(tracing.ExtractTraceContext(context.Background(), m)); sc.IsSampled() {
 		t.links = append(t.links, trace.Link{SpanContext: sc})
 	}
 }

@@ -2,6 +2,7 @@ package stream
 
 import (
 	"log/slog"
+	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -40,8 +41,30 @@ func WithLogger(l *slog.Logger) Option { return func(g *Graph) { g.logger = l } 
 // (an sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01)) records one
 // in a hundred, and follows a sampled parent). Default: nil, tracing off,
 // at the cost of a nil check per message in the sources and MapAsync
-// stages that trace. See stream/tracing.
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(g *Graph) { g.tracer = tp } }
+// stages that trace. A nil pointer in tp (a
+// *sdktrace.TracerProvider a program builds only when asked to trace)
+// is nil too: tracing off. See stream/tracing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	if !tracingOn(tp) {
+		tp = nil // checked once here, so the stages need check only nil
+	}
+	return func(g *Graph) { g.tracer = tp }
+}
+
+// tracingOn reports whether tp is a provider to trace with: neither nil
+// nor a nil pointer (map, func...) in the interface, which would panic at
+// its first Tracer call. stream/tracing.Enabled is the same for the
+// packages that may import it.
+func tracingOn(tp trace.TracerProvider) bool {
+	if tp == nil {
+		return false
+	}
+	switch v := reflect.ValueOf(tp); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+		return !v.IsNil()
+	}
+	return true
+}
 
 // WithPipeline names the pipeline in logs and errors (default "pipeline").
 // Its metrics' pipeline label is the name given to observe.New.

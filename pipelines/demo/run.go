@@ -24,6 +24,7 @@ import (
 	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
+	"github.com/sluice-streams/sluice/stream/tracing"
 )
 
 // Config shapes a demo run.
@@ -156,7 +157,7 @@ func Run(ctx context.Context, cfg Config, w io.Writer) (Summary, error) {
 	w8.set(first)
 	defer func() { w8.current().shutdown(false) }()
 	if cfg.Listen != "" && cfg.Restarts == 0 {
-		stop, err := serveMetrics(cfg.Listen, sp, first, w)
+		stop, err := serveMetrics(cfg.Listen, sp, first, tracing.Enabled(cfg.TracerProvider), w)
 		if err != nil {
 			return Summary{}, err
 		}
@@ -212,11 +213,13 @@ func startSystem(ctx context.Context, cfg *Config, w io.Writer, cl *cleanups) (*
 }
 
 // serveMetrics serves the metrics and the live view of the first
-// workers on addr, until the returned stop is called.
-func serveMetrics(addr string, sp *spawner, first *incarnation, w io.Writer) (stop func(), err error) {
+// workers on addr, until the returned stop is called; in OpenMetrics too
+// (for the exemplars) if traced.
+func serveMetrics(addr string, sp *spawner, first *incarnation, traced bool, w io.Writer) (stop func(), err error) {
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	at, served, err := observe.Serve(srvCtx, observe.ServerConfig{Addr: addr, Gatherer: sp.reg,
-		Graphs: []*stream.Graph{first.sch.Graph, first.sup}, Metrics: []*observe.Metrics{sp.schedMetrics, sp.supMetrics}, Ready: first.ready})
+		Graphs: []*stream.Graph{first.sch.Graph, first.sup}, Metrics: []*observe.Metrics{sp.schedMetrics, sp.supMetrics}, Ready: first.ready,
+		OpenMetrics: traced}) // for the exemplars
 	if err != nil {
 		stopSrv()
 		return nil, fmt.Errorf("serving metrics on %s: %w", addr, err)

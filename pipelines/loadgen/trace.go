@@ -25,9 +25,10 @@ type sender struct {
 }
 
 // newSender returns the sender of tp's spans to system (messaging.system);
-// nil (no spans, no headers) if tp is nil.
+// nil (no spans, no headers) if tp is nil or a nil pointer
+// (tracing.Enabled).
 func newSender(tp trace.TracerProvider, system string) *sender {
-	if tp == nil {
+	if !tracing.Enabled(tp) {
 		return nil
 	}
 	return &sender{tracer: tp.Tracer(tracing.ScopeName + "/pipelines/loadgen"), kind: trace.WithSpanKind(trace.SpanKindProducer), system: system}

@@ -80,15 +80,20 @@ func TestRunStartsATracePerRequest(t *testing.T) {
 }
 
 // Without one, records carry no trace headers.
+// Without a provider, or with a nil *sdktrace.TracerProvider (a program
+// that builds one only when asked to trace), no record has a header.
 func TestRunWithoutTracingWritesNoHeaders(t *testing.T) {
-	p := &recordingProducer{}
-	cfg := Config{Topic: "requests", Rate: 1000, Duration: 20 * time.Millisecond, Seed: 1}
-	if err := Run(context.Background(), p, cfg, NewSent()); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range p.records {
-		if len(r.Headers) != 0 {
-			t.Fatalf("record %s has headers %v without tracing", r.Key, r.Headers)
+	var nilSDK *sdktrace.TracerProvider
+	for _, tp := range []trace.TracerProvider{nil, nilSDK} {
+		p := &recordingProducer{}
+		cfg := Config{Topic: "requests", Rate: 1000, Duration: 20 * time.Millisecond, Seed: 1, TracerProvider: tp}
+		if err := Run(context.Background(), p, cfg, NewSent()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range p.records {
+			if len(r.Headers) != 0 {
+				t.Fatalf("record %s has headers %v without tracing (provider %#v)", r.Key, r.Headers, tp)
+			}
 		}
 	}
 }

@@ -52,7 +52,7 @@ func (t *failureTracer) start(m *stream.Envelope, value any, topic string) func(
 	if tracing.NotSampled(m) {
 		return nil
 	}
-	_, span := t.tracer.Start(tracing.Extract(context.Background(), m), t.verb+" "+topic, t.opts...)
+	_, span := t.tracer.Start(tracing.ExtractTraceContext(context.Background(), m), t.verb+" "+topic, t.opts...)
 	if !span.IsRecording() {
 		span.End()
 		return nil

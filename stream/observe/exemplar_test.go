@@ -2,8 +2,6 @@ package observe_test
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,7 +18,8 @@ import (
 
 // In a traced pipeline the end-to-end and call latency histograms keep
 // the trace id of a sampled observation as their exemplar, which /metrics
-// serves to a scraper that asks for OpenMetrics.
+// serves, with ServerConfig.OpenMetrics, to a scraper that asks for
+// OpenMetrics: a Prometheus server with its default Accept.
 func TestExemplarsOnMetrics(t *testing.T) {
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	reg := prometheus.NewRegistry()
@@ -44,18 +43,10 @@ func TestExemplarsOnMetrics(t *testing.T) {
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, reg)
-	req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
-	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	body := string(b)
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/openmetrics-text") {
-		t.Fatalf("content type %q", resp.Header.Get("Content-Type"))
+	srv := newServer(t, observe.ServerConfig{Gatherer: reg, OpenMetrics: true})
+	body, ct := scrapeWith(t, srv, prometheusAccept)
+	if !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("content type %q", ct)
 	}
 	for _, name := range []string{"sluice_end_to_end_latency_seconds_bucket", "sluice_async_call_seconds_bucket"} {
 		re := regexp.MustCompile(`(?m)^` + name + `\{[^}]*\} 1 # \{trace_id="` + traceID + `"\} `)
@@ -86,24 +77,21 @@ func TestNoExemplarsUntraced(t *testing.T) {
 	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := newServer(t, reg)
-	req, _ := http.NewRequest(http.MethodGet, srv+"/metrics", nil)
-	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	srv := newServer(t, observe.ServerConfig{Gatherer: reg, OpenMetrics: true})
+	b, ct := scrapeWith(t, srv, prometheusAccept)
+	if !strings.HasPrefix(ct, "application/openmetrics-text") {
+		t.Fatalf("content type %q", ct)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if strings.Contains(string(b), "trace_id") || !strings.Contains(string(b), "sluice_end_to_end_latency_seconds_count") {
-		t.Fatalf("an exemplar without tracing, or no latency histogram:\n%s", grepLines(string(b), "latency"))
+	if strings.Contains(b, "trace_id") || !strings.Contains(b, "sluice_end_to_end_latency_seconds_count") {
+		t.Fatalf("an exemplar without tracing, or no latency histogram:\n%s", grepLines(b, "latency"))
 	}
 }
 
-func newServer(t *testing.T, reg *prometheus.Registry) string {
+func newServer(t *testing.T, cfg observe.ServerConfig) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	addr, done, err := observe.Serve(ctx, observe.ServerConfig{Addr: "127.0.0.1:0", Gatherer: reg})
+	cfg.Addr = "127.0.0.1:0"
+	addr, done, err := observe.Serve(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,16 @@ type ServerConfig struct {
 	Ready func(ctx context.Context) error
 	// Pprof mounts net/http/pprof under /debug/pprof/ (default off).
 	Pprof bool
+	// OpenMetrics serves /metrics in the OpenMetrics format to a scraper
+	// that asks for it, so that it gets the histograms' exemplars (the
+	// trace ids of sampled observations, in a traced pipeline). Default
+	// off: the Prometheus text format only. Every Prometheus server asks
+	// for OpenMetrics first when it is offered, and OpenMetrics writes a
+	// whole-number bucket bound as le="1.0" where the text format writes
+	// le="1": Prometheus 2 stores them as new series, so the rate() and
+	// histogram_quantile() of a dashboard break across the change
+	// (Prometheus 3 stores le="1.0" from either format).
+	OpenMetrics bool
 	// Context, if set, bounds the sampling of the history (/history.json):
 	// a sample every HistoryInterval until it ends. Without it the history
 	// is sampled only when /status.json or /history.json is asked for (no
@@ -91,11 +101,7 @@ func Handler(cfg ServerConfig) http.Handler {
 		}
 	}
 	if cfg.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{
-			// A scraper that asks for OpenMetrics gets the histograms'
-			// exemplars: the trace ids of sampled observations.
-			EnableOpenMetrics: true,
-		}))
+		mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: cfg.OpenMetrics}))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")

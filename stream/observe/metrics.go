@@ -219,7 +219,8 @@ func (mt meter) Histogram(name, help string, buckets []float64, labels ...stream
 
 // HistogramWithExemplars is Histogram whose observations made with a trace
 // id keep it as the bucket's exemplar, {trace_id="..."}, served on
-// /metrics in the OpenMetrics format (stream.ExemplarMeter).
+// /metrics in the OpenMetrics format (ServerConfig.OpenMetrics,
+// stream.ExemplarMeter).
 func (mt meter) HistogramWithExemplars(name, help string, buckets []float64, labels ...stream.Label) func(float64, string) {
 	o := mt.histogram(name, help, buckets, labels)
 	if o == nil {

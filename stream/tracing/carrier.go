@@ -29,8 +29,9 @@ var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 func Propagator() propagation.TextMapPropagator { return propagator }
 
 // Carrier is a propagation.TextMapCarrier over a message's headers: Get
-// returns the first header of a key, Set replaces it (or appends one).
-// Keys are matched exactly: the W3C names are lower case.
+// returns the first header of a key, Set gives the message a new header
+// slice with the key set. Keys are matched exactly: the W3C names are
+// lower case.
 type Carrier struct {
 	Headers *[]stream.Header
 }
@@ -47,21 +48,14 @@ func (c Carrier) Get(key string) string {
 	return ""
 }
 
-// Set replaces the value of the first header named key, or appends a
-// header if there is none.
+// Set replaces *c.Headers by a new slice in which key has the one value
+// value: in place of the first header named key, any later one dropped,
+// or appended if there is none. It never writes into the array the
+// headers had: that array may be shared with the record they were read
+// from, with other messages (a source that gives each the same headers),
+// or with copies of the message (a Broadcast's branches).
 func (c Carrier) Set(key, value string) {
-	hs := *c.Headers
-	for i := range hs {
-		if hs[i].Key == key {
-			hs[i].Value = []byte(value)
-			return
-		}
-	}
-	// A new slice: the headers may share their array with the record
-	// they were read from, or with copies of the message.
-	n := make([]stream.Header, len(hs), len(hs)+1)
-	copy(n, hs)
-	*c.Headers = append(n, stream.Header{Key: key, Value: []byte(value)})
+	*c.Headers = withHeader(*c.Headers, key, []byte(value), 0)
 }
 
 // Keys returns the header keys.
@@ -82,6 +76,23 @@ func Extract(ctx context.Context, e *stream.Envelope) context.Context {
 		return ctx
 	}
 	return propagator.Extract(ctx, Carrier{Headers: &e.Headers})
+}
+
+// traceContext reads and writes traceparent and tracestate only.
+var traceContext propagation.TextMapPropagator = propagation.TraceContext{}
+
+// ExtractTraceContext returns ctx with the span context that e's
+// traceparent and tracestate headers carry, as Extract does, but reads
+// no baggage: it is what a stage needs to start a span in the message's
+// trace, and it costs the same whatever baggage the message carries (a
+// producer's 8 KB one would cost a parse of each of its members for
+// every message). The baggage header travels on in the message as it
+// came. The sources' receive spans and sluice's stages use it.
+func ExtractTraceContext(ctx context.Context, e *stream.Envelope) context.Context {
+	if len(e.Headers) == 0 {
+		return ctx
+	}
+	return traceContext.Extract(ctx, Carrier{Headers: &e.Headers})
 }
 
 // Inject writes the span context and baggage of ctx into e's headers,
@@ -112,21 +123,6 @@ func NotSampled(e *stream.Envelope) bool {
 	return false
 }
 
-// injectSpan writes the trace context of sc into e's headers: traceparent,
-// and tracestate if sc has one. It writes the header's bytes at once,
-// without the propagator's string: a source does it for every message.
-func injectSpan(sc trace.SpanContext, e *stream.Envelope) {
-	if !sc.IsValid() {
-		return
-	}
-	b := make([]byte, traceParentLen)
-	formatTraceParent(b, sc)
-	setHeader(e, TraceParent, b)
-	if ts := sc.TraceState(); ts.Len() > 0 {
-		setHeader(e, TraceState, []byte(ts.String()))
-	}
-}
-
 // traceParentLen is the length of a version 00 traceparent.
 const traceParentLen = 55
 
@@ -144,15 +140,36 @@ func formatTraceParent(b []byte, sc trace.SpanContext) {
 	b[53], b[54] = hexDigits[f>>4], hexDigits[f&0xf]
 }
 
-// setHeader is Carrier.Set with a value of bytes.
-func setHeader(e *stream.Envelope, key string, v []byte) {
-	for i := range e.Headers {
-		if e.Headers[i].Key == key {
-			e.Headers[i].Value = v
-			return
+// withHeader returns a copy of hs with the header key set to v (see
+// putHeader), with room for spare more headers. hs's array is not
+// written.
+func withHeader(hs []stream.Header, key string, v []byte, spare int) []stream.Header {
+	n := make([]stream.Header, len(hs), len(hs)+1+spare)
+	copy(n, hs)
+	return putHeader(n, key, v)
+}
+
+// putHeader sets the header key of hs to v, in place: it replaces the
+// first header of that key and removes the others, or appends one. A
+// reader that takes the last header of a key (as the Java client's
+// lastHeader does) and one that takes the first then read the same value.
+// hs's array must be the message's own.
+func putHeader(hs []stream.Header, key string, v []byte) []stream.Header {
+	i := 0
+	for i < len(hs) && hs[i].Key != key {
+		i++
+	}
+	if i == len(hs) {
+		return append(hs, stream.Header{Key: key, Value: v})
+	}
+	hs[i].Value = v
+	n := i + 1
+	for _, h := range hs[i+1:] {
+		if h.Key != key {
+			hs[n] = h
+			n++
 		}
 	}
-	n := make([]stream.Header, len(e.Headers), len(e.Headers)+1)
-	copy(n, e.Headers)
-	e.Headers = append(n, stream.Header{Key: key, Value: v})
+	clear(hs[n:]) // what was removed is not kept reachable
+	return hs[:n]
 }

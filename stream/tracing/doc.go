@@ -5,7 +5,8 @@
 //   - traceparent, tracestate, baggage: the W3C headers (the same names in
 //     Kafka record headers and in Redis stream fields) that say which trace
 //     and which span a message belongs to. Carrier reads and writes them in
-//     a stream.Envelope's Headers; Extract and Inject use it.
+//     a stream.Envelope's Headers; Extract, ExtractTraceContext and Inject
+//     use it.
 //   - receive span: the span a source starts for each message it reads
 //     (Receive), child of the traceparent its record carries or the root of
 //     a new trace. It starts at the record's timestamp, when the broker has

@@ -477,6 +477,7 @@ func TestOtlpExportFromTheCommands(t *testing.T) {
 		}
 	}
 	checkSlowest(t, addr)
+	checkExemplars(t, addr)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -526,6 +527,25 @@ func checkSlowest(t *testing.T, addr string) {
 	resp.Body.Close()
 	if c := stages[string(delivery.StepDrone)]; !strings.Contains(string(page), `<a href="`+c.Link+`">`+c.TraceID+`</a>`) {
 		t.Errorf("/status/traces has no link to schedule_drone's trace %s:\n%s", c.TraceID, page)
+	}
+}
+
+// checkExemplars checks that a traced worker's /metrics answers a
+// scraper asking for OpenMetrics (Prometheus's default Accept) with the
+// exemplars of its latency histograms.
+func checkExemplars(t *testing.T, addr string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	re := regexp.MustCompile(`(?m)^sluice_end_to_end_latency_seconds_bucket\{[^}]*\} \d+ # \{trace_id="[0-9a-f]{32}"\}`)
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !re.Match(b) {
+		t.Errorf("a traced worker's /metrics answered %q with no exemplar on sluice_end_to_end_latency_seconds", ct)
 	}
 }
 

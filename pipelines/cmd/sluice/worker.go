@@ -249,7 +249,9 @@ func (w *worker) run(ctx context.Context) error {
 	srvCtx, stopSrv := context.WithCancel(context.Background())
 	defer stopSrv()
 	addr, served := serveWorker(srvCtx, w.ln, observe.ServerConfig{Gatherer: w.reg, Graphs: []*stream.Graph{w.g},
-		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof}, f.tf.url, w.traces.Provider() != nil)
+		Metrics: []*observe.Metrics{w.m}, Ready: w.ready, Pprof: f.pprof,
+		// Traced, /metrics offers OpenMetrics for the exemplars.
+		OpenMetrics: w.traces.Provider() != nil}, f.tf.url, w.traces.Provider() != nil)
 	attrs := append(f.transportAttrs(), "pipeline", f.which, "topic", f.input, "group", f.group,
 		"retry_topic", f.rf.retryTopic, "metrics", "http://"+addr+"/metrics")
 	if w.traces.Provider() != nil {
