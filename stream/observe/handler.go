@@ -221,7 +221,16 @@ func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan erro
 			return "", nil, err
 		}
 	}
-	srv := &http.Server{Handler: Handler(cfg), ReadHeaderTimeout: 5 * time.Second}
+	addr, done = ServeHandler(ctx, ln, Handler(cfg))
+	return addr, done, nil
+}
+
+// ServeHandler serves h on ln as Serve does: until ctx is cancelled, then
+// shuts down within five seconds; done receives the server's error (nil
+// after a clean shutdown) once the listener is closed. For a program that
+// serves Handler beside endpoints of its own.
+func ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) (addr string, done <-chan error) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	ch := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln)
@@ -236,5 +245,5 @@ func Serve(ctx context.Context, cfg ServerConfig) (addr string, done <-chan erro
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	return ln.Addr().String(), ch, nil
+	return ln.Addr().String(), ch
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"html/template"
 	"io"
 	"net"
@@ -165,22 +164,7 @@ func serveWorker(ctx context.Context, ln net.Listener, cfg observe.ServerConfig,
 	slow := slowHandler(cfg.Gatherer, traceURL)
 	mux.Handle("/status/traces", slow)
 	mux.Handle("/status/traces.json", slow)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ch := make(chan error, 1)
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		ch <- err
-	}()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	return ln.Addr().String(), ch
+	return observe.ServeHandler(ctx, ln, mux)
 }
 
 // tracesLink goes under the heading of the /status page.
