@@ -30,8 +30,11 @@ func Sent(ctx context.Context) {
 //
 // and, in a stage with TimeoutFromSend, the wait for a pooled connection
 // (or for the dial, or for a CPU to write on) no longer counts against the
-// attempt's timeout. Hooks of a trace already in ctx still run. Where Sent
-// would do nothing, SentOnWrite returns ctx itself and costs nothing.
+// attempt's timeout. The trace also calls Answered when the response's
+// first byte arrives, so that the latency the stage reports to OnCall and
+// its limiter is the service's, from the request's write to its answer.
+// Hooks of a trace already in ctx still run. Where Sent would do nothing,
+// SentOnWrite returns ctx itself and costs nothing.
 func SentOnWrite(ctx context.Context) context.Context {
 	s, ok := ctx.Value(sentKey{}).(sender)
 	if !ok {
@@ -43,6 +46,7 @@ func SentOnWrite(ctx context.Context) context.Context {
 				s.markSent()
 			}
 		},
+		GotFirstResponseByte: s.markAnswered,
 	})
 	if af, ok := ctx.(afterFuncer); ok {
 		return afterFuncCtx{traced, af}
@@ -67,3 +71,23 @@ type afterFuncCtx struct {
 }
 
 func (c afterFuncCtx) AfterFunc(f func()) func() bool { return c.af.AfterFunc(f) }
+
+// Answered tells the MapAsync stage that gave ctx to a call that the
+// call's request has its answer. In a stage with TimeoutFromSend the
+// latency reported to OnCall and to the limiter then ends here, at the
+// last Answered after Sent, rather than when the function returns: what
+// the call does with the answer (decoding it, recording it in a store)
+// and its wait for a CPU to do it on tell nothing of the service, and a
+// limiter that counted them would cut the calls of a fast service whenever
+// the worker is busy. The attempt's timeout still runs until the function
+// returns, and adaptive timeouts still learn from the whole attempt.
+// Anywhere else Answered does nothing. SentOnWrite calls it when the
+// first byte of the HTTP response arrives.
+//
+// A call that sends several requests calls it after each answer; the last
+// one counts. An Answered after the call returned changes nothing.
+func Answered(ctx context.Context) {
+	if s, ok := ctx.Value(sentKey{}).(sender); ok {
+		s.markAnswered()
+	}
+}
