@@ -51,6 +51,15 @@ func SentOnWrite(ctx context.Context) context.Context {
 	if af, ok := ctx.(afterFuncer); ok {
 		return afterFuncCtx{traced, af}
 	}
+	// ctx wraps the call's context (a value added to it): the call's
+	// AfterFunc serves if ctx ends exactly when the call's context does,
+	// which their shared Done channel says. A context between them that
+	// may end on its own has a Done of its own.
+	if af, ok := s.(afterFuncer); ok {
+		if c, ok := s.(context.Context); ok && ctx.Done() == c.Done() {
+			return afterFuncCtx{traced, af}
+		}
+	}
 	return traced
 }
 
@@ -61,7 +70,8 @@ type afterFuncer interface {
 }
 
 // afterFuncCtx is a context wrapped around a call's context (the trace's
-// value) that keeps the call context's AfterFunc visible. Without it, every
+// value, and any value the call added to its context) that keeps the call
+// context's AfterFunc visible. Without it, every
 // context derived from the traced one — the HTTP transport derives one per
 // request — would start a goroutine to watch its parent: one more
 // goroutine and a select per call.
