@@ -47,7 +47,9 @@ import (
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
 // requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
-// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory where each worker's
+// (e.g. "-latency-target 1s"); SLUICE_COMPARE_SLUICE_FIRST (any value)
+// runs sluice's rows first, to tell a difference of the schedulers from one
+// of their turn on the processes both load. SLUICE_DEPLOYED_PROFILE names a directory where each worker's
 // CPU profile of each run is written (<worker>-<rate>.pprof): the
 // hand-written worker's of its whole run, sluice's of the load's duration,
 // fetched from its /debug/pprof/profile (-pprof).
@@ -77,7 +79,11 @@ func runCompare(b *testing.B, bin string) {
 	// Every load numbers its requests apart: the services keep one
 	// record per delivery id for as long as they run.
 	loads := 0
-	for _, impl := range []string{"handwritten", "sluice"} {
+	impls := []string{"handwritten", "sluice"}
+	if os.Getenv("SLUICE_COMPARE_SLUICE_FIRST") != "" {
+		impls[0], impls[1] = impls[1], impls[0]
+	}
+	for _, impl := range impls {
 		b.Run(impl, func(b *testing.B) {
 			for _, r := range rates {
 				b.Run(r.name, func(b *testing.B) {

@@ -62,9 +62,12 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		timedOut = true
 		j.err = fmt.Errorf("%w after %v: %w", ErrCallTimeout, r.clock.timeoutOf(ctx), j.err)
 	}
-	var sent time.Time // when the call said it was sent, if it did (TimeoutFromSend)
+	var sent, answered time.Time // when the call said it was sent and answered, if it did (TimeoutFromSend)
 	if finish != nil {
 		sent = finish()
+		if s, ok := ctx.(sender); ok && !sent.IsZero() {
+			answered = s.answeredAt()
+		}
 	}
 	counts.calls++
 	if j.err != nil {
@@ -117,11 +120,17 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 		lat, wait = end.Sub(sent), max(0, sent.Sub(now))
 	}
 	if a.adaptive != nil && !notCalled {
+		// The timeout times the whole attempt: it learns from all of it.
 		var limit time.Duration
 		if timedOut {
 			limit = r.clock.timeoutOf(ctx)
 		}
 		a.adaptive.observe(lat, limit)
+	}
+	if answered.After(sent) {
+		// The service's latency: the rest of the attempt was the call's
+		// own work on the answer (see Answered).
+		lat = answered.Sub(sent)
 	}
 	if a.o.limiter != nil && !notCalled {
 		a.o.limiter.Observe(backpressure.Sample{Latency: lat, InFlight: j.inFlight, Dropped: timedOut})

@@ -23,12 +23,21 @@ import (
 // always one queued, and no worker parks between calls waiting for the
 // stage to hand it one (a park and a wake-up per call, which were half
 // the stage's CPU over the calls' own).
+//
+// An idle worker woken for a job is the one that went idle last: with the
+// pool grown for a burst and the limit lower since, the same few workers
+// take the calls, with their stacks grown and in cache, while the others
+// stay parked. Woken in the order they parked, every worker took calls in
+// turn, each after long enough parked for the garbage collector to shrink
+// its stack, which its next call grew again: a saturated scheduler of
+// five HTTP steps (about 800 workers each, 100 to 300 calls running)
+// spent 7.5% of its CPU copying stacks.
 type workers[In, Out any] struct {
 	r   *asyncRun[In, Out]
 	max int
 
 	mu      sync.Mutex
-	cond    *sync.Cond
+	parked  []chan struct{} // the idle workers' wake-ups, the last parked last
 	q       fifo[*asyncJob[In, Out]]
 	idle    int
 	running int
@@ -74,9 +83,31 @@ const (
 const chunkBudget = 10 * time.Microsecond
 
 func newWorkers[In, Out any](r *asyncRun[In, Out], max int) *workers[In, Out] {
-	w := &workers[In, Out]{r: r, max: max}
-	w.cond = sync.NewCond(&w.mu)
-	return w
+	return &workers[In, Out]{r: r, max: max}
+}
+
+// signal wakes the idle worker that parked last, if one is parked.
+// Called with mu held.
+func (w *workers[In, Out]) signal() {
+	n := len(w.parked)
+	if n == 0 {
+		return
+	}
+	ch := w.parked[n-1]
+	w.parked[n-1] = nil
+	w.parked = w.parked[:n-1]
+	ch <- struct{}{} // buffered, and empty while the worker is parked
+}
+
+// park waits, mu held on entry and on return, until signal or close
+// wakes the worker whose wake-up ch is.
+func (w *workers[In, Out]) park(ch chan struct{}) {
+	w.idle++
+	w.parked = append(w.parked, ch)
+	w.mu.Unlock()
+	<-ch
+	w.mu.Lock()
+	w.idle--
 }
 
 // limit is how many calls may run: the stage's current limit (its
@@ -116,7 +147,7 @@ func (w *workers[In, Out]) wake() {
 		return // the workers of the running calls take them as they return
 	}
 	if w.idle > 0 {
-		w.cond.Signal()
+		w.signal()
 		need -= w.idle
 	}
 	// Start as many workers as there are jobs no worker will take soon,
@@ -149,6 +180,7 @@ func (w *workers[In, Out]) work() {
 	var measured int
 	var counts callCounts
 	defer counts.flush(w.r.a)
+	wake := make(chan struct{}, 1)
 	for {
 		w.mu.Lock()
 		w.observe(lastNs, lastN)
@@ -158,9 +190,7 @@ func (w *workers[In, Out]) work() {
 			w.activeN.Store(int64(w.active)) // an idle pool reports no call running
 		}
 		for (w.q.len() == 0 || w.active >= w.limit()) && !w.closed {
-			w.idle++
-			w.cond.Wait()
-			w.idle--
+			w.park(wake)
 		}
 		if w.q.len() == 0 { // closed and drained
 			w.activeN.Store(int64(w.active))
@@ -244,7 +274,9 @@ func (w *workers[In, Out]) giveBack(js []*asyncJob[In, Out], ns float64, n int) 
 func (w *workers[In, Out]) close() {
 	w.mu.Lock()
 	w.closed = true
-	w.cond.Broadcast()
+	for len(w.parked) > 0 {
+		w.signal()
+	}
 	w.mu.Unlock()
 	w.wg.Wait()
 }

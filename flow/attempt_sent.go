@@ -20,7 +20,11 @@ import (
 type sentKey struct{}
 
 // sender is a call's context timed from its send.
-type sender interface{ markSent() }
+type sender interface {
+	markSent()
+	markAnswered()
+	answeredAt() time.Time // the last Answered; zero if none
+}
 
 // sendState is what a call timed from its send adds to its attemptCtx (a
 // separate struct, so that the calls of other stages do not carry it). All
@@ -29,6 +33,7 @@ type sendState struct {
 	clock      *attemptClock
 	limit      time.Duration // the most its attempt may last (adaptive timeouts; 0: no limit)
 	sentAt     time.Time     // when the call said it was sent; zero until then
+	answered   time.Time     // when it last said it had its answer (under the attemptCtx's mu)
 	over       bool          // the call returned: a later Sent changes nothing
 	listed     bool          // in clock.unsent
 	prev, next *attemptCtx
@@ -83,6 +88,21 @@ func (a *attemptCtx) markSent() {
 	a.deadline, a.timeout = now.Add(timeout), timeout
 	a.mu.Unlock()
 	c.pushUnlock(a)
+}
+
+// markAnswered notes when the call last said it had its answer. It takes
+// the call's own lock, not the clock's that all the stage's calls share.
+func (a *attemptCtx) markAnswered() {
+	now := time.Now()
+	a.mu.Lock()
+	a.send.answered = now
+	a.mu.Unlock()
+}
+
+func (a *attemptCtx) answeredAt() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.send.answered
 }
 
 // finishSent is finish for a call timed from its send.
@@ -148,11 +168,12 @@ type stdSent struct {
 	clock  *attemptClock
 	limit  time.Duration
 
-	mu      sync.Mutex
-	timeout time.Duration // set when sent
-	sentAt  time.Time
-	over    bool
-	timer   *time.Timer
+	mu       sync.Mutex
+	timeout  time.Duration // set when sent
+	sentAt   time.Time
+	answered time.Time
+	over     bool
+	timer    *time.Timer
 }
 
 func (c *attemptClock) startStdUnsent(limit time.Duration) (context.Context, func() time.Time) {
@@ -193,6 +214,19 @@ func (s *stdSent) markSent() {
 	if s.timeout > 0 {
 		s.timer = time.AfterFunc(s.timeout, func() { s.cancel(context.DeadlineExceeded) })
 	}
+}
+
+func (s *stdSent) markAnswered() {
+	now := time.Now()
+	s.mu.Lock()
+	s.answered = now
+	s.mu.Unlock()
+}
+
+func (s *stdSent) answeredAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.answered
 }
 
 func (s *stdSent) finish() time.Time {

@@ -30,8 +30,11 @@ func Sent(ctx context.Context) {
 //
 // and, in a stage with TimeoutFromSend, the wait for a pooled connection
 // (or for the dial, or for a CPU to write on) no longer counts against the
-// attempt's timeout. Hooks of a trace already in ctx still run. Where Sent
-// would do nothing, SentOnWrite returns ctx itself and costs nothing.
+// attempt's timeout. The trace also calls Answered when the response's
+// first byte arrives, so that the latency the stage reports to OnCall and
+// its limiter is the service's, from the request's write to its answer.
+// Hooks of a trace already in ctx still run. Where Sent would do nothing,
+// SentOnWrite returns ctx itself and costs nothing.
 func SentOnWrite(ctx context.Context) context.Context {
 	s, ok := ctx.Value(sentKey{}).(sender)
 	if !ok {
@@ -43,8 +46,21 @@ func SentOnWrite(ctx context.Context) context.Context {
 				s.markSent()
 			}
 		},
+		GotFirstResponseByte: s.markAnswered,
 	})
-	return keepAfterFunc(traced, ctx)
+	if _, ok := ctx.(afterFuncer); ok {
+		return keepAfterFunc(traced, ctx)
+	}
+	// ctx wraps the call's context (a value added to it): the call's
+	// AfterFunc serves if ctx ends exactly when the call's context does,
+	// which their shared Done channel says. A context between them that
+	// may end on its own has a Done of its own.
+	if af, ok := s.(afterFuncer); ok {
+		if c, ok := s.(context.Context); ok && ctx.Done() == c.Done() {
+			return afterFuncCtx{traced, af}
+		}
+	}
+	return traced
 }
 
 // afterFuncer is what the context package looks for in a parent it does
@@ -54,7 +70,8 @@ type afterFuncer interface {
 }
 
 // afterFuncCtx is a context wrapped around a call's context (the trace's
-// value) that keeps the call context's AfterFunc visible. Without it, every
+// value, and any value the call added to its context) that keeps the call
+// context's AfterFunc visible. Without it, every
 // context derived from the traced one — the HTTP transport derives one per
 // request — would start a goroutine to watch its parent: one more
 // goroutine and a select per call.
@@ -73,4 +90,24 @@ func keepAfterFunc(ctx, parent context.Context) context.Context {
 		return afterFuncCtx{ctx, af}
 	}
 	return ctx
+}
+
+// Answered tells the MapAsync stage that gave ctx to a call that the
+// call's request has its answer. In a stage with TimeoutFromSend the
+// latency reported to OnCall and to the limiter then ends here, at the
+// last Answered after Sent, rather than when the function returns: what
+// the call does with the answer (decoding it, recording it in a store)
+// and its wait for a CPU to do it on tell nothing of the service, and a
+// limiter that counted them would cut the calls of a fast service whenever
+// the worker is busy. The attempt's timeout still runs until the function
+// returns, and adaptive timeouts still learn from the whole attempt.
+// Anywhere else Answered does nothing. SentOnWrite calls it when the
+// first byte of the HTTP response arrives.
+//
+// A call that sends several requests calls it after each answer; the last
+// one counts. An Answered after the call returned changes nothing.
+func Answered(ctx context.Context) {
+	if s, ok := ctx.Value(sentKey{}).(sender); ok {
+		s.markAnswered()
+	}
 }

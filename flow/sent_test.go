@@ -332,6 +332,20 @@ func TestSentOnWriteWithAPoolOfOne(t *testing.T) {
 // hid the call context's AfterFunc), one more goroutine and select per
 // HTTP call.
 func TestSentOnWriteDerivesWithoutAGoroutine(t *testing.T) {
+	t.Run("call's context", func(t *testing.T) {
+		derivesWithoutAGoroutine(t, func(ctx context.Context) context.Context { return ctx })
+	})
+	// A value added to the call's context (a request's id, say) before
+	// SentOnWrite: the context still ends exactly when the call's does.
+	t.Run("with a value", func(t *testing.T) {
+		derivesWithoutAGoroutine(t, func(ctx context.Context) context.Context { return context.WithValue(ctx, requestIDKey{}, "id") })
+	})
+}
+
+// requestIDKey keys a value a call adds to its context.
+type requestIDKey struct{}
+
+func derivesWithoutAGoroutine(t *testing.T, wrap func(context.Context) context.Context) {
 	const n = 50
 	release := make(chan struct{})
 	var derived sync.WaitGroup
@@ -346,7 +360,7 @@ func TestSentOnWriteDerivesWithoutAGoroutine(t *testing.T) {
 	}()
 	before := runtime.NumGoroutine()
 	ok, errs := runSent(t, n, func(ctx context.Context, x int) (int, error) {
-		cctx, cancel := context.WithCancel(flow.SentOnWrite(ctx))
+		cctx, cancel := context.WithCancel(flow.SentOnWrite(wrap(ctx)))
 		defer cancel()
 		derived.Done()
 		select {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,13 +60,27 @@ type StepState struct {
 // Record a SET that keeps the TTL: two commands per step. Operations from
 // concurrent requests are batched: whatever is waiting goes in one
 // pipeline, one round trip, so that a step costs a fraction of one.
+//
+// The keys are spread over stepBatchers batchers, each with one pipeline
+// in flight: while one waits for its round trip (with appendfsync always,
+// Redis's write to disk), the others send theirs, instead of every
+// operation waiting for the pipeline in flight before its own is sent. A
+// key's operations go through one batcher, in the order they came: an
+// Abandon whose caller gave up waiting still lands before the next Begin
+// of its step.
 type RedisSteps struct {
 	cl   redis.UniversalClient
 	ttl  time.Duration
-	ops  chan *stepOp
+	seed maphash.Seed
+	ops  []chan *stepOp // by batcher
 	stop chan struct{}
-	done chan struct{}
+	wg   sync.WaitGroup
 }
+
+// stepBatchers is how many batchers a RedisSteps runs. A saturated
+// delivery scheduler had every schedule_drone call in flight (about 300)
+// waiting on its one batcher, whose round trips followed one another.
+const stepBatchers = 4
 
 // stepOp is one operation waiting for its batch.
 type stepOp struct {
@@ -91,8 +107,12 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	s := &RedisSteps{cl: cl, ttl: ttl, ops: make(chan *stepOp, 4096), stop: make(chan struct{}), done: make(chan struct{})}
-	go s.run()
+	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), stop: make(chan struct{})}
+	for range stepBatchers {
+		ops := make(chan *stepOp, 4096/stepBatchers)
+		s.ops = append(s.ops, ops)
+		s.wg.Go(func() { s.run(ops) })
+	}
 	return s
 }
 
@@ -201,8 +221,9 @@ func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
 // do queues op and waits for its batch.
 func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 	op.err = make(chan error, 1)
+	ops := s.ops[maphash.String(s.seed, op.key)%uint64(len(s.ops))]
 	select {
-	case s.ops <- op:
+	case ops <- op:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
@@ -216,14 +237,13 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 	}
 }
 
-// run takes whatever operations are waiting (up to 1024) and sends them in
-// one pipeline.
-func (s *RedisSteps) run() {
-	defer close(s.done)
+// run takes whatever operations are waiting in ops (up to 1024) and sends
+// them in one pipeline.
+func (s *RedisSteps) run(ops chan *stepOp) {
 	batch := make([]*stepOp, 0, 1024)
 	for {
 		select {
-		case op := <-s.ops:
+		case op := <-ops:
 			batch = append(batch[:0], op)
 		case <-s.stop:
 			return
@@ -231,7 +251,7 @@ func (s *RedisSteps) run() {
 	more:
 		for len(batch) < cap(batch) {
 			select {
-			case op := <-s.ops:
+			case op := <-ops:
 				batch = append(batch, op)
 			default:
 				break more
@@ -269,8 +289,8 @@ func (s *RedisSteps) run() {
 	}
 }
 
-// Close stops the batcher; pending operations fail.
+// Close stops the batchers; pending operations fail.
 func (s *RedisSteps) Close() {
 	close(s.stop)
-	<-s.done
+	s.wg.Wait()
 }

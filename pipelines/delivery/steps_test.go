@@ -100,3 +100,74 @@ func TestRedisStepsUnreachable(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// holdFirstPipeline is a redis hook that holds the client's first
+// pipeline until release is closed, after closing held.
+type holdFirstPipeline struct {
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (h *holdFirstPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			close(h.held)
+			<-h.release
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// While one batch of step operations waits for its round trip, the
+// operations of other requests are sent rather than queued behind it.
+func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
+	cl.AddHook(h)
+	s := delivery.NewRedisSteps(cl, time.Minute)
+	defer s.Close()
+	var release sync.Once
+	defer release.Do(func() { close(h.release) }) // before Close, on a failure
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(ctx, "held", delivery.StepDrone, "m")
+		first <- err
+	}()
+	select {
+	case <-h.held:
+	case <-ctx.Done():
+		t.Fatal("the first Begin sent no pipeline")
+	}
+	// Sixteen other requests: some have their keys in another batcher.
+	done := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			_, err := s.Begin(ctx, fmt.Sprintf("other-%d", i), delivery.StepDrone, "m")
+			done <- err
+		}()
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no step operation completed in 10 s while another batch was in flight")
+	}
+	release.Do(func() { close(h.release) })
+	for range 15 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
