@@ -23,6 +23,7 @@ type sentKey struct{}
 type sender interface {
 	markSent()
 	markAnswered()
+	clearAnswered()        // an answer marked was an interim one (1xx)
 	answeredAt() time.Time // the last Answered; zero if none
 }
 
@@ -96,6 +97,12 @@ func (a *attemptCtx) markAnswered() {
 	now := time.Now()
 	a.mu.Lock()
 	a.send.answered = now
+	a.mu.Unlock()
+}
+
+func (a *attemptCtx) clearAnswered() {
+	a.mu.Lock()
+	a.send.answered = time.Time{}
 	a.mu.Unlock()
 }
 
@@ -220,6 +227,12 @@ func (s *stdSent) markAnswered() {
 	now := time.Now()
 	s.mu.Lock()
 	s.answered = now
+	s.mu.Unlock()
+}
+
+func (s *stdSent) clearAnswered() {
+	s.mu.Lock()
+	s.answered = time.Time{}
 	s.mu.Unlock()
 }
 

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"net/http/httptrace"
+	"net/textproto"
 )
 
 // Sent tells the MapAsync stage that gave ctx to a call that the call's
@@ -47,6 +48,13 @@ func SentOnWrite(ctx context.Context) context.Context {
 			}
 		},
 		GotFirstResponseByte: s.markAnswered,
+		// The first byte was an interim response's (103 Early Hints, 102
+		// Processing): the final answer comes later and no hook says
+		// when, so the latency runs to the call's end, as without a mark.
+		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+			s.clearAnswered()
+			return nil
+		},
 	})
 	if _, ok := ctx.(afterFuncer); ok {
 		return keepAfterFunc(traced, ctx)

@@ -104,3 +104,41 @@ func checkLatency(t *testing.T, fn func(context.Context, int) (int, error), opts
 		}
 	}
 }
+
+// An interim response (103 Early Hints here; 102 Processing alike) is not
+// the service's answer: the latency runs to the final response, 6 ms
+// after the send (the interim one came after 1 ms).
+func TestSentOnWriteAnswerIsTheFinalResponse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := pipenet.Listen()
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(time.Millisecond)
+			w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+			w.WriteHeader(http.StatusEarlyHints)
+			time.Sleep(5 * time.Millisecond)
+			_, _ = io.WriteString(w, "ok")
+		}))
+		srv.Listener = ln
+		srv.Start()
+		defer srv.Close()
+		tr := &http.Transport{DialContext: ln.Dial}
+		defer tr.CloseIdleConnections()
+		cl := &http.Client{Transport: tr}
+		fn := func(ctx context.Context, x int) (int, error) {
+			req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), http.MethodGet, srv.URL, nil)
+			if err != nil {
+				return 0, err
+			}
+			resp, err := cl.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			defer resp.Body.Close()
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+				return 0, err
+			}
+			return x, flow.CheckResponse(resp)
+		}
+		checkLatency(t, fn, []flow.AsyncOption{flow.TimeoutFromSend()}, 6*time.Millisecond)
+	})
+}

@@ -74,7 +74,9 @@ type RedisSteps struct {
 	seed maphash.Seed
 	ops  []chan *stepOp // by batcher
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// closed is closed once every batcher has stopped (Close).
+	closed chan struct{}
+	wg     sync.WaitGroup
 }
 
 // stepBatchers is how many batchers a RedisSteps runs. A saturated
@@ -107,7 +109,8 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), stop: make(chan struct{})}
+	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), stop: make(chan struct{}),
+		closed: make(chan struct{})}
 	for range stepBatchers {
 		ops := make(chan *stepOp, 4096/stepBatchers)
 		s.ops = append(s.ops, ops)
@@ -223,19 +226,36 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 	op.err = make(chan error, 1)
 	ops := s.ops[maphash.String(s.seed, op.key)%uint64(len(s.ops))]
 	select {
+	case <-s.stop:
+		return errStepsClosed
+	default:
+	}
+	select {
 	case ops <- op:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.stop:
-		return fmt.Errorf("step store closed")
+		return errStepsClosed
 	}
 	select {
 	case err := <-op.err:
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.closed:
+		// Every batcher has answered what it took and what was queued
+		// when it stopped; an operation queued after that gets no answer.
+		select {
+		case err := <-op.err:
+			return err
+		default:
+			return errStepsClosed
+		}
 	}
 }
+
+// errStepsClosed fails an operation on a closed step store.
+var errStepsClosed = errors.New("step store closed")
 
 // run takes whatever operations are waiting in ops (up to 1024) and sends
 // them in one pipeline.
@@ -246,7 +266,16 @@ func (s *RedisSteps) run(ops chan *stepOp) {
 		case op := <-ops:
 			batch = append(batch[:0], op)
 		case <-s.stop:
-			return
+			// What is queued is answered, not left to wait for its
+			// caller's context.
+			for {
+				select {
+				case op := <-ops:
+					op.err <- errStepsClosed
+				default:
+					return
+				}
+			}
 		}
 	more:
 		for len(batch) < cap(batch) {
@@ -293,4 +322,5 @@ func (s *RedisSteps) run(ops chan *stepOp) {
 func (s *RedisSteps) Close() {
 	close(s.stop)
 	s.wg.Wait()
+	close(s.closed)
 }

@@ -2,6 +2,7 @@ package delivery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -169,5 +170,66 @@ func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
 	}
 	if err := <-first; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An operation asked of a closed step store fails at once, as Close
+// promises, rather than waiting in the queue of a batcher that stopped
+// until its caller gives up.
+func TestRedisStepsFailsAfterClose(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	s := delivery.NewRedisSteps(cl, time.Minute)
+	s.Close()
+	for i := range 64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := s.Abandon(ctx, fmt.Sprintf("closed-%d", i), delivery.StepDrone, "m")
+		cancel()
+		if err == nil || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Abandon %d on a closed store: %v; want the store's closed error", i, err)
+		}
+	}
+}
+
+// An operation queued before Close, behind a batch in flight, fails or
+// lands when the store closes; its caller does not wait on a batcher that
+// stopped with it still queued.
+func TestRedisStepsCloseAnswersQueuedOperations(t *testing.T) {
+	addr := testenv.Redis(t)
+	for i := range 16 {
+		cl := redis.NewClient(&redis.Options{Addr: addr})
+		h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
+		cl.AddHook(h)
+		s := delivery.NewRedisSteps(cl, time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		id := fmt.Sprintf("queued-%d", i)
+		first := make(chan error, 1)
+		go func() {
+			_, err := s.Begin(ctx, id, delivery.StepDrone, "a")
+			first <- err
+		}()
+		<-h.held
+		// The same key: the same batcher, whose batch is in flight.
+		queued := make(chan error, 1)
+		go func() { queued <- s.Abandon(ctx, id, delivery.StepDrone, "b") }()
+		closed := make(chan struct{})
+		go func() { s.Close(); close(closed) }()
+		// Close has begun once the store refuses an operation.
+		for {
+			probe, stop := context.WithCancel(context.Background())
+			stop()
+			if _, err := s.Begin(probe, "probe", delivery.StepDrone, "p"); err != nil && strings.Contains(err.Error(), "closed") {
+				break
+			}
+		}
+		close(h.release)
+		<-first
+		err := <-queued
+		cancel()
+		<-closed
+		cl.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("round %d: an Abandon queued before Close waited until its caller gave up: %v", i, err)
+		}
 	}
 }
