@@ -49,33 +49,10 @@ func TestAnsweredEndsTheLatency(t *testing.T) {
 // the latency is the service's 5 ms, not the 20 ms the call then takes.
 func TestSentOnWriteMarksTheAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := pipenet.Listen()
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fn := getOnPipe(t, func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(5 * time.Millisecond)
 			_, _ = io.WriteString(w, "ok")
-		}))
-		srv.Listener = ln
-		srv.Start()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial}
-		defer tr.CloseIdleConnections()
-		cl := &http.Client{Transport: tr}
-		fn := func(ctx context.Context, x int) (int, error) {
-			req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), http.MethodGet, srv.URL, nil)
-			if err != nil {
-				return 0, err
-			}
-			resp, err := cl.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			defer resp.Body.Close()
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-				return 0, err
-			}
-			time.Sleep(20 * time.Millisecond) // the call's own work on the answer
-			return x, flow.CheckResponse(resp)
-		}
+		}, 20*time.Millisecond) // the call's own work on the answer
 		checkLatency(t, fn, []flow.AsyncOption{flow.TimeoutFromSend()}, 5*time.Millisecond)
 	})
 }
@@ -110,35 +87,44 @@ func checkLatency(t *testing.T, fn func(context.Context, int) (int, error), opts
 // after the send (the interim one came after 1 ms).
 func TestSentOnWriteAnswerIsTheFinalResponse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := pipenet.Listen()
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fn := getOnPipe(t, func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(time.Millisecond)
 			w.Header().Set("Link", "</style.css>; rel=preload; as=style")
 			w.WriteHeader(http.StatusEarlyHints)
 			time.Sleep(5 * time.Millisecond)
 			_, _ = io.WriteString(w, "ok")
-		}))
-		srv.Listener = ln
-		srv.Start()
-		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.Dial}
-		defer tr.CloseIdleConnections()
-		cl := &http.Client{Transport: tr}
-		fn := func(ctx context.Context, x int) (int, error) {
-			req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), http.MethodGet, srv.URL, nil)
-			if err != nil {
-				return 0, err
-			}
-			resp, err := cl.Do(req)
-			if err != nil {
-				return 0, err
-			}
-			defer resp.Body.Close()
-			if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-				return 0, err
-			}
-			return x, flow.CheckResponse(resp)
-		}
+		}, 0)
 		checkLatency(t, fn, []flow.AsyncOption{flow.TimeoutFromSend()}, 6*time.Millisecond)
 	})
+}
+
+// getOnPipe serves h on an in-memory network (inside a synctest bubble)
+// and returns a call that GETs it through SentOnWrite, reads the answer,
+// then works on it for work.
+func getOnPipe(t *testing.T, h http.HandlerFunc, work time.Duration) func(context.Context, int) (int, error) {
+	t.Helper()
+	ln := pipenet.Listen()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := &http.Transport{DialContext: ln.Dial}
+	t.Cleanup(tr.CloseIdleConnections)
+	cl := &http.Client{Transport: tr}
+	return func(ctx context.Context, x int) (int, error) {
+		req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), http.MethodGet, srv.URL, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := cl.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return 0, err
+		}
+		time.Sleep(work)
+		return x, flow.CheckResponse(resp)
+	}
 }
