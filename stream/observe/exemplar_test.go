@@ -22,27 +22,9 @@ import (
 // OpenMetrics: a Prometheus server with its default Accept.
 func TestExemplarsOnMetrics(t *testing.T) {
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	reg := prometheus.NewRegistry()
-	m, err := observe.New(reg, "traced")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tp := sdktrace.NewTracerProvider()
 	defer func() { _ = tp.Shutdown(context.Background()) }()
-	g := stream.New(stream.WithPipeline("traced"), stream.WithTracerProvider(tp))
-	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-		m := stream.Message[int]{Value: 1}
-		m.Timestamp = time.Now().Add(-20 * time.Millisecond)
-		m.Headers = []stream.Header{{Key: "traceparent", Value: []byte("00-" + traceID + "-00f067aa0ba902b7-01")}}
-		return out.Send(ctx, m)
-	})
-	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
-	if err := m.Register(g); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	reg := runOneMessage(t, "traced", -20*time.Millisecond, []byte("00-"+traceID+"-00f067aa0ba902b7-01"), stream.WithTracerProvider(tp))
 	srv := newServer(t, observe.ServerConfig{Gatherer: reg, OpenMetrics: true})
 	body, ct := scrapeWith(t, srv, prometheusAccept)
 	if !strings.HasPrefix(ct, "application/openmetrics-text") {
@@ -58,25 +40,7 @@ func TestExemplarsOnMetrics(t *testing.T) {
 
 // Untraced, no observation has an exemplar.
 func TestNoExemplarsUntraced(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := observe.New(reg, "plain")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := stream.New(stream.WithPipeline("plain"))
-	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-		m := stream.Message[int]{Value: 1}
-		m.Timestamp = time.Now()
-		m.Headers = []stream.Header{{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}}
-		return out.Send(ctx, m)
-	})
-	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
-	if err := m.Register(g); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	reg := runOneMessage(t, "plain", 0, []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))
 	srv := newServer(t, observe.ServerConfig{Gatherer: reg, OpenMetrics: true})
 	b, ct := scrapeWith(t, srv, prometheusAccept)
 	if !strings.HasPrefix(ct, "application/openmetrics-text") {
@@ -107,4 +71,33 @@ func grepLines(body, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// runOneMessage runs a pipeline named name (with opts) of one message,
+// its timestamp age ago and its traceparent tp (none if nil), through a
+// MapAsync stage, its metrics registered in the registry it returns.
+func runOneMessage(t *testing.T, name string, age time.Duration, tp []byte, opts ...stream.Option) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := observe.New(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := stream.New(append([]stream.Option{stream.WithPipeline(name)}, opts...)...)
+	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		m := stream.Message[int]{Value: 1}
+		m.Timestamp = time.Now().Add(age)
+		if tp != nil {
+			m.Headers = []stream.Header{{Key: "traceparent", Value: tp}}
+		}
+		return out.Send(ctx, m)
+	})
+	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
+	if err := m.Register(g); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }

@@ -1,19 +1,12 @@
 package observe_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluice-streams/sluice/flow"
-	"github.com/sluice-streams/sluice/sink"
-	"github.com/sluice-streams/sluice/stream"
 	"github.com/sluice-streams/sluice/stream/observe"
 )
 
@@ -34,24 +27,7 @@ const prometheusAccept = "application/openmetrics-text;version=1.0.0,application
 // (ServerConfig.OpenMetrics: TestExemplarsOnMetrics), and by default
 // answers Prometheus's Accept with the text format.
 func TestScrapeFormatsGiveTheSameSeries(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := observe.New(reg, "plain")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := stream.New(stream.WithPipeline("plain"))
-	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-		m := stream.Message[int]{Value: 1}
-		m.Timestamp = time.Now()
-		return out.Send(ctx, m)
-	})
-	stream.To(stream.Via(stream.From(g, src), flow.MapAsync(1, func(_ context.Context, x int) (int, error) { return x, nil })), sink.Discard[int]())
-	if err := m.Register(g); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	reg := runOneMessage(t, "plain", 0, nil)
 	srv := newServer(t, observe.ServerConfig{Gatherer: reg})
 	text, ct := scrapeWith(t, srv, "text/plain;version=0.0.4")
 	if !strings.HasPrefix(ct, "text/plain") {
