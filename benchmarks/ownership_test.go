@@ -42,18 +42,23 @@ func (s *busySource) Settled(p int32) (int64, bool) {
 	return s.off.Add(1), s.run[p]
 }
 
-// BenchmarkOwnershipRedisLoad runs 10 instances sharing 16 partitions
-// through a real redis-server, renewing every second and checkpointing
-// every partition every second, and reports the commands Redis served per
+// BenchmarkOwnershipRedisLoad runs instances sharing partitions through a
+// real redis-server, renewing every second and checkpointing every
+// partition every second, and reports the commands Redis served per
 // second once the shares are settled: script calls (one round trip each)
 // and all commands, those the scripts run included (target < 50 script
-// calls/s).
+// calls/s at 10 x 16), and the CPU time redis-server spent per second.
+// members=50,partitions=1024 is a larger group's settled load.
 func BenchmarkOwnershipRedisLoad(b *testing.B) {
-	const instances, partitions = 10, 16
+	b.Run("members=10,partitions=16", func(b *testing.B) { ownershipRedisLoad(b, 10, 16) })
+	b.Run("members=50,partitions=1024", func(b *testing.B) { ownershipRedisLoad(b, 50, 1024) })
+}
+
+func ownershipRedisLoad(b *testing.B, instances, partitions int) {
 	const window = 10 * time.Second
 	addr := testenv.Redis(b)
 	for b.Loop() {
-		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 4 * instances})
 		quiet := slog.New(slog.DiscardHandler)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -95,7 +100,7 @@ func BenchmarkOwnershipRedisLoad(b *testing.B) {
 			}()
 		}
 		// Settle: every partition owned by one instance, shares even.
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(120 * time.Second)
 		for {
 			owned, most := 0, 0
 			for _, bal := range bals {
@@ -107,13 +112,16 @@ func BenchmarkOwnershipRedisLoad(b *testing.B) {
 				break
 			}
 			if time.Now().After(deadline) {
-				b.Fatalf("not settled after 30 s: %d partitions owned", owned)
+				b.Fatalf("not settled after 120 s: %d partitions owned", owned)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		time.Sleep(2 * time.Second) // every member has read the settled table
 		calls0, all0 := redisCalls(b, rdb)
+		cpu0 := redisCPU(b, rdb)
 		time.Sleep(window)
 		calls1, all1 := redisCalls(b, rdb)
+		cpu1 := redisCPU(b, rdb)
 		cancel()
 		wg.Wait()
 		for _, bal := range bals {
@@ -122,6 +130,7 @@ func BenchmarkOwnershipRedisLoad(b *testing.B) {
 		rdb.Close()
 		b.ReportMetric(float64(calls1-calls0)/window.Seconds(), "script_calls/s")
 		b.ReportMetric(float64(all1-all0)/window.Seconds(), "commands/s")
+		b.ReportMetric((cpu1-cpu0).Seconds()*1000/window.Seconds(), "redis_cpu_ms/s")
 	}
 	b.ReportMetric(0, "ns/op")
 }

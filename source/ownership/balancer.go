@@ -165,25 +165,28 @@ type Balancer[T any] struct {
 	claiming atomic.Bool
 	closeMu  sync.Mutex // one Close at a time
 
-	mu       sync.Mutex
-	parts    []int32
-	held     map[int32]*held
-	deadline time.Time                 // self-fence deadline (monotonic and wall readings); zero while nothing is held
-	fence    *time.Timer               // fires at deadline
-	due      atomic.Pointer[time.Time] // deadline, read by gate without mu; nil when zero
-	table    Table
-	lastOK   time.Time       // send time of the last renewal that succeeded
-	streak   time.Time       // send time of the first of the renewals since none failed for an expiration
-	known    map[int32]int64 // the latest checkpoint seen or written per partition
-	runs     bool
-	closed   bool
-	orphan   *time.Timer  // relinquishes if Close does not follow Run
-	commits  atomic.Int64 // Commit calls, to tell a pipeline draining from one gone
-	cancel   context.CancelFunc
-	loopDone chan struct{}
-	kick     chan struct{}
-	listing  sync.WaitGroup // the partition list's refresh in flight
-	busy     atomic.Bool    // a refresh is in flight
+	mu        sync.Mutex
+	parts     []int32
+	held      map[int32]*held
+	deadline  time.Time                 // self-fence deadline (monotonic and wall readings); zero while nothing is held
+	fence     *time.Timer               // fires at deadline
+	due       atomic.Pointer[time.Time] // deadline, read by gate without mu; nil when zero
+	table     Table
+	reread    bool            // the next renewal reads the whole table (see renew)
+	unread    int             // renewals since the whole table was last read
+	readParts []int32         // the partitions of the last whole read
+	lastOK    time.Time       // send time of the last renewal that succeeded
+	streak    time.Time       // send time of the first of the renewals since none failed for an expiration
+	known     map[int32]int64 // the latest checkpoint seen or written per partition
+	runs      bool
+	closed    bool
+	orphan    *time.Timer  // relinquishes if Close does not follow Run
+	commits   atomic.Int64 // Commit calls, to tell a pipeline draining from one gone
+	cancel    context.CancelFunc
+	loopDone  chan struct{}
+	kick      chan struct{}
+	listing   sync.WaitGroup // the partition list's refresh in flight
+	busy      atomic.Bool    // a refresh is in flight
 
 	stats counters
 }

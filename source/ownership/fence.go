@@ -71,6 +71,7 @@ func (b *Balancer[T]) stop(p int32, why StopReason) {
 		return
 	}
 	delete(b.held, p)
+	b.reread = true // the record may name this member still (a self-fence, a rewind)
 	if h.started {
 		b.src.Stop(p)
 	}

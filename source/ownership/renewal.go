@@ -66,10 +66,13 @@ func (b *Balancer[T]) round(ctx context.Context) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
 	defer cancel()
-	table, outs, err := b.store.Renew(ctx, b.cfg.ID, parts, leases)
+	table, outs, err := b.renew(ctx, parts, leases)
 	b.stats.lastRenew.Store(int64(time.Since(sent)))
 	if err != nil {
 		b.stats.renewFailures.Add(1)
+		b.mu.Lock()
+		b.reread = true
+		b.mu.Unlock()
 		if !errors.Is(ctx.Err(), context.Canceled) {
 			b.log.Warn("renewal failed; partitions stop at the self-fence deadline unless one succeeds before", "err", err,
 				"deadline_in", b.untilDeadline())
@@ -81,6 +84,9 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		if h := b.held[l.Partition]; h != nil && h.Epoch == l.Epoch && outs[i] != Accepted {
 			b.stop(l.Partition, StopRenewalRefused)
 		}
+	}
+	if table.Unchanged {
+		b.stats.unread.Add(1)
 	}
 	b.table = table
 	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp || table.Fresh {
@@ -99,6 +105,45 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		b.claim(ctx, sent, table, stable)
 	}
 	b.startWon(ctx)
+}
+
+// readEvery bounds how many rounds a member over a Tracker goes without
+// reading the whole table, whatever the count of changes says: records
+// changed by an instance that does not count its changes (an older
+// version, during a rolling upgrade) are seen within that many rounds.
+const readEvery = 30
+
+// renew renews the leases and reads the table. Over a Tracker, the table
+// is read again only if the store counted a change since the last read,
+// or this member has a reason to doubt what it read: a lease refused or
+// stopped, a claim tried (whatever it won, the versions it saw moved), a
+// renewal failed, the partitions listed changed, or readEvery rounds
+// passed. Otherwise the last table read stands, with the store's time:
+// nothing a plan reads changed in it but renewal times and versions.
+func (b *Balancer[T]) renew(ctx context.Context, parts []int32, leases []Lease) (Table, []Outcome, error) {
+	tr, ok := b.store.(Tracker)
+	if !ok {
+		return b.store.Renew(ctx, b.cfg.ID, parts, leases)
+	}
+	b.mu.Lock()
+	since, last := b.table.Changes, b.table
+	if b.reread || b.unread >= readEvery || !slices.Equal(parts, b.readParts) {
+		since = 0
+	}
+	b.mu.Unlock()
+	t, outs, err := tr.RenewSince(ctx, b.cfg.ID, parts, leases, since)
+	if err != nil {
+		return t, outs, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !t.Unchanged {
+		b.reread, b.unread, b.readParts = false, 0, parts
+		return t, outs, nil
+	}
+	b.unread++
+	last.Now, last.Fresh, last.Unchanged = t.Now, t.Fresh, true
+	return last, outs, nil
 }
 
 // claim claims what this member lacks, from table. Unless stable, it
@@ -146,6 +191,9 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 				}
 			}
 		}
+	}
+	if len(claims) > 0 {
+		b.reread = true // the versions seen moved, whatever is won
 	}
 	b.mu.Unlock()
 	if len(claims) == 0 {

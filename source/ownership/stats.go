@@ -8,7 +8,7 @@ import (
 )
 
 type counters struct {
-	rounds, renewFailures, claimed, stolen, reclaimed                        atomic.Int64
+	rounds, renewFailures, claimed, stolen, reclaimed, unread                atomic.Int64
 	writes, writeErrors, fencedWrites, behindWrites, checkpointsLost, fences atomic.Int64
 	stops                                                                    [4]atomic.Int64
 	lastRenew                                                                atomic.Int64 // ns
@@ -22,9 +22,11 @@ type Stats struct {
 	Owned   []Lease
 	Members int
 	// Rounds counts renewal rounds, RenewFailures those whose renewal
-	// failed; LastRenewal is the latest renewal's latency.
-	Rounds, RenewFailures int64
-	LastRenewal           time.Duration
+	// failed, Unread those whose store (a Tracker) found the table
+	// unchanged, so that it was not read; LastRenewal is the latest
+	// renewal's latency.
+	Rounds, RenewFailures, Unread int64
+	LastRenewal                   time.Duration
 	// Claimed counts partitions won without a live owner, Stolen from a
 	// live owner above its share, Reclaimed after a rewind.
 	Claimed, Stolen, Reclaimed int64
@@ -43,7 +45,7 @@ type Stats struct {
 // Stats returns a snapshot of the balancer's counters.
 func (b *Balancer[T]) Stats() Stats {
 	c := &b.stats
-	st := Stats{Rounds: c.rounds.Load(), RenewFailures: c.renewFailures.Load(), LastRenewal: time.Duration(c.lastRenew.Load()),
+	st := Stats{Rounds: c.rounds.Load(), RenewFailures: c.renewFailures.Load(), Unread: c.unread.Load(), LastRenewal: time.Duration(c.lastRenew.Load()),
 		Claimed: c.claimed.Load(), Stolen: c.stolen.Load(), Reclaimed: c.reclaimed.Load(), Stops: map[StopReason]int64{},
 		Checkpoints: c.writes.Load(), FencedCheckpoints: c.fencedWrites.Load(), BehindCheckpoints: c.behindWrites.Load(),
 		CheckpointErrors: c.writeErrors.Load(), CheckpointsLost: c.checkpointsLost.Load(), SelfFences: c.fences.Load(),
@@ -81,6 +83,7 @@ func (b *Balancer[T]) Instrument(stage string, m stream.Meter) {
 		}
 		w.Counter("sluice_ownership_renewals_total", "Renewal rounds.", float64(st.Rounds), l)
 		w.Counter("sluice_ownership_renewal_failures_total", "Renewal rounds whose store call failed.", float64(st.RenewFailures), l)
+		w.Counter("sluice_ownership_renewals_unread_total", "Renewal rounds that found the table unchanged and did not read it.", float64(st.Unread), l)
 		w.Gauge("sluice_ownership_renewal_seconds", "Latency of the latest renewal.", st.LastRenewal.Seconds(), l)
 		const ck, ckHelp = "sluice_ownership_checkpoints_total", "Checkpoint writes, by outcome (accepted, fenced, behind, error)."
 		w.Counter(ck, ckHelp, float64(st.Checkpoints), l, stream.Label{Name: "outcome", Value: "accepted"})

@@ -14,7 +14,9 @@ import "github.com/redis/go-redis/v9"
 // by one while Redis keeps its data, and a record lost with its data (a
 // restart without persistence, a failover) starts again above every epoch
 // handed out before, so a lease from before the loss can never match a
-// new one (same owner id and epoch).
+// new one (same owner id and epoch). touch raises the group's count of
+// changes the same way: a count read before a data loss never matches one
+// read after it.
 const prelude = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -24,26 +26,52 @@ local function bump(k)
   redis.call('HSET', k, 'epoch', d(e))
   return e
 end
+local function touch(k)
+  redis.call('SET', k, d(math.max(tonumber(redis.call('GET', k) or '0') + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))))
+end
 `
 
-// renewScript: KEYS[1] the members hash, KEYS[2..] the ownership hashes of
-// the partitions in the table. ARGV: owner, expiration (ms), the number of
-// leases h, then per lease the index of its key (0-based, among the
-// partitions) and its epoch; an empty owner only reads (no presence
-// recorded). Returns {now, outcomes, rows, members, fresh}: an
-// outcome per lease (0 renewed, 1 fenced), four values per partition
-// (owner, epoch, version, modified), id, age pairs of the members
-// present (expired ones are removed), and 1 if the owner's presence was
-// not recorded before this call.
-var renewScript = redis.NewScript(prelude + `
+// renewScript: KEYS[1] the members hash, KEYS[2] the count of changes,
+// KEYS[3] the leases' last renewals (a sorted set of ownership keys by
+// time), KEYS[4..] the ownership hashes of the partitions in the table.
+// ARGV: owner, expiration (ms), the number of leases h, then per lease the
+// index of its key (0-based, among the partitions) and its epoch; an empty
+// owner only reads (no presence recorded). Returns {now, outcomes, rows,
+// members, fresh, changes}: an outcome per lease (0 renewed, 1 fenced),
+// four values per partition (owner, epoch, version, modified), id, age
+// pairs of the members present (expired ones are removed), 1 if the
+// owner's presence was not recorded before this call, and the count of
+// changes.
+var renewScript = redis.NewScript(prelude + renewLeases + `
+local rows = {}
+for i = 4, #KEYS do
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
+  rows[#rows + 1] = r[1] or ''
+  rows[#rows + 1] = r[2] or '0'
+  rows[#rows + 1] = r[3] or '0'
+  rows[#rows + 1] = r[4] or '0'
+end
+return {d(now), out, rows, members, fresh, redis.call('GET', KEYS[2]) or '0'}
+`)
+
+// renewLeases renews the leases, records the presence, removes the
+// members and notes the leases whose time lapsed, and counts a change if
+// the table a plan reads changed by it: a member came or went, a lease
+// lapsed. Every write of an ownership record that changes its owner or
+// epoch counts one too (claim, relinquish, rewind); a renewal does not.
+// So a member that read the table under a count reads nothing new while
+// the count stays: only renewal times and versions moved.
+const renewLeases = `
 local me, exp, h = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local changed = false
 local out = {}
 for i = 1, h do
-  local k = KEYS[2 + tonumber(ARGV[2 + 2 * i])]
+  local k = KEYS[4 + tonumber(ARGV[2 + 2 * i])]
   local r = redis.call('HMGET', k, 'owner', 'epoch', 'modified')
   if r[1] == me and r[2] == ARGV[3 + 2 * i] and r[3] and now - tonumber(r[3]) <= exp then
     redis.call('HSET', k, 'modified', d(now))
     redis.call('HINCRBY', k, 'version', 1)
+    redis.call('ZADD', KEYS[3], now, k)
     out[i] = 0
   else
     out[i] = 1
@@ -51,58 +79,77 @@ for i = 1, h do
 end
 local fresh = 0
 if me ~= '' then fresh = redis.call('HSET', KEYS[1], me, d(now)) end
+if fresh == 1 then changed = true end
 local m = redis.call('HGETALL', KEYS[1])
 local members = {}
 for i = 1, #m, 2 do
   local age = now - tonumber(m[i + 1])
   if age > exp then
     redis.call('HDEL', KEYS[1], m[i])
+    changed = true
   else
     members[#members + 1] = m[i]
     members[#members + 1] = d(age)
   end
 end
-local rows = {}
-for i = 2, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
-  rows[#rows + 1] = r[1] or ''
-  rows[#rows + 1] = r[2] or '0'
-  rows[#rows + 1] = r[3] or '0'
-  rows[#rows + 1] = r[4] or '0'
-end
-return {d(now), out, rows, members, fresh}
+if redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. d(now - exp)) > 0 then changed = true end
+if changed then touch(KEYS[2]) end
+`
+
+// renewSinceScript: renewScript's keys but only the ownership hashes of
+// the leases held, whose indexes in ARGV count from 0 among them. Returns
+// {now, outcomes, fresh, changes}: no rows, no members.
+var renewSinceScript = redis.NewScript(prelude + renewLeases + `
+return {d(now), out, fresh, redis.call('GET', KEYS[2]) or '0'}
 `)
 
-// claimScript: KEYS the ownership hashes; ARGV: owner, then the version
+// claimScript: KEYS[1] the count of changes, KEYS[2] the leases' last
+// renewals, KEYS[3..] the ownership hashes; ARGV: owner, then the version
 // seen of each. Returns per partition the new epoch, or -1 if the record
 // changed since.
 var claimScript = redis.NewScript(prelude + `
 local out = {}
-for i = 1, #KEYS do
+local won = false
+for i = 3, #KEYS do
   local v = tonumber(redis.call('HGET', KEYS[i], 'version') or '0')
-  if v == tonumber(ARGV[1 + i]) then
-    out[i] = bump(KEYS[i])
+  if v == tonumber(ARGV[i - 1]) then
+    out[i - 2] = bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'modified', d(now))
+    redis.call('ZADD', KEYS[2], now, KEYS[i])
+    won = true
   else
-    out[i] = -1
+    out[i - 2] = -1
   end
 end
+if won then touch(KEYS[1]) end
 return out
 `)
 
-// relinquishScript: KEYS the ownership hashes; ARGV: owner, then the epoch
-// of each lease. A lease still held is given up: owner emptied, epoch and
+// relinquishScript: KEYS[1] the count of changes, KEYS[2] the leases' last
+// renewals, KEYS[3..] the ownership hashes; ARGV: owner, then the epoch of
+// each lease. A lease still held is given up: owner emptied, epoch and
 // version raised.
 var relinquishScript = redis.NewScript(prelude + `
-for i = 1, #KEYS do
+local given = false
+for i = 3, #KEYS do
   local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch')
-  if r[1] == ARGV[1] and r[2] == ARGV[1 + i] then
+  if r[1] == ARGV[1] and r[2] == ARGV[i - 1] then
     redis.call('HSET', KEYS[i], 'owner', '', 'modified', d(now))
     bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
+    redis.call('ZREM', KEYS[2], KEYS[i])
+    given = true
   end
 end
+if given then touch(KEYS[1]) end
+return 0
+`)
+
+// leaveScript: KEYS[1] the members hash, KEYS[2] the count of changes;
+// ARGV[1] the owner. Removes its presence.
+var leaveScript = redis.NewScript(prelude + `
+if redis.call('HDEL', KEYS[1], ARGV[1]) > 0 then touch(KEYS[2]) end
 return 0
 `)
 
@@ -134,11 +181,12 @@ return out
 `)
 
 // setCheckpointScript: KEYS[1] the ownership hash, KEYS[2] the checkpoint
-// hash; ARGV[1] the offset. Raises the epoch (fencing the owner's lease)
-// and writes the checkpoint under it.
+// hash, KEYS[3] the count of changes; ARGV[1] the offset. Raises the epoch
+// (fencing the owner's lease) and writes the checkpoint under it.
 var setCheckpointScript = redis.NewScript(prelude + `
 local e = bump(KEYS[1])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[2], 'offset', ARGV[1], 'sequence', '-1', 'epoch', d(e), 'owner', '', 'written', d(now))
+touch(KEYS[3])
 return e
 `)

@@ -9,6 +9,8 @@
 //	sluice:own:{namespace/stream/group}:o:<partition>  ownership: owner, epoch, version, modified (ms)
 //	sluice:own:{namespace/stream/group}:c:<partition>  checkpoint: offset, sequence, epoch, owner, written (ms)
 //	sluice:own:{namespace/stream/group}:m              members: id -> last heartbeat (ms)
+//	sluice:own:{namespace/stream/group}:g              the count of changes to the table (see RenewSince)
+//	sluice:own:{namespace/stream/group}:x              the leases' last renewals: ownership key -> time (ms)
 //
 // Redis persists and replicates asynchronously unless configured
 // otherwise: a failover to a replica, or a restart without an append-only
@@ -20,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +53,10 @@ type Store struct {
 	expD   time.Duration
 }
 
-var _ ownership.Store = (*Store)(nil)
+var (
+	_ ownership.Store   = (*Store)(nil)
+	_ ownership.Tracker = (*Store)(nil)
+)
 
 // New returns a store, or an error naming what is wrong with cfg.
 func New(cfg Config) (*Store, error) {
@@ -77,6 +83,8 @@ func (s *Store) Expiration() time.Duration { return s.expD }
 func (s *Store) ownKey(p int32) string { return s.prefix + ":o:" + strconv.Itoa(int(p)) }
 func (s *Store) ckKey(p int32) string  { return s.prefix + ":c:" + strconv.Itoa(int(p)) }
 func (s *Store) membersKey() string    { return s.prefix + ":m" }
+func (s *Store) changesKey() string    { return s.prefix + ":g" }
+func (s *Store) renewedKey() string    { return s.prefix + ":x" }
 func ms(v int64) time.Time             { return time.UnixMilli(v) }
 func msDur(v int64) time.Duration      { return time.Duration(v) * time.Millisecond }
 func itoa(v int64) string              { return strconv.FormatInt(v, 10) }
@@ -100,7 +108,7 @@ func (s *Store) Table(ctx context.Context, partitions []int32) (ownership.Table,
 
 func (s *Store) renew(ctx context.Context, owner string, partitions []int32, held []ownership.Lease) (ownership.Table, []ownership.Outcome, error) {
 	index := make(map[int32]int, len(partitions)+len(held))
-	keys := []string{s.membersKey()}
+	keys := []string{s.membersKey(), s.changesKey(), s.renewedKey()}
 	parts := make([]int32, 0, len(partitions)+len(held))
 	add := func(p int32) int {
 		if i, ok := index[p]; ok {
@@ -122,8 +130,8 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	if err != nil {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
-	if len(res) != 5 {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 5", len(res))
+	if len(res) != 6 {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 6", len(res))
 	}
 	nowMs, err := atoi(res[0])
 	if err != nil {
@@ -138,7 +146,11 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values for %d partitions", len(rows), len(parts))
 	}
 	fresh, _ := atoi(res[4])
-	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1}
+	changes, err := atoi(res[5])
+	if err != nil {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: count of changes %v: %w", res[5], err)
+	}
+	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1, Changes: changes}
 	for i, p := range parts {
 		o := ownership.Ownership{Partition: p, Owner: fmt.Sprint(rows[4*i])}
 		var mod int64
@@ -161,6 +173,62 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 		tb.Members = append(tb.Members, ownership.Member{ID: fmt.Sprint(mem[i]), Age: msDur(age)})
 	}
 	sort.Slice(tb.Members, func(i, j int) bool { return tb.Members[i].ID < tb.Members[j].ID })
+	return tb, outs, nil
+}
+
+// RenewSince implements ownership.Tracker: it renews the leases and
+// records the presence as Renew does, then reads the table in a second
+// call only if it changed since the count of changes since (0: always).
+// A renewal that finds nothing changed costs Redis the leases held, not
+// every partition's record.
+func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32, held []ownership.Lease, since int64) (ownership.Table, []ownership.Outcome, error) {
+	if owner == "" {
+		return ownership.Table{}, nil, errors.New("redisstore: an owner id is required")
+	}
+	keys := make([]string, 3, 3+len(held))
+	keys[0], keys[1], keys[2] = s.membersKey(), s.changesKey(), s.renewedKey()
+	args := make([]any, 0, 3+2*len(held))
+	args = append(args, owner, s.exp, len(held))
+	for i, l := range held {
+		keys = append(keys, s.ownKey(l.Partition))
+		args = append(args, i, l.Epoch)
+	}
+	res, err := renewSinceScript.Run(ctx, s.c, keys, args...).Slice()
+	if err != nil {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if len(res) != 4 {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 4", len(res))
+	}
+	nowMs, err := atoi(res[0])
+	if err != nil {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: time %v: %w", res[0], err)
+	}
+	outs, err := outcomes(res[1], len(held))
+	if err != nil {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	fresh, _ := atoi(res[2])
+	changes, err := atoi(res[3])
+	if err != nil {
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: count of changes %v: %w", res[3], err)
+	}
+	if since != 0 && changes == since {
+		return ownership.Table{Now: ms(nowMs), Fresh: fresh == 1, Changes: changes, Unchanged: true}, outs, nil
+	}
+	all := partitions
+	for _, l := range held {
+		if !slices.Contains(partitions, l.Partition) {
+			all = append(slices.Clip(all), l.Partition)
+		}
+	}
+	tb, err := s.Table(ctx, all)
+	if err != nil {
+		return ownership.Table{}, nil, err
+	}
+	// The read's count may be above the renewal's (another member changed
+	// the table in between): the table is as of the read, so is its count.
+	tb.Fresh = fresh == 1
 	return tb, outs, nil
 }
 
@@ -189,10 +257,11 @@ func (s *Store) Claim(ctx context.Context, owner string, claims []ownership.Clai
 	if len(claims) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, len(claims))
+	keys := make([]string, 2, 2+len(claims))
+	keys[0], keys[1] = s.changesKey(), s.renewedKey()
 	args := []any{owner}
-	for i, c := range claims {
-		keys[i] = s.ownKey(c.Partition)
+	for _, c := range claims {
+		keys = append(keys, s.ownKey(c.Partition))
 		args = append(args, c.Version)
 	}
 	epochs, err := claimScript.Run(ctx, s.c, keys, args...).Int64Slice()
@@ -213,10 +282,11 @@ func (s *Store) Relinquish(ctx context.Context, owner string, held []ownership.L
 	if len(held) == 0 {
 		return nil
 	}
-	keys := make([]string, len(held))
+	keys := make([]string, 2, 2+len(held))
+	keys[0], keys[1] = s.changesKey(), s.renewedKey()
 	args := []any{owner}
-	for i, l := range held {
-		keys[i] = s.ownKey(l.Partition)
+	for _, l := range held {
+		keys = append(keys, s.ownKey(l.Partition))
 		args = append(args, l.Epoch)
 	}
 	if err := relinquishScript.Run(ctx, s.c, keys, args...).Err(); err != nil {
@@ -227,7 +297,7 @@ func (s *Store) Relinquish(ctx context.Context, owner string, held []ownership.L
 
 // Leave implements ownership.Store.
 func (s *Store) Leave(ctx context.Context, owner string) error {
-	if err := s.c.HDel(ctx, s.membersKey(), owner).Err(); err != nil {
+	if err := leaveScript.Run(ctx, s.c, []string{s.membersKey(), s.changesKey()}, owner).Err(); err != nil {
 		return fmt.Errorf("redisstore: leave: %w", err)
 	}
 	return nil
@@ -293,7 +363,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, partition int32, offset int64
 	if offset < 0 {
 		return fmt.Errorf("redisstore: checkpoint offset %d of partition %d: want 0 or more", offset, partition)
 	}
-	if err := setCheckpointScript.Run(ctx, s.c, []string{s.ownKey(partition), s.ckKey(partition)}, offset).Err(); err != nil {
+	if err := setCheckpointScript.Run(ctx, s.c, []string{s.ownKey(partition), s.ckKey(partition), s.changesKey()}, offset).Err(); err != nil {
 		return fmt.Errorf("redisstore: set checkpoint of partition %d: %w", partition, err)
 	}
 	return nil

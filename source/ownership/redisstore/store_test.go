@@ -257,8 +257,8 @@ func TestKeysShareOneHashTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 4 {
-		t.Fatalf("keys %v, want two ownerships, a checkpoint and the members", keys)
+	if len(keys) != 6 {
+		t.Fatalf("keys %v, want two ownerships, a checkpoint, the members, the count of changes and the leases' renewals", keys)
 	}
 	for _, k := range keys {
 		if !strings.HasPrefix(k, "sluice:own:{ns/readings/g}:") {
@@ -344,5 +344,146 @@ func TestRenewSaysWhenPresenceIsFresh(t *testing.T) {
 	}
 	if tb, err := s.Table(ctx, []int32{0}); err != nil || tb.Fresh {
 		t.Fatalf("a read-only table: Fresh = %v, %v; want false", tb.Fresh, err)
+	}
+}
+
+// RenewSince reads the table again only when something a plan reads
+// changed: a claim, a relinquish, a rewind, a member coming, leaving or
+// lapsing, a lease lapsing, the data lost. Renewals and checkpoints change
+// nothing a plan reads.
+func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
+	const exp = 600 * time.Millisecond
+	s, c := newStore(t, exp)
+	ctx := context.Background()
+	parts := []int32{0, 1, 2}
+	var seen int64
+	var leases []ownership.Lease
+	renew := func(owner string) ownership.Table {
+		t.Helper()
+		tb, outs, err := s.RenewSince(ctx, owner, parts, leases, seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range outs {
+			if owner == "a" && o != ownership.Accepted {
+				t.Fatalf("lease %v: %v", leases[i], o)
+			}
+		}
+		return tb
+	}
+	// step checks that a's renewal after what reads the table (changed)
+	// or not, and keeps the count a's renewal saw.
+	step := func(what string, changed bool) ownership.Table {
+		t.Helper()
+		tb := renew("a")
+		if tb.Unchanged == changed {
+			t.Fatalf("after %s: Unchanged = %v, want %v (count %d, seen %d)", what, tb.Unchanged, !changed, tb.Changes, seen)
+		}
+		if !tb.Unchanged && len(tb.Owners) != len(parts) {
+			t.Fatalf("after %s: a table of %d partitions, want %d", what, len(tb.Owners), len(parts))
+		}
+		if tb.Changes == 0 {
+			t.Fatalf("after %s: no count of changes", what)
+		}
+		seen = tb.Changes
+		return tb
+	}
+	step("the first renewal", true)
+	step("nothing", false)
+	won, err := s.Claim(ctx, "a", []ownership.Claim{{Partition: 0}, {Partition: 1}})
+	if err != nil || len(won) != 2 {
+		t.Fatalf("claim: %v, %v", won, err)
+	}
+	leases = won
+	step("a claim", true)
+	step("a renewal", false)
+	if outs, err := s.Checkpoint(ctx, "a", []ownership.Write{{Lease: leases[0], Offset: 5}}); err != nil || outs[0] != ownership.Accepted {
+		t.Fatalf("checkpoint: %v, %v", outs, err)
+	}
+	step("a checkpoint", false)
+	if _, _, err := s.Renew(ctx, "b", parts, nil); err != nil {
+		t.Fatal(err)
+	}
+	step("a member coming", true)
+	if err := s.Leave(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	step("a member leaving", true)
+	if err := s.Relinquish(ctx, "a", leases[1:]); err != nil {
+		t.Fatal(err)
+	}
+	leases = leases[:1]
+	step("a relinquish", true)
+	if err := s.SetCheckpoint(ctx, 2, 7); err != nil {
+		t.Fatal(err)
+	}
+	step("a rewind", true)
+	// b claims partition 2, then renews its presence but not the lease (as
+	// a member that stopped the partition and cannot relinquish it): the
+	// lease lapses while b is present, and counts once seen lapsed.
+	tb := renew("b")
+	if _, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 2, Version: tb.Owners[2].Version}}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := time.Now()
+	step("b's claim", true)
+	for {
+		time.Sleep(50 * time.Millisecond)
+		if _, _, err := s.Renew(ctx, "b", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		tb := renew("a")
+		if !tb.Unchanged {
+			if time.Since(claimed) <= exp {
+				t.Fatalf("the table changed %v after b's claim, before its lease could lapse", time.Since(claimed))
+			}
+			if !tb.Owners[2].Expired(exp) {
+				t.Fatalf("changed, but partition 2 not expired: %+v", tb.Owners[2])
+			}
+			seen = tb.Changes
+			break
+		}
+		if time.Since(claimed) > 10*exp {
+			t.Fatal("b's lease lapsed long ago and the table is still unchanged")
+		}
+	}
+	step("nothing", false)
+	// b stops renewing: its presence lapses, and counts once seen lapsed.
+	left := time.Now()
+	for {
+		time.Sleep(50 * time.Millisecond)
+		tb := renew("a")
+		if !tb.Unchanged {
+			if time.Since(left) <= exp {
+				t.Fatalf("the table changed %v after b's last renewal, before its presence could lapse", time.Since(left))
+			}
+			for _, m := range tb.Members {
+				if m.ID == "b" {
+					t.Fatalf("changed, but b still present: %v", tb.Members)
+				}
+			}
+			seen = tb.Changes
+			break
+		}
+		if time.Since(left) > 10*exp {
+			t.Fatal("b's presence lapsed long ago and the table is still unchanged")
+		}
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := seen
+	for range 3 { // the count starts again, above every count before the loss
+		if _, err := c.Incr(ctx, "unrelated").Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leases = nil
+	tb = step("the data lost", true)
+	if tb.Changes <= before {
+		t.Fatalf("count of changes %d after the data loss, %d before: a member could take the table for unchanged", tb.Changes, before)
+	}
+	if tb, _, err := s.RenewSince(ctx, "a", parts, nil, 0); err != nil || tb.Unchanged {
+		t.Fatalf("since 0: Unchanged = %v, %v; want a table read", tb.Unchanged, err)
 	}
 }
