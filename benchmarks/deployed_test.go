@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
@@ -250,6 +252,10 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		}()
+		rc := redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
+		defer rc.Close()
+		_, redisCmds0 := redisCalls(b, rc)
+		redisCPU0 := redisCPU(b, rc)
 		start := time.Now()
 		if sc.during != nil {
 			go sc.during(s, r)
@@ -272,6 +278,12 @@ func runDeployed(b *testing.B, bin string, sc deployedScenario) {
 		elapsed := time.Since(start)
 		cancel()
 		<-sampled
+		// Redis's counters start again if it restarted (redis_outage):
+		// then there is no figure.
+		if _, cmds := redisCalls(b, rc); cmds >= redisCmds0 {
+			b.ReportMetric(float64(cmds-redisCmds0)/math.Max(1, float64(sent.Total())), "redis_cmds/req")
+			b.ReportMetric(float64((redisCPU(b, rc)-redisCPU0).Microseconds())/math.Max(1, float64(sent.Total())), "redis_cpu_us/req")
+		}
 		r.mu.Lock()
 		fault, faultErr := r.fault, r.faultErr
 		r.mu.Unlock()
