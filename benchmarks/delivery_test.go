@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
@@ -35,9 +37,16 @@ func BenchmarkDeliveryPipeline(b *testing.B) {
 	for _, rate := range []float64{10_000, 20_000, 30_000, 40_000} {
 		b.Run(fmt.Sprintf("redis_steps_%dk", int(rate/1000)), func(b *testing.B) {
 			addr := testenv.Redis(b)
+			rc := redis.NewClient(&redis.Options{Addr: addr})
+			defer rc.Close()
 			var sum demo.Summary
 			for b.Loop() {
+				_, cmds0 := redisCalls(b, rc)
+				cpu0 := redisCPU(b, rc)
 				sum = deliveryRun(b, rate, addr, 10*time.Second)
+				_, cmds1 := redisCalls(b, rc)
+				b.ReportMetric(float64(cmds1-cmds0)/float64(max(1, sum.Sent)), "redis_cmds/req")
+				b.ReportMetric(float64((redisCPU(b, rc)-cpu0).Microseconds())/float64(max(1, sum.Sent)), "redis_cpu_us/req")
 			}
 			reportDelivery(b, sum)
 		})
