@@ -487,3 +487,75 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 		t.Fatalf("since 0: Unchanged = %v, %v; want a table read", tb.Unchanged, err)
 	}
 }
+
+// A count read before a data loss must never match one read after it, or
+// a member takes a table that changed for the one it read. The count is
+// raised to the greater of count+1 and Redis's time in µs; while the
+// count runs ahead of Redis's clock (a count written by a primary whose
+// clock ran ahead before a failover, or Redis's clock stepped back), it
+// only grows by one, and Redis restarting from a snapshot (or failing
+// over to a replica) that lacks the last change hands out the same count
+// again for a different change.
+func TestCountAfterADataLossNeverMatchesOneFromBefore(t *testing.T) {
+	s, c := newStore(t, time.Minute)
+	ctx := context.Background()
+	parts := []int32{0, 1}
+	const changes = "sluice:own:{ns/readings/g}:g"
+	// A count an hour ahead of Redis's clock.
+	if err := c.Set(ctx, changes, time.Now().Add(time.Hour).UnixMicro(), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tb, _, err := s.RenewSince(ctx, "a", parts, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot (or the replica) Redis comes back with.
+	keys, err := c.Keys(ctx, "sluice:own:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dumps := map[string]string{}
+	for _, k := range keys {
+		if dumps[k], err = c.Dump(ctx, k).Result(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b claims partition 0; a reads it.
+	if won, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 0, Version: tb.Owners[0].Version}}); err != nil || len(won) != 1 {
+		t.Fatalf("b's claim: %v, %v", won, err)
+	}
+	tb, _, err = s.RenewSince(ctx, "a", parts, nil, tb.Changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Unchanged || tb.Owners[0].Owner != "b" {
+		t.Fatalf("after b's claim: %+v, want the table read with partition 0 owned by b", tb)
+	}
+	seen := tb.Changes
+	// Redis loses b's claim: it comes back with the snapshot.
+	all, err := c.Keys(ctx, "sluice:own:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Del(ctx, all...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range dumps {
+		if err := c.Restore(ctx, k, 0, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c claims partition 1.
+	if won, err := s.Claim(ctx, "c", []ownership.Claim{{Partition: 1, Version: 0}}); err != nil || len(won) != 1 {
+		t.Fatalf("c's claim: %v, %v", won, err)
+	}
+	tb, _, err = s.RenewSince(ctx, "a", parts, nil, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb.Unchanged {
+		now := table(t, s, parts...)
+		t.Fatalf("after the loss of b's claim and c's claim of partition 1: count %d, the one a read before the loss: the table (%+v, %+v) taken for the one a read (partition 0 owned by b, 1 free)",
+			tb.Changes, now.Owners[0], now.Owners[1])
+	}
+}
