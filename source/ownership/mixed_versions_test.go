@@ -17,9 +17,9 @@ import (
 	"github.com/sluice-streams/sluice/stream"
 )
 
-// The scripts of the release before the store counted its changes, as an
+// The scripts of the release before the store stamped its table, as an
 // instance of that release runs them during a rolling upgrade: they write
-// the same records, but count nothing.
+// the same records, but leave the stamp as it was.
 const olderPrelude = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -163,12 +163,12 @@ func (o *olderInstance) close(ctx context.Context) error {
 // During a rolling upgrade, an instance of the previous release that
 // shuts down relinquishes its partitions so that the others claim them at
 // their next round (docs/ownership.md: "another instance takes them
-// within one interval"). Its scripts do not count that change: members of
-// this release that find the count unchanged keep their last table, in
-// which those partitions are still owned, and leave them unread until
-// they read the whole table anyway (every 30 rounds) — the last instance
-// of the old release to stop leaves its partitions unread for up to 30
-// intervals (5 minutes at the default 10 s).
+// within one interval"). Its scripts leave the stamp as it was: members
+// of this release that took the stamp for unchanged would keep their last
+// table, in which those partitions are still owned, and leave them unread
+// until they read the whole table anyway (every 30 rounds) — the last
+// instance of the old release to stop would leave its partitions unread
+// for up to 30 intervals (5 minutes at the default 10 s).
 func TestPartitionsAnOlderInstanceRelinquishedAreClaimedAtOnce(t *testing.T) {
 	const partitions = 4
 	const interval, expiration = 100 * time.Millisecond, 600 * time.Millisecond

@@ -121,27 +121,29 @@ type Table struct {
 	// or one after the store lost its data. The others' presence may not
 	// be recorded yet.
 	Fresh bool
-	// Changes is the store's count of changes to the table at the read
-	// (a Tracker's; 0 from a store that keeps none).
-	Changes int64
-	// Unchanged is true if a Tracker's RenewSince found nothing changed
-	// since the count asked: Owners and Members are then empty, and the
-	// table last read stands.
+	// Stamp identifies the state of the table at the read (a Tracker's;
+	// 0 from a store that keeps none): it changes with every change a plan
+	// reads.
+	Stamp int64
+	// Unchanged is true if a Tracker's RenewSince found the stamp still
+	// the one asked: Owners and Members are then empty, and the table
+	// last read stands.
 	Unchanged bool
 }
 
-// Tracker is implemented by a store that counts the changes to the table
-// a plan reads (redisstore's Store): a member joining or leaving (its
-// presence recorded anew, removed, or lapsed), and an ownership record
-// whose owner or epoch changes (a claim, a relinquish, a rewind) or whose
-// lease lapses. Renewals do not count. A Balancer over a Tracker reads the
-// whole table only when the count moved since its last read, so that a
-// settled group's renewals cost the store the leases held rather than
-// every partition's record, for every member, every interval.
+// Tracker is implemented by a store that stamps the table a plan reads
+// (redisstore's Store) and changes the stamp with every change to it: a
+// member joining or leaving (its presence recorded anew, removed, or
+// lapsed), and an ownership record whose owner or epoch changes (a claim,
+// a relinquish, a rewind) or whose lease lapses. Renewals leave it. A
+// Balancer over a Tracker reads the whole table only when the stamp moved
+// since its last read, so that a settled group's renewals cost the store
+// the leases held rather than every partition's record, for every member,
+// every interval.
 type Tracker interface {
-	// RenewSince is Store.Renew, but if since is not 0 and the count of
-	// changes still equals it, the table returned has Unchanged set, the
-	// time, Fresh and the count, and no Owners or Members.
+	// RenewSince is Store.Renew, but if since is not 0 and the table's
+	// stamp is still since, the table returned has Unchanged set, the
+	// time, Fresh and the stamp, and no Owners or Members.
 	RenewSince(ctx context.Context, owner string, partitions []int32, held []Lease, since int64) (Table, []Outcome, error)
 }
 

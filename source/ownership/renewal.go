@@ -108,13 +108,12 @@ func (b *Balancer[T]) round(ctx context.Context) {
 }
 
 // readEvery bounds how many rounds a member over a Tracker goes without
-// reading the whole table, whatever the count of changes says: records
-// changed by an instance that does not count its changes (an older
-// version, during a rolling upgrade) are seen within that many rounds.
+// reading the whole table, whatever its stamp says: a bound on the cost
+// of any change the stamp would miss.
 const readEvery = 30
 
 // renew renews the leases and reads the table. Over a Tracker, the table
-// is read again only if the store counted a change since the last read,
+// is read again only if its stamp changed since the last read,
 // or this member has a reason to doubt what it read: a lease refused or
 // stopped, a claim tried (whatever it won, the versions it saw moved), a
 // renewal failed, the partitions listed changed, or readEvery rounds
@@ -126,7 +125,7 @@ func (b *Balancer[T]) renew(ctx context.Context, parts []int32, leases []Lease) 
 		return b.store.Renew(ctx, b.cfg.ID, parts, leases)
 	}
 	b.mu.Lock()
-	since, last := b.table.Changes, b.table
+	since, last := b.table.Stamp, b.table
 	if b.reread || b.unread >= readEvery || !slices.Equal(parts, b.readParts) {
 		since = 0
 	}

@@ -14,9 +14,14 @@ import "github.com/redis/go-redis/v9"
 // by one while Redis keeps its data, and a record lost with its data (a
 // restart without persistence, a failover) starts again above every epoch
 // handed out before, so a lease from before the loss can never match a
-// new one (same owner id and epoch). touch raises the group's count of
-// changes the same way: a count read before a data loss never matches one
-// read after it.
+// new one (same owner id and epoch).
+//
+// The table's stamp (key :g) changes with every change a plan reads: a
+// claim, relinquish or rewind, a member's presence recorded anew, removed
+// or lapsed, a lease lapsing. A script that changes it sets it to a random
+// value the client drew (the last ARGV), never a count or a time: Redis
+// coming back from a snapshot, or a replica, that lacks the last change
+// cannot hand out again the stamp a member read before the loss.
 const prelude = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,24 +32,25 @@ local function bump(k)
   return e
 end
 local function touch(k)
-  redis.call('SET', k, d(math.max(tonumber(redis.call('GET', k) or '0') + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))))
+  redis.call('SET', k, ARGV[#ARGV])
 end
 `
 
-// renewScript: KEYS[1] the members hash, KEYS[2] the count of changes,
-// KEYS[3] the leases' last renewals (a sorted set of ownership keys by
-// time), KEYS[4..] the ownership hashes of the partitions in the table.
-// ARGV: owner, expiration (ms), the number of leases h, then per lease the
-// index of its key (0-based, among the partitions) and its epoch; an empty
-// owner only reads (no presence recorded). Returns {now, outcomes, rows,
-// members, fresh, changes}: an outcome per lease (0 renewed, 1 fenced),
-// four values per partition (owner, epoch, version, modified), id, age
-// pairs of the members present (expired ones are removed), 1 if the
-// owner's presence was not recorded before this call, and the count of
-// changes.
+// renewScript: KEYS[1] the members hash, KEYS[2] the stamp, KEYS[3] the
+// leases' last renewals (a sorted set of ownership keys by time), KEYS[4]
+// the members that keep the stamp (id -> last renewal), KEYS[5] whether
+// one present did not at the last renewal, KEYS[6..] the ownership hashes
+// of the partitions in the table. ARGV: owner, expiration (ms), the number
+// of leases h, then per lease the index of its key (0-based, among the
+// partitions) and its epoch, then a stamp; an empty owner only reads (no
+// presence recorded). Returns {now, outcomes, rows, members, fresh,
+// stamp}: an outcome per lease (0 renewed, 1 fenced), four values per
+// partition (owner, epoch, version, modified), id, age pairs of the
+// members present (expired ones are removed), 1 if the owner's presence
+// was not recorded before this call, and the stamp.
 var renewScript = redis.NewScript(prelude + renewLeases + `
 local rows = {}
-for i = 4, #KEYS do
+for i = 6, #KEYS do
   local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
   rows[#rows + 1] = r[1] or ''
   rows[#rows + 1] = r[2] or '0'
@@ -55,18 +61,19 @@ return {d(now), out, rows, members, fresh, redis.call('GET', KEYS[2]) or '0'}
 `)
 
 // renewLeases renews the leases, records the presence, removes the
-// members and notes the leases whose time lapsed, and counts a change if
-// the table a plan reads changed by it: a member came or went, a lease
-// lapsed. Every write of an ownership record that changes its owner or
-// epoch counts one too (claim, relinquish, rewind); a renewal does not.
-// So a member that read the table under a count reads nothing new while
-// the count stays: only renewal times and versions moved.
+// members whose presence lapsed and notes the leases whose time lapsed,
+// and changes the stamp if that changed the table a plan reads. It also
+// changes the stamp at every renewal while a member that does not keep
+// the stamp is present (an older version, during a rolling upgrade: its
+// claims and relinquishes leave the stamp as it was), and once more when
+// the last such member is gone, so that members read the whole table
+// until then.
 const renewLeases = `
 local me, exp, h = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local changed = false
 local out = {}
 for i = 1, h do
-  local k = KEYS[4 + tonumber(ARGV[2 + 2 * i])]
+  local k = KEYS[6 + tonumber(ARGV[2 + 2 * i])]
   local r = redis.call('HMGET', k, 'owner', 'epoch', 'modified')
   if r[1] == me and r[2] == ARGV[3 + 2 * i] and r[3] and now - tonumber(r[3]) <= exp then
     redis.call('HSET', k, 'modified', d(now))
@@ -78,7 +85,10 @@ for i = 1, h do
   end
 end
 local fresh = 0
-if me ~= '' then fresh = redis.call('HSET', KEYS[1], me, d(now)) end
+if me ~= '' then
+  fresh = redis.call('HSET', KEYS[1], me, d(now))
+  redis.call('HSET', KEYS[4], me, d(now))
+end
 if fresh == 1 then changed = true end
 local m = redis.call('HGETALL', KEYS[1])
 local members = {}
@@ -92,21 +102,35 @@ for i = 1, #m, 2 do
     members[#members + 1] = d(age)
   end
 end
+local keeping = 0
+local tm = redis.call('HGETALL', KEYS[4])
+for i = 1, #tm, 2 do
+  if now - tonumber(tm[i + 1]) > exp then
+    redis.call('HDEL', KEYS[4], tm[i])
+  else
+    keeping = keeping + 1
+  end
+end
+local older = #members / 2 > keeping
+if older or redis.call('GET', KEYS[5]) == '1' then
+  changed = true
+  if older then redis.call('SET', KEYS[5], '1') else redis.call('DEL', KEYS[5]) end
+end
 if redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. d(now - exp)) > 0 then changed = true end
 if changed then touch(KEYS[2]) end
 `
 
 // renewSinceScript: renewScript's keys but only the ownership hashes of
 // the leases held, whose indexes in ARGV count from 0 among them. Returns
-// {now, outcomes, fresh, changes}: no rows, no members.
+// {now, outcomes, fresh, stamp}: no rows, no members.
 var renewSinceScript = redis.NewScript(prelude + renewLeases + `
 return {d(now), out, fresh, redis.call('GET', KEYS[2]) or '0'}
 `)
 
-// claimScript: KEYS[1] the count of changes, KEYS[2] the leases' last
-// renewals, KEYS[3..] the ownership hashes; ARGV: owner, then the version
-// seen of each. Returns per partition the new epoch, or -1 if the record
-// changed since.
+// claimScript: KEYS[1] the stamp, KEYS[2] the leases' last renewals,
+// KEYS[3..] the ownership hashes; ARGV: owner, then the version seen of
+// each, then a stamp. Returns per partition the new epoch, or -1 if the
+// record changed since.
 var claimScript = redis.NewScript(prelude + `
 local out = {}
 local won = false
@@ -126,10 +150,10 @@ if won then touch(KEYS[1]) end
 return out
 `)
 
-// relinquishScript: KEYS[1] the count of changes, KEYS[2] the leases' last
-// renewals, KEYS[3..] the ownership hashes; ARGV: owner, then the epoch of
-// each lease. A lease still held is given up: owner emptied, epoch and
-// version raised.
+// relinquishScript: KEYS[1] the stamp, KEYS[2] the leases' last renewals,
+// KEYS[3..] the ownership hashes; ARGV: owner, then the epoch of each
+// lease, then a stamp. A lease still held is given up: owner emptied,
+// epoch and version raised.
 var relinquishScript = redis.NewScript(prelude + `
 local given = false
 for i = 3, #KEYS do
@@ -146,9 +170,11 @@ if given then touch(KEYS[1]) end
 return 0
 `)
 
-// leaveScript: KEYS[1] the members hash, KEYS[2] the count of changes;
-// ARGV[1] the owner. Removes its presence.
+// leaveScript: KEYS[1] the members hash, KEYS[2] the stamp, KEYS[3] the
+// members that keep the stamp; ARGV: the owner, a stamp. Removes its
+// presence.
 var leaveScript = redis.NewScript(prelude + `
+redis.call('HDEL', KEYS[3], ARGV[1])
 if redis.call('HDEL', KEYS[1], ARGV[1]) > 0 then touch(KEYS[2]) end
 return 0
 `)
@@ -181,7 +207,7 @@ return out
 `)
 
 // setCheckpointScript: KEYS[1] the ownership hash, KEYS[2] the checkpoint
-// hash, KEYS[3] the count of changes; ARGV[1] the offset. Raises the epoch
+// hash, KEYS[3] the stamp; ARGV: the offset, a stamp. Raises the epoch
 // (fencing the owner's lease) and writes the checkpoint under it.
 var setCheckpointScript = redis.NewScript(prelude + `
 local e = bump(KEYS[1])

@@ -9,8 +9,10 @@
 //	sluice:own:{namespace/stream/group}:o:<partition>  ownership: owner, epoch, version, modified (ms)
 //	sluice:own:{namespace/stream/group}:c:<partition>  checkpoint: offset, sequence, epoch, owner, written (ms)
 //	sluice:own:{namespace/stream/group}:m              members: id -> last heartbeat (ms)
-//	sluice:own:{namespace/stream/group}:g              the count of changes to the table (see RenewSince)
+//	sluice:own:{namespace/stream/group}:g              the table's stamp, changed by every change a plan reads (see RenewSince)
 //	sluice:own:{namespace/stream/group}:x              the leases' last renewals: ownership key -> time (ms)
+//	sluice:own:{namespace/stream/group}:t              the members that keep the stamp: id -> last heartbeat (ms)
+//	sluice:own:{namespace/stream/group}:u              1 while a member that does not keep it was present at the last renewal
 //
 // Redis persists and replicates asynchronously unless configured
 // otherwise: a failover to a replica, or a restart without an append-only
@@ -22,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strconv"
@@ -83,12 +86,24 @@ func (s *Store) Expiration() time.Duration { return s.expD }
 func (s *Store) ownKey(p int32) string { return s.prefix + ":o:" + strconv.Itoa(int(p)) }
 func (s *Store) ckKey(p int32) string  { return s.prefix + ":c:" + strconv.Itoa(int(p)) }
 func (s *Store) membersKey() string    { return s.prefix + ":m" }
-func (s *Store) changesKey() string    { return s.prefix + ":g" }
+func (s *Store) stampKey() string      { return s.prefix + ":g" }
 func (s *Store) renewedKey() string    { return s.prefix + ":x" }
-func ms(v int64) time.Time             { return time.UnixMilli(v) }
-func msDur(v int64) time.Duration      { return time.Duration(v) * time.Millisecond }
-func itoa(v int64) string              { return strconv.FormatInt(v, 10) }
-func atoi(v any) (int64, error)        { return strconv.ParseInt(fmt.Sprint(v), 10, 64) }
+func (s *Store) keepingKey() string    { return s.prefix + ":t" }
+func (s *Store) olderKey() string      { return s.prefix + ":u" }
+
+// renewKeys are the keys every renewal script starts with.
+func (s *Store) renewKeys(n int) []string {
+	return append(make([]string, 0, 5+n), s.membersKey(), s.stampKey(), s.renewedKey(), s.keepingKey(), s.olderKey())
+}
+
+// stamp draws a new stamp for a script that may change the table: random
+// and never 0, so that no stamp read before a loss of Redis's data comes
+// back after it.
+func stamp() int64                { return rand.Int64N(1<<62) + 1 }
+func ms(v int64) time.Time        { return time.UnixMilli(v) }
+func msDur(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+func itoa(v int64) string         { return strconv.FormatInt(v, 10) }
+func atoi(v any) (int64, error)   { return strconv.ParseInt(fmt.Sprint(v), 10, 64) }
 
 // Renew implements ownership.Store. The table holds partitions, and the
 // partitions of held not among them after them.
@@ -108,7 +123,7 @@ func (s *Store) Table(ctx context.Context, partitions []int32) (ownership.Table,
 
 func (s *Store) renew(ctx context.Context, owner string, partitions []int32, held []ownership.Lease) (ownership.Table, []ownership.Outcome, error) {
 	index := make(map[int32]int, len(partitions)+len(held))
-	keys := []string{s.membersKey(), s.changesKey(), s.renewedKey()}
+	keys := s.renewKeys(len(partitions))
 	parts := make([]int32, 0, len(partitions)+len(held))
 	add := func(p int32) int {
 		if i, ok := index[p]; ok {
@@ -126,7 +141,7 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	for _, l := range held {
 		args = append(args, add(l.Partition), l.Epoch)
 	}
-	res, err := renewScript.Run(ctx, s.c, keys, args...).Slice()
+	res, err := renewScript.Run(ctx, s.c, keys, append(args, stamp())...).Slice()
 	if err != nil {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
@@ -146,11 +161,11 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values for %d partitions", len(rows), len(parts))
 	}
 	fresh, _ := atoi(res[4])
-	changes, err := atoi(res[5])
+	st, err := atoi(res[5])
 	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: count of changes %v: %w", res[5], err)
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: stamp %v: %w", res[5], err)
 	}
-	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1, Changes: changes}
+	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1, Stamp: st}
 	for i, p := range parts {
 		o := ownership.Ownership{Partition: p, Owner: fmt.Sprint(rows[4*i])}
 		var mod int64
@@ -178,22 +193,21 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 
 // RenewSince implements ownership.Tracker: it renews the leases and
 // records the presence as Renew does, then reads the table in a second
-// call only if it changed since the count of changes since (0: always).
+// call only if its stamp is no longer since (0: always).
 // A renewal that finds nothing changed costs Redis the leases held, not
 // every partition's record.
 func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32, held []ownership.Lease, since int64) (ownership.Table, []ownership.Outcome, error) {
 	if owner == "" {
 		return ownership.Table{}, nil, errors.New("redisstore: an owner id is required")
 	}
-	keys := make([]string, 3, 3+len(held))
-	keys[0], keys[1], keys[2] = s.membersKey(), s.changesKey(), s.renewedKey()
-	args := make([]any, 0, 3+2*len(held))
+	keys := s.renewKeys(len(held))
+	args := make([]any, 0, 4+2*len(held))
 	args = append(args, owner, s.exp, len(held))
 	for i, l := range held {
 		keys = append(keys, s.ownKey(l.Partition))
 		args = append(args, i, l.Epoch)
 	}
-	res, err := renewSinceScript.Run(ctx, s.c, keys, args...).Slice()
+	res, err := renewSinceScript.Run(ctx, s.c, keys, append(args, stamp())...).Slice()
 	if err != nil {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
@@ -209,12 +223,12 @@ func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
 	fresh, _ := atoi(res[2])
-	changes, err := atoi(res[3])
+	st, err := atoi(res[3])
 	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: count of changes %v: %w", res[3], err)
+		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: stamp %v: %w", res[3], err)
 	}
-	if since != 0 && changes == since {
-		return ownership.Table{Now: ms(nowMs), Fresh: fresh == 1, Changes: changes, Unchanged: true}, outs, nil
+	if since != 0 && st == since {
+		return ownership.Table{Now: ms(nowMs), Fresh: fresh == 1, Stamp: st, Unchanged: true}, outs, nil
 	}
 	all := partitions
 	for _, l := range held {
@@ -226,8 +240,9 @@ func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32
 	if err != nil {
 		return ownership.Table{}, nil, err
 	}
-	// The read's count may be above the renewal's (another member changed
-	// the table in between): the table is as of the read, so is its count.
+	// The read's stamp may differ from the renewal's (another member
+	// changed the table in between): the table is as of the read, so is
+	// its stamp.
 	tb.Fresh = fresh == 1
 	return tb, outs, nil
 }
@@ -258,13 +273,13 @@ func (s *Store) Claim(ctx context.Context, owner string, claims []ownership.Clai
 		return nil, nil
 	}
 	keys := make([]string, 2, 2+len(claims))
-	keys[0], keys[1] = s.changesKey(), s.renewedKey()
+	keys[0], keys[1] = s.stampKey(), s.renewedKey()
 	args := []any{owner}
 	for _, c := range claims {
 		keys = append(keys, s.ownKey(c.Partition))
 		args = append(args, c.Version)
 	}
-	epochs, err := claimScript.Run(ctx, s.c, keys, args...).Int64Slice()
+	epochs, err := claimScript.Run(ctx, s.c, keys, append(args, stamp())...).Int64Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -283,13 +298,13 @@ func (s *Store) Relinquish(ctx context.Context, owner string, held []ownership.L
 		return nil
 	}
 	keys := make([]string, 2, 2+len(held))
-	keys[0], keys[1] = s.changesKey(), s.renewedKey()
+	keys[0], keys[1] = s.stampKey(), s.renewedKey()
 	args := []any{owner}
 	for _, l := range held {
 		keys = append(keys, s.ownKey(l.Partition))
 		args = append(args, l.Epoch)
 	}
-	if err := relinquishScript.Run(ctx, s.c, keys, args...).Err(); err != nil {
+	if err := relinquishScript.Run(ctx, s.c, keys, append(args, stamp())...).Err(); err != nil {
 		return fmt.Errorf("redisstore: relinquish: %w", err)
 	}
 	return nil
@@ -297,7 +312,7 @@ func (s *Store) Relinquish(ctx context.Context, owner string, held []ownership.L
 
 // Leave implements ownership.Store.
 func (s *Store) Leave(ctx context.Context, owner string) error {
-	if err := leaveScript.Run(ctx, s.c, []string{s.membersKey(), s.changesKey()}, owner).Err(); err != nil {
+	if err := leaveScript.Run(ctx, s.c, []string{s.membersKey(), s.stampKey(), s.keepingKey()}, owner, stamp()).Err(); err != nil {
 		return fmt.Errorf("redisstore: leave: %w", err)
 	}
 	return nil
@@ -363,7 +378,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, partition int32, offset int64
 	if offset < 0 {
 		return fmt.Errorf("redisstore: checkpoint offset %d of partition %d: want 0 or more", offset, partition)
 	}
-	if err := setCheckpointScript.Run(ctx, s.c, []string{s.ownKey(partition), s.ckKey(partition), s.changesKey()}, offset).Err(); err != nil {
+	if err := setCheckpointScript.Run(ctx, s.c, []string{s.ownKey(partition), s.ckKey(partition), s.stampKey()}, offset, stamp()).Err(); err != nil {
 		return fmt.Errorf("redisstore: set checkpoint of partition %d: %w", partition, err)
 	}
 	return nil

@@ -257,8 +257,8 @@ func TestKeysShareOneHashTag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != 6 {
-		t.Fatalf("keys %v, want two ownerships, a checkpoint, the members, the count of changes and the leases' renewals", keys)
+	if len(keys) != 7 {
+		t.Fatalf("keys %v, want two ownerships, a checkpoint, the members, the stamp, the leases' renewals and the members keeping the stamp", keys)
 	}
 	for _, k := range keys {
 		if !strings.HasPrefix(k, "sluice:own:{ns/readings/g}:") {
@@ -351,7 +351,7 @@ func TestRenewSaysWhenPresenceIsFresh(t *testing.T) {
 // changed: a claim, a relinquish, a rewind, a member coming, leaving or
 // lapsing, a lease lapsing, the data lost. Renewals and checkpoints change
 // nothing a plan reads.
-func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
+func TestRenewSinceStampsWhatAPlanReads(t *testing.T) {
 	const exp = 600 * time.Millisecond
 	s, c := newStore(t, exp)
 	ctx := context.Background()
@@ -372,20 +372,20 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 		return tb
 	}
 	// step checks that a's renewal after what reads the table (changed)
-	// or not, and keeps the count a's renewal saw.
+	// or not, and keeps the stamp a's renewal saw.
 	step := func(what string, changed bool) ownership.Table {
 		t.Helper()
 		tb := renew("a")
 		if tb.Unchanged == changed {
-			t.Fatalf("after %s: Unchanged = %v, want %v (count %d, seen %d)", what, tb.Unchanged, !changed, tb.Changes, seen)
+			t.Fatalf("after %s: Unchanged = %v, want %v (stamp %d, seen %d)", what, tb.Unchanged, !changed, tb.Stamp, seen)
 		}
 		if !tb.Unchanged && len(tb.Owners) != len(parts) {
 			t.Fatalf("after %s: a table of %d partitions, want %d", what, len(tb.Owners), len(parts))
 		}
-		if tb.Changes == 0 {
-			t.Fatalf("after %s: no count of changes", what)
+		if tb.Stamp == 0 {
+			t.Fatalf("after %s: no stamp", what)
 		}
-		seen = tb.Changes
+		seen = tb.Stamp
 		return tb
 	}
 	step("the first renewal", true)
@@ -420,7 +420,7 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 	step("a rewind", true)
 	// b claims partition 2, then renews its presence but not the lease (as
 	// a member that stopped the partition and cannot relinquish it): the
-	// lease lapses while b is present, and counts once seen lapsed.
+	// lease lapses while b is present, and changes the stamp once seen lapsed.
 	tb := renew("b")
 	if _, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 2, Version: tb.Owners[2].Version}}); err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 			if !tb.Owners[2].Expired(exp) {
 				t.Fatalf("changed, but partition 2 not expired: %+v", tb.Owners[2])
 			}
-			seen = tb.Changes
+			seen = tb.Stamp
 			break
 		}
 		if time.Since(claimed) > 10*exp {
@@ -448,7 +448,8 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 		}
 	}
 	step("nothing", false)
-	// b stops renewing: its presence lapses, and counts once seen lapsed.
+	// b stops renewing: its presence lapses, and changes the stamp once seen
+	// lapsed.
 	left := time.Now()
 	for {
 		time.Sleep(50 * time.Millisecond)
@@ -462,7 +463,7 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 					t.Fatalf("changed, but b still present: %v", tb.Members)
 				}
 			}
-			seen = tb.Changes
+			seen = tb.Stamp
 			break
 		}
 		if time.Since(left) > 10*exp {
@@ -473,35 +474,30 @@ func TestRenewSinceCountsWhatAPlanReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := seen
-	for range 3 { // the count starts again, above every count before the loss
-		if _, err := c.Incr(ctx, "unrelated").Result(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	leases = nil
 	tb = step("the data lost", true)
-	if tb.Changes <= before {
-		t.Fatalf("count of changes %d after the data loss, %d before: a member could take the table for unchanged", tb.Changes, before)
+	if tb.Stamp == before {
+		t.Fatalf("stamp %d after the data loss, as before it: a member could take the table for unchanged", tb.Stamp)
 	}
 	if tb, _, err := s.RenewSince(ctx, "a", parts, nil, 0); err != nil || tb.Unchanged {
 		t.Fatalf("since 0: Unchanged = %v, %v; want a table read", tb.Unchanged, err)
 	}
 }
 
-// A count read before a data loss must never match one read after it, or
-// a member takes a table that changed for the one it read. The count is
-// raised to the greater of count+1 and Redis's time in µs; while the
-// count runs ahead of Redis's clock (a count written by a primary whose
-// clock ran ahead before a failover, or Redis's clock stepped back), it
-// only grows by one, and Redis restarting from a snapshot (or failing
-// over to a replica) that lacks the last change hands out the same count
-// again for a different change.
+// A stamp read before a data loss must never match one read after it, or
+// a member takes a table that changed for the one it read. A stamp raised
+// like the epochs (the greater of stamp+1 and Redis's time in µs) grows by
+// one while it runs ahead of Redis's clock (written by a primary whose
+// clock ran ahead before a failover, or Redis's clock stepped back), and
+// Redis restarting from a snapshot (or failing over to a replica) that
+// lacks the last change would hand out the same stamp again for a
+// different change.
 func TestCountAfterADataLossNeverMatchesOneFromBefore(t *testing.T) {
 	s, c := newStore(t, time.Minute)
 	ctx := context.Background()
 	parts := []int32{0, 1}
 	const changes = "sluice:own:{ns/readings/g}:g"
-	// A count an hour ahead of Redis's clock.
+	// A stamp an hour ahead of Redis's clock.
 	if err := c.Set(ctx, changes, time.Now().Add(time.Hour).UnixMicro(), 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -524,14 +520,14 @@ func TestCountAfterADataLossNeverMatchesOneFromBefore(t *testing.T) {
 	if won, err := s.Claim(ctx, "b", []ownership.Claim{{Partition: 0, Version: tb.Owners[0].Version}}); err != nil || len(won) != 1 {
 		t.Fatalf("b's claim: %v, %v", won, err)
 	}
-	tb, _, err = s.RenewSince(ctx, "a", parts, nil, tb.Changes)
+	tb, _, err = s.RenewSince(ctx, "a", parts, nil, tb.Stamp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tb.Unchanged || tb.Owners[0].Owner != "b" {
 		t.Fatalf("after b's claim: %+v, want the table read with partition 0 owned by b", tb)
 	}
-	seen := tb.Changes
+	seen := tb.Stamp
 	// Redis loses b's claim: it comes back with the snapshot.
 	all, err := c.Keys(ctx, "sluice:own:*").Result()
 	if err != nil {
@@ -555,7 +551,7 @@ func TestCountAfterADataLossNeverMatchesOneFromBefore(t *testing.T) {
 	}
 	if tb.Unchanged {
 		now := table(t, s, parts...)
-		t.Fatalf("after the loss of b's claim and c's claim of partition 1: count %d, the one a read before the loss: the table (%+v, %+v) taken for the one a read (partition 0 owned by b, 1 free)",
-			tb.Changes, now.Owners[0], now.Owners[1])
+		t.Fatalf("after the loss of b's claim and c's claim of partition 1: stamp %d, the one a read before the loss: the table (%+v, %+v) taken for the one a read (partition 0 owned by b, 1 free)",
+			tb.Stamp, now.Owners[0], now.Owners[1])
 	}
 }
