@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Commit writes, for every partition read under a lease, the offset
@@ -51,7 +50,7 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 		switch outs[i] {
 		case Accepted:
 			b.stats.writes.Add(1)
-			b.stats.lastCheckpoint.Store(time.Now().UnixNano())
+			b.stats.lastCheckpoint.Store(b.clock.Now().UnixNano())
 			b.known[w.Partition] = max(b.known[w.Partition], w.Offset)
 			if same && w.Offset > h.written {
 				h.written = w.Offset

@@ -15,14 +15,9 @@ func (b *Balancer[T]) loop(ctx context.Context) {
 		b.round(ctx)
 		b.refresh(ctx)
 		d := time.Duration(float64(b.cfg.Interval) * (0.9 + 0.2*b.rnd.Float64()))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		b.clock.Wait(ctx, d, b.kick)
+		if ctx.Err() != nil {
 			return
-		case <-b.kick:
-			t.Stop()
-		case <-t.C:
 		}
 	}
 }
@@ -35,10 +30,12 @@ func (b *Balancer[T]) refresh(ctx context.Context) {
 		return
 	}
 	b.listing.Add(1)
+	// A plain goroutine, not the clock's: it never waits on the clock,
+	// and the loop waits for it when it ends.
 	go func() {
 		defer b.listing.Done()
 		defer b.busy.Store(false)
-		lctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+		lctx, cancel := b.clock.WithTimeout(ctx, b.cfg.Interval)
 		ps, err := b.src.Partitions(lctx)
 		cancel()
 		if err != nil {
@@ -63,11 +60,11 @@ func (b *Balancer[T]) round(ctx context.Context) {
 	leases := b.leases()
 	parts := b.parts
 	b.mu.Unlock()
-	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+	sent := b.clock.Now()
+	ctx, cancel := b.clock.WithTimeout(ctx, b.cfg.Interval)
 	defer cancel()
 	table, outs, err := b.store.Renew(ctx, b.cfg.ID, parts, leases)
-	b.stats.lastRenew.Store(int64(time.Since(sent)))
+	b.stats.lastRenew.Store(int64(b.clock.Now().Sub(sent)))
 	if err != nil {
 		b.stats.renewFailures.Add(1)
 		if !errors.Is(ctx.Err(), context.Canceled) {
