@@ -1,0 +1,127 @@
+package ownsim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-streams/sluice/source/ownership"
+)
+
+// group is the members of one run over one store.
+type group struct {
+	cfg     Config
+	clock   Clock
+	bclock  ownership.Clock // the balancers' (nil: the system's)
+	store   *Counted
+	rec     *recorder
+	parts   []int32
+	members map[string]*member
+	ids     []string  // live members, in the order they started
+	all     []*member // every member ever started (restarts included)
+	log     *slog.Logger
+}
+
+type member struct {
+	id     string
+	bal    *ownership.Balancer[struct{}]
+	cancel context.CancelFunc // the pipeline's: ends Run and the commits
+}
+
+func memberID(i int) string { return fmt.Sprintf("m%04d", i) }
+
+// start starts member id: a balancer over a source of its own, run as a
+// pipeline would (Run), with a checkpoint committed every commit
+// interval, as sink/checkpoint does.
+func (g *group) start(id string) error {
+	src := newSource(id, g.parts, g.clock, g.rec)
+	bal, err := ownership.NewBalancer[struct{}](g.store.For(id), src, ownership.Config{ID: id, Interval: g.cfg.Interval,
+		Strategy: g.cfg.Strategy, Clock: g.bclock, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	g.store.Revive(id)
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{id: id, bal: bal, cancel: cancel}
+	g.members[id] = m
+	g.ids = append(g.ids, id)
+	g.all = append(g.all, m)
+	g.rec.join(id, g.clock.Now())
+	g.clock.Go(func() { _ = bal.Run(ctx, nil) })
+	g.clock.Go(func() {
+		for g.clock.Wait(ctx, g.cfg.CommitInterval, nil) {
+			_ = bal.Commit(ctx)
+		}
+	})
+	return nil
+}
+
+func (g *group) forget(id string) *member {
+	m := g.members[id]
+	delete(g.members, id)
+	for i, x := range g.ids {
+		if x == id {
+			g.ids = append(g.ids[:i:i], g.ids[i+1:]...)
+			break
+		}
+	}
+	return m
+}
+
+// stop stops member id as a user's shutdown does: the pipeline ends, then
+// Close (a final checkpoint, the partitions relinquished). It returns
+// once Close has.
+func (g *group) stop(id string) {
+	m := g.forget(id)
+	g.rec.leave(id, g.clock.Now())
+	m.cancel()
+	ctx, cancel := g.clock.WithTimeout(context.Background(), g.cfg.Interval)
+	defer cancel()
+	_ = m.bal.Close(ctx)
+}
+
+// crash kills member id: it processes nothing from now on, and none of
+// its calls reaches the store (its balancer is closed to end its loop,
+// and writes nothing).
+func (g *group) crash(id string) {
+	m := g.forget(id)
+	g.store.Crash(id)
+	g.rec.crash(id, g.clock.Now())
+	m.cancel()
+	_ = m.bal.Close(context.Background())
+}
+
+// stopAll closes every member, so that a simulated run ends.
+func (g *group) stopAll() {
+	for len(g.ids) > 0 {
+		g.stop(g.ids[len(g.ids)-1])
+	}
+}
+
+// balancerTotals sums the counters of every balancer ever started.
+func (g *group) balancerTotals() (steals, fences, won int64) {
+	for _, m := range g.all {
+		st := m.bal.Stats()
+		steals += st.Stolen
+		fences += st.SelfFences
+		won += st.Claimed + st.Stolen + st.Reclaimed
+	}
+	return steals, fences, won
+}
+
+// settle waits until the shares are fair and nothing started or stopped
+// for cfg.Settle, or until limit after t0. It reports whether they are.
+func (g *group) settle(t0 time.Time) bool {
+	for {
+		g.clock.Sleep(g.cfg.Interval / 2)
+		now := g.clock.Now()
+		s := g.rec.snapshot(now)
+		if s.fair && now.Sub(s.changed) >= g.cfg.Settle && now.Sub(s.fairAt) >= g.cfg.Settle {
+			return true
+		}
+		if now.Sub(t0) > g.cfg.Limit {
+			return false
+		}
+	}
+}
