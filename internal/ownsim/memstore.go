@@ -31,6 +31,11 @@ type memRec struct {
 	epoch    int64
 	version  int64
 	modified time.Time
+	// The owner whose live lease a claim took, until it acknowledges or
+	// that lease would have expired.
+	prev      string
+	prevEpoch int64
+	prevMod   time.Time
 }
 
 // ErrDown is the error of every call while the store is down.
@@ -106,6 +111,9 @@ func (s *MemStore) Renew(_ context.Context, owner string, partitions []int32, he
 		if !r.modified.IsZero() {
 			o.Age = now.Sub(r.modified)
 		}
+		if r.prev != "" {
+			o.Previous, o.PreviousAge = r.prev, now.Sub(r.prevMod)
+		}
 		t.Owners = append(t.Owners, o)
 	}
 	return t, outs, nil
@@ -124,6 +132,12 @@ func (s *MemStore) Claim(_ context.Context, owner string, claims []ownership.Cla
 		if r.version != c.Version {
 			continue
 		}
+		if r.prev == "" || now.Sub(r.prevMod) > s.exp { // no previous owner pending
+			r.prev = ""
+			if r.owner != "" && r.owner != owner && now.Sub(r.modified) <= s.exp {
+				r.prev, r.prevEpoch, r.prevMod = r.owner, r.epoch, r.modified
+			}
+		}
 		r.bump(now)
 		r.version++
 		r.owner, r.modified = owner, now
@@ -140,10 +154,14 @@ func (s *MemStore) Relinquish(_ context.Context, owner string, held []ownership.
 	defer s.mu.Unlock()
 	now := s.now()
 	for _, l := range held {
-		if r := s.rec(l.Partition); r.owner == owner && r.epoch == l.Epoch {
+		r := s.rec(l.Partition)
+		switch {
+		case r.owner == owner && r.epoch == l.Epoch:
 			r.owner, r.modified = "", now
 			r.bump(now)
 			r.version++
+		case r.prev == owner && r.prevEpoch == l.Epoch:
+			r.prev = "" // the old owner stopped it
 		}
 	}
 	return nil

@@ -196,6 +196,10 @@ type Balancer[T any] struct {
 type held struct {
 	Lease
 	started bool
+	// wait: the partition was taken from an owner that may still
+	// process it; it starts once a table shows that owner stopped it, or
+	// that its lease would have expired (Ownership.Pending).
+	wait    bool
 	written int64 // the checkpoint recorded under this lease
 }
 

@@ -39,6 +39,8 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 		b.stats.writeErrors.Add(1)
 		return nil, fmt.Errorf("sluice: ownership: checkpoint: %w", err)
 	}
+	var lost []Lease
+	defer func() { b.acknowledge(ctx, lost) }()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, w := range writes {
@@ -59,6 +61,7 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 			b.stats.fencedWrites.Add(1)
 			if same {
 				b.stop(w.Partition, StopCheckpointRefused)
+				lost = append(lost, w.Lease)
 			}
 		case Behind:
 			b.stats.behindWrites.Add(1)

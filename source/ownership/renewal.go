@@ -74,11 +74,14 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		return
 	}
 	b.mu.Lock()
+	var refused []Lease
 	for i, l := range leases {
 		if h := b.held[l.Partition]; h != nil && h.Epoch == l.Epoch && outs[i] != Accepted {
 			b.stop(l.Partition, StopRenewalRefused)
+			refused = append(refused, l)
 		}
 	}
+	b.release(table)
 	b.table = table
 	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp || table.Fresh {
 		b.streak = sent // a start, a comeback, or a store that lost its data
@@ -92,10 +95,43 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		b.arm(sent)
 	}
 	b.mu.Unlock()
+	b.acknowledge(ctx, refused)
 	if b.claiming.Load() {
 		b.claim(ctx, sent, table, stable)
 	}
 	b.startWon(ctx)
+}
+
+// release lets the partitions taken from another owner start once table
+// shows that owner stopped them, or that its lease would have expired.
+// Called with mu held.
+func (b *Balancer[T]) release(table Table) {
+	waiting := false
+	for _, h := range b.held {
+		waiting = waiting || h.wait
+	}
+	if !waiting {
+		return
+	}
+	for _, o := range table.Owners {
+		h := b.held[o.Partition]
+		if h != nil && h.wait && o.Owner == b.cfg.ID && o.Epoch == h.Epoch && (!o.Pending(b.exp) || o.Previous == b.cfg.ID) {
+			h.wait = false
+		}
+	}
+}
+
+// acknowledge tells the store that this member stopped the partitions of
+// leases it lost (refused at a renewal or a checkpoint), so that the
+// member that took them starts them without waiting for the old lease to
+// expire. A failed acknowledgement only delays that start.
+func (b *Balancer[T]) acknowledge(ctx context.Context, lost []Lease) {
+	if len(lost) == 0 {
+		return
+	}
+	if err := b.store.Relinquish(ctx, b.cfg.ID, lost); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+		b.log.Debug("acknowledging stopped partitions failed; their new owner starts them once the old leases expire", "err", err)
+	}
 }
 
 // claim claims what this member lacks, from table. Unless stable, it
@@ -109,6 +145,7 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 	b.mu.Lock()
 	var claims []Claim
 	kinds := map[int32]*atomic.Int64{}
+	wait := map[int32]bool{} // taken from an owner that may still process it
 	for _, o := range table.Owners {
 		if b.held[o.Partition] == nil && o.Owner == b.cfg.ID && !o.Expired(b.exp) {
 			claims = append(claims, Claim{Partition: o.Partition, Version: o.Version}) // ours under another epoch: a rewind
@@ -144,6 +181,11 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 			}
 		}
 	}
+	for _, o := range table.Owners {
+		if kinds[o.Partition] != nil && ((!o.Expired(b.exp) && o.Owner != b.cfg.ID) || (o.Pending(b.exp) && o.Previous != b.cfg.ID)) {
+			wait[o.Partition] = true
+		}
+	}
 	b.mu.Unlock()
 	if len(claims) == 0 {
 		return
@@ -159,7 +201,7 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 	defer b.mu.Unlock()
 	for _, l := range won {
 		kinds[l.Partition].Add(1)
-		b.held[l.Partition] = &held{Lease: l, written: -1}
+		b.held[l.Partition] = &held{Lease: l, wait: wait[l.Partition], written: -1}
 		b.log.Info("partition claimed", "partition", l.Partition, "epoch", l.Epoch)
 	}
 	if len(won) > 0 {
@@ -176,7 +218,7 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	b.mu.Lock()
 	var ps []int32
 	for p, h := range b.held {
-		if !h.started {
+		if !h.started && !h.wait {
 			ps = append(ps, p)
 		}
 	}
@@ -227,7 +269,7 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	defer b.mu.Unlock()
 	for _, ck := range cks {
 		h := b.held[ck.Partition]
-		if h == nil || h.started || ck.Offset < -1 {
+		if h == nil || h.started || h.wait || ck.Offset < -1 {
 			continue // stopped (or fenced) meanwhile, or its start not recorded yet
 		}
 		if ck.Offset >= 0 {

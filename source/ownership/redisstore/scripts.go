@@ -31,8 +31,8 @@ end
 // leases h, then per lease the index of its key (0-based, among the
 // partitions) and its epoch; an empty owner only reads (no presence
 // recorded). Returns {now, outcomes, rows, members, fresh}: an
-// outcome per lease (0 renewed, 1 fenced), four values per partition
-// (owner, epoch, version, modified), id, age pairs of the members
+// outcome per lease (0 renewed, 1 fenced), six values per partition
+// (owner, epoch, version, modified, previous owner, its last renewal), id, age pairs of the members
 // present (expired ones are removed), and 1 if the owner's presence was
 // not recorded before this call.
 var renewScript = redis.NewScript(prelude + `
@@ -64,23 +64,36 @@ for i = 1, #m, 2 do
 end
 local rows = {}
 for i = 2, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified', 'prev', 'prevmod')
   rows[#rows + 1] = r[1] or ''
   rows[#rows + 1] = r[2] or '0'
   rows[#rows + 1] = r[3] or '0'
   rows[#rows + 1] = r[4] or '0'
+  rows[#rows + 1] = r[5] or ''
+  rows[#rows + 1] = r[6] or '0'
 end
 return {d(now), out, rows, members, fresh}
 `)
 
-// claimScript: KEYS the ownership hashes; ARGV: owner, then the version
-// seen of each. Returns per partition the new epoch, or -1 if the record
-// changed since.
+// claimScript: KEYS the ownership hashes; ARGV: owner, expiration (ms),
+// then the version seen of each. Returns per partition the new epoch, or
+// -1 if the record changed since. A claim of a live lease of another
+// owner records it as the previous owner (prev, prevepoch, prevmod: its
+// last renewal), unless a previous owner is still pending (it has not
+// acknowledged and its lease would not have expired yet).
 var claimScript = redis.NewScript(prelude + `
+local me, exp = ARGV[1], tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
-  local v = tonumber(redis.call('HGET', KEYS[i], 'version') or '0')
-  if v == tonumber(ARGV[1 + i]) then
+  local r = redis.call('HMGET', KEYS[i], 'version', 'owner', 'epoch', 'modified', 'prev', 'prevmod')
+  if tonumber(r[1] or '0') == tonumber(ARGV[2 + i]) then
+    if not (r[5] and r[5] ~= '' and now - tonumber(r[6]) <= exp) then
+      if r[2] and r[2] ~= '' and r[2] ~= me and r[4] and now - tonumber(r[4]) <= exp then
+        redis.call('HSET', KEYS[i], 'prev', r[2], 'prevepoch', r[3], 'prevmod', r[4])
+      else
+        redis.call('HSET', KEYS[i], 'prev', '')
+      end
+    end
     out[i] = bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
     redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'modified', d(now))
@@ -93,14 +106,17 @@ return out
 
 // relinquishScript: KEYS the ownership hashes; ARGV: owner, then the epoch
 // of each lease. A lease still held is given up: owner emptied, epoch and
-// version raised.
+// version raised. A lease a claim took from owner is acknowledged: the
+// previous owner is cleared (owner stopped the partition).
 var relinquishScript = redis.NewScript(prelude + `
 for i = 1, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch')
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'prev', 'prevepoch')
   if r[1] == ARGV[1] and r[2] == ARGV[1 + i] then
     redis.call('HSET', KEYS[i], 'owner', '', 'modified', d(now))
     bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
+  elseif r[3] == ARGV[1] and r[4] == ARGV[1 + i] then
+    redis.call('HSET', KEYS[i], 'prev', '')
   end
 end
 return 0
