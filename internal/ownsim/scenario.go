@@ -31,7 +31,7 @@ type Config struct {
 	// (default 1 ms; negative: none). A real store has its own.
 	Latency  time.Duration
 	Strategy ownership.Strategy
-	// Seed picks the members that leave, crash or are slow, the slow
+	// Seed (a number) picks the members that leave, crash or are slow, the slow
 	// calls' latencies, and the balancers' random choices.
 	Seed uint64
 	// Spacing is the time between two instances' restarts in
@@ -207,7 +207,7 @@ func (g *group) play(scenario string, rnd *rand.Rand) (Result, error) {
 	cfg := g.cfg
 	n := cfg.Members
 	tenth := max(1, n/10)
-	pick := func(k int) []string { // k live members, chosen by the seed
+	pick := func(k int) []string { // k live members, picked by cfg.Seed
 		ids := slices.Clone(g.ids)
 		rnd.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 		ids = ids[:k]
