@@ -76,8 +76,17 @@ func TestSimJumpsToTheNextTimer(t *testing.T) {
 	var at []time.Duration
 	s.Run(func() {
 		done := make(chan struct{})
-		s.Go(func() { s.Sleep(3 * time.Second); order = append(order, "b"); at = append(at, s.Now().Sub(time.Unix(0, 0))); close(done) })
-		s.Go(func() { s.Sleep(time.Second); order = append(order, "a"); at = append(at, s.Now().Sub(time.Unix(0, 0))) })
+		s.Go(func() {
+			s.Sleep(3 * time.Second)
+			order = append(order, "b")
+			at = append(at, s.Now().Sub(time.Unix(0, 0)))
+			close(done)
+		})
+		s.Go(func() {
+			s.Sleep(time.Second)
+			order = append(order, "a")
+			at = append(at, s.Now().Sub(time.Unix(0, 0)))
+		})
 		ctx, cancel := s.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		s.Wait(ctx, -1, nil)
