@@ -117,3 +117,30 @@ func TestBalancerStartsAPartitionStolenFromAnUnreachableOwnerAfterItsLease(t *te
 		ma.close(t)
 	})
 }
+
+// A member joining a member that holds every partition takes its share
+// in a few rounds, however large the share: the rounds to fair shares do
+// not grow with the number of partitions (one steal per round made them
+// grow with the share).
+func TestBalancerJoiningTakesItsShareInRoundsThatDoNotGrowWithIt(t *testing.T) {
+	for _, n := range []int{8, 64} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newMemStore(tExpiration)
+				var w runWatch
+				ma := startMember(t, s, nil, "a", n, w.of("a"))
+				waitBalanced(t, 4, n, ma)
+				mb := startMember(t, s, nil, "b", n, w.of("b"))
+				rounds := waitBalanced(t, 3*n, n, ma, mb)
+				if rounds > 6 {
+					t.Errorf("%d partitions: the newcomer took its share in %d rounds, want at most 6", n, rounds)
+				}
+				if bad := w.overlaps(); len(bad) > 0 {
+					t.Errorf("overlaps: %v", bad)
+				}
+				mb.close(t)
+				ma.close(t)
+			})
+		})
+	}
+}
