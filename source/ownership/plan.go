@@ -30,6 +30,9 @@ const (
 // free claims, and from each owner its excess shared among the members
 // below their share).
 //
+// Among partitions without a live owner, those whose lapsed lease was
+// me's come first (after an outage, each member takes back its own).
+//
 // The fair share of n partitions among m members present (me counted,
 // idle members included) is n/m, and n%m members may hold one more. A
 // member takes one more only while fewer than n%m live owners hold
@@ -45,10 +48,14 @@ func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *
 	for _, m := range t.Members {
 		members[m.ID] = true
 	}
-	var free []int
+	var free, mineFree []int // mineFree: lapsed leases of me (an outage)
 	for i, o := range t.Owners {
 		if o.Expired(expiration) {
-			free = append(free, i)
+			if o.Owner == me {
+				mineFree = append(mineFree, i)
+			} else {
+				free = append(free, i)
+			}
 			continue
 		}
 		live[o.Owner] = append(live[o.Owner], i)
@@ -82,12 +89,14 @@ func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *
 		return rnd.IntN(len(c))
 	}
 	var claims []Claim
-	for want > 0 && len(free) > 0 {
-		k := pick(free)
-		o := t.Owners[free[k]]
-		claims = append(claims, Claim{Partition: o.Partition, Version: o.Version})
-		free = append(free[:k], free[k+1:]...)
-		want--
+	for _, free := range [][]int{mineFree, free} { // mine first: they need not move
+		for want > 0 && len(free) > 0 {
+			k := pick(free)
+			o := t.Owners[free[k]]
+			claims = append(claims, Claim{Partition: o.Partition, Version: o.Version})
+			free = append(free[:k], free[k+1:]...)
+			want--
+		}
 	}
 	// Steal: from owners holding more than base+1, or base+1 while more
 	// than extra owners do (counting me once I hold base+1), the one

@@ -166,6 +166,23 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 		// the next rounds even the shares out.
 		plan := Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd)
 		if !stable && len(plan) > 1 {
+			// One of those whose lapsed lease was ours if any (back from
+			// an outage: they need not move), else any.
+			ours := map[int32]bool{}
+			for _, o := range table.Owners {
+				if o.Owner == b.cfg.ID {
+					ours[o.Partition] = true
+				}
+			}
+			var own []Claim
+			for _, c := range plan {
+				if ours[c.Partition] {
+					own = append(own, c)
+				}
+			}
+			if len(own) > 0 {
+				plan = own
+			}
 			plan = plan[b.rnd.IntN(len(plan)):][:1]
 		}
 		for _, c := range plan {

@@ -2,6 +2,7 @@ package ownership_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -143,4 +144,37 @@ func TestBalancerJoiningTakesItsShareInRoundsThatDoNotGrowWithIt(t *testing.T) {
 			})
 		})
 	}
+}
+
+// After an outage longer than the expiration every lease has lapsed and
+// every partition is free: each member takes back the partitions it
+// held, not a random share (each partition would move to another member
+// for nothing).
+func TestBalancerTakesBackItsOwnPartitionsAfterAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 24
+		s := newMemStore(tExpiration)
+		ms, _, done := settledTrio(t, s, n)
+		before := map[string][]int32{}
+		for _, m := range ms {
+			before[m.id] = m.src.owned()
+		}
+		s.setDown(true)
+		time.Sleep(3 * tExpiration)
+		synctest.Wait()
+		s.setDown(false)
+		waitBalanced(t, 10, n, ms...)
+		moved := 0
+		for _, m := range ms {
+			for _, p := range m.src.owned() {
+				if !slices.Contains(before[m.id], p) {
+					moved++
+				}
+			}
+		}
+		if moved != 0 {
+			t.Errorf("%d of %d partitions moved to another member after the outage; want 0", moved, n)
+		}
+		done()
+	})
 }
