@@ -25,7 +25,7 @@ type Config struct {
 	// Expiration the leases' (default 30 s).
 	Interval, Expiration time.Duration
 	// CommitInterval is how often each member writes its checkpoints
-	// (default 1 s, sink/checkpoint's).
+	// (default Interval/10: 1 s, sink/checkpoint's, at the usual 10 s).
 	CommitInterval time.Duration
 	// Latency is the round trip of every store call in simulated time
 	// (default 1 ms; negative: none). A real store has its own.
@@ -63,7 +63,7 @@ func (c *Config) defaults() {
 		c.Expiration = 3 * c.Interval
 	}
 	if c.CommitInterval == 0 {
-		c.CommitInterval = time.Second
+		c.CommitInterval = c.Interval / 10
 	}
 	if c.Latency == 0 {
 		c.Latency = time.Millisecond
@@ -137,7 +137,7 @@ func (r Result) PerMember(x float64) float64 { return x / float64(r.EndMembers) 
 // Spacing apart: its figures include the whole roll), store_outage (every
 // call fails for Expiration + 2 intervals: figures from the store's
 // return), slow_renewals (a cold start where 10% of the members' store
-// calls take 1-3 s).
+// calls take 0.1-0.3 intervals: 1-3 s at the usual 10 s).
 func Run(ctx context.Context, cfg Config, scenario string) (Result, error) {
 	cfg.defaults()
 	if !slices.Contains(Scenarios, scenario) {
@@ -231,7 +231,7 @@ func (g *group) play(scenario string, rnd *rand.Rand) (Result, error) {
 			}
 			rnd.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
 			for _, id := range ids[:tenth] {
-				g.store.SetSlow(id, time.Second, 3*time.Second)
+				g.store.SetSlow(id, cfg.Interval/10, 3*cfg.Interval/10) // 1-3 s at the usual 10 s
 			}
 		}
 		var all []string

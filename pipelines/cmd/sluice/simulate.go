@@ -61,7 +61,7 @@ func runSimulateOwnership(ctx context.Context, args []string, w io.Writer) error
 		}
 		cfg.Store = redisRuns(rc)
 		defer removeRuns(context.WithoutCancel(ctx), rc)
-		fmt.Fprintf(w, "real time against Redis at %s, interval %v (scaled down from the usual 10s: compare rounds, not seconds)\n",
+		fmt.Fprintf(w, "real time against %s, interval %v (scaled down from the usual 10s: compare rounds, not seconds)\n",
 			describeRedis(opts), cfg.Interval)
 	default:
 		return fmt.Errorf("simulate ownership: -store %q: want mem or redis", *store)
