@@ -329,17 +329,87 @@ func (s *Sim) poll() {
 
 var _ ownership.Clock = (*Sim)(nil)
 
+// Signal is a one-time wake-up of the actors waiting on it: cheaper for
+// the scheduler than a channel, which it must poll.
+type Signal interface {
+	// Wait returns true once d has passed (d < 0: never), false once the
+	// signal fired (at once if it had).
+	Wait(d time.Duration) bool
+	// Fire wakes every waiter, now and later.
+	Fire()
+}
+
+type simSignal struct {
+	s       *Sim
+	fired   bool
+	waiters []*waiter
+}
+
+// NewSignal returns a signal on the simulated clock.
+func (s *Sim) NewSignal() Signal { return &simSignal{s: s} }
+
+func (g *simSignal) Wait(d time.Duration) bool {
+	s := g.s
+	s.mu.Lock()
+	if g.fired {
+		s.mu.Unlock()
+		return false
+	}
+	w := &waiter{wake: make(chan bool, 1)}
+	if d >= 0 {
+		w.timed = &event{at: s.after(d), w: w}
+		s.push(w.timed)
+	}
+	g.waiters = append(g.waiters, w)
+	s.mu.Unlock()
+	s.yield <- struct{}{}
+	return <-w.wake
+}
+
+func (g *simSignal) Fire() {
+	s := g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.fired = true
+	for _, w := range g.waiters {
+		if w.done {
+			continue
+		}
+		w.done = true
+		if w.timed != nil {
+			w.timed.dead = true
+		}
+		s.ready = append(s.ready, w)
+	}
+	g.waiters = nil
+}
+
 // Real is the system clock, with Sleep, for runs against a real store.
 type Real struct{ ownership.SystemClock }
 
 // Sleep waits d.
 func (Real) Sleep(d time.Duration) { time.Sleep(d) }
 
+type realSignal struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+// NewSignal returns a signal on the system clock.
+func (Real) NewSignal() Signal { return &realSignal{c: make(chan struct{})} }
+
+func (g *realSignal) Wait(d time.Duration) bool {
+	return ownership.SystemClock{}.Wait(context.Background(), d, g.c)
+}
+
+func (g *realSignal) Fire() { g.once.Do(func() { close(g.c) }) }
+
 // Clock is what a run needs of its clock: the balancer's, and a sleep for
 // the scenario.
 type Clock interface {
 	ownership.Clock
 	Sleep(d time.Duration)
+	NewSignal() Signal
 }
 
 var (

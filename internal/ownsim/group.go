@@ -26,7 +26,14 @@ type group struct {
 type member struct {
 	id     string
 	bal    *ownership.Balancer[struct{}]
-	cancel context.CancelFunc // the pipeline's: ends Run and the commits
+	cancel context.CancelFunc // the pipeline's
+	done   Signal             // fired with cancel: ends Run and the commits
+}
+
+// end ends m's pipeline.
+func (m *member) end() {
+	m.cancel()
+	m.done.Fire()
 }
 
 func memberID(i int) string { return fmt.Sprintf("m%04d", i) }
@@ -35,7 +42,8 @@ func memberID(i int) string { return fmt.Sprintf("m%04d", i) }
 // pipeline would (Run), with a checkpoint committed every commit
 // interval, as sink/checkpoint does.
 func (g *group) start(id string) error {
-	src := newSource(id, g.parts, g.clock, g.rec)
+	done := g.clock.NewSignal()
+	src := newSource(id, g.parts, g.clock, g.rec, done)
 	bal, err := ownership.NewBalancer[struct{}](g.store.For(id), src, ownership.Config{ID: id, Interval: g.cfg.Interval,
 		Strategy: g.cfg.Strategy, Clock: g.bclock, Logger: g.log})
 	if err != nil {
@@ -43,14 +51,14 @@ func (g *group) start(id string) error {
 	}
 	g.store.Revive(id)
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &member{id: id, bal: bal, cancel: cancel}
+	m := &member{id: id, bal: bal, cancel: cancel, done: done}
 	g.members[id] = m
 	g.ids = append(g.ids, id)
 	g.all = append(g.all, m)
 	g.rec.join(id, g.clock.Now())
 	g.clock.Go(func() { _ = bal.Run(ctx, nil) })
 	g.clock.Go(func() {
-		for g.clock.Wait(ctx, g.cfg.CommitInterval, nil) {
+		for done.Wait(g.cfg.CommitInterval) {
 			_ = bal.Commit(ctx)
 		}
 	})
@@ -75,7 +83,7 @@ func (g *group) forget(id string) *member {
 func (g *group) stop(id string) {
 	m := g.forget(id)
 	g.rec.leave(id, g.clock.Now())
-	m.cancel()
+	m.end()
 	ctx, cancel := g.clock.WithTimeout(context.Background(), g.cfg.Interval)
 	defer cancel()
 	_ = m.bal.Close(ctx)
@@ -88,7 +96,7 @@ func (g *group) crash(id string) {
 	m := g.forget(id)
 	g.store.Crash(id)
 	g.rec.crash(id, g.clock.Now())
-	m.cancel()
+	m.end()
 	_ = m.bal.Close(context.Background())
 }
 

@@ -20,9 +20,10 @@ type MemStore struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	exp     time.Duration
-	recs    map[int32]*memRec
+	recs    []*memRec // by partition
 	cks     map[int32]ownership.Checkpoint
 	members map[string]time.Time
+	ids     []string // members' ids, sorted; nil when it must be made again
 	down    bool
 }
 
@@ -44,7 +45,7 @@ var ErrDown = errors.New("ownsim: store down")
 // NewMemStore returns an empty store whose leases last exp, on the clock
 // now.
 func NewMemStore(exp time.Duration, now func() time.Time) *MemStore {
-	return &MemStore{now: now, exp: exp, recs: map[int32]*memRec{}, cks: map[int32]ownership.Checkpoint{}, members: map[string]time.Time{}}
+	return &MemStore{now: now, exp: exp, cks: map[int32]ownership.Checkpoint{}, members: map[string]time.Time{}}
 }
 
 // Expiration returns how long a lease lasts without a renewal.
@@ -59,6 +60,9 @@ func (s *MemStore) SetDown(d bool) {
 }
 
 func (s *MemStore) rec(p int32) *memRec {
+	if int(p) >= len(s.recs) {
+		s.recs = append(s.recs, make([]*memRec, int(p)+1-len(s.recs))...)
+	}
 	r := s.recs[p]
 	if r == nil {
 		r = &memRec{}
@@ -95,15 +99,28 @@ func (s *MemStore) Renew(_ context.Context, owner string, partitions []int32, he
 	}
 	_, had := s.members[owner]
 	s.members[owner] = now
+	if !had {
+		s.ids = nil
+	}
 	t := ownership.Table{Now: now, Fresh: !had}
-	for id, at := range s.members {
+	if s.ids == nil {
+		for id := range s.members {
+			s.ids = append(s.ids, id)
+		}
+		slices.SortFunc(s.ids, strings.Compare)
+	}
+	t.Members = make([]ownership.Member, 0, len(s.ids))
+	kept := s.ids[:0]
+	for _, id := range s.ids {
+		at := s.members[id]
 		if now.Sub(at) > s.exp {
 			delete(s.members, id)
 			continue
 		}
+		kept = append(kept, id)
 		t.Members = append(t.Members, ownership.Member{ID: id, Age: now.Sub(at)})
 	}
-	slices.SortFunc(t.Members, func(a, b ownership.Member) int { return strings.Compare(a.ID, b.ID) })
+	s.ids = kept
 	t.Owners = make([]ownership.Ownership, 0, len(partitions))
 	for _, p := range partitions {
 		r := s.rec(p)
@@ -174,6 +191,7 @@ func (s *MemStore) Leave(_ context.Context, owner string) error {
 	}
 	defer s.mu.Unlock()
 	delete(s.members, owner)
+	s.ids = nil
 	return nil
 }
 
@@ -239,7 +257,7 @@ func (r *memRec) bump(now time.Time) { r.epoch = max(r.epoch+1, now.UnixMicro())
 func (s *MemStore) Wipe() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.recs, s.cks, s.members = map[int32]*memRec{}, map[int32]ownership.Checkpoint{}, map[string]time.Time{}
+	s.recs, s.cks, s.members, s.ids = nil, map[int32]ownership.Checkpoint{}, map[string]time.Time{}, nil
 }
 
 // Owner returns partition p's owner and epoch.
@@ -268,7 +286,9 @@ func (s *MemStore) EpochSum() int64 {
 	defer s.mu.Unlock()
 	var e int64
 	for _, r := range s.recs {
-		e += r.epoch
+		if r != nil {
+			e += r.epoch
+		}
 	}
 	return e
 }

@@ -20,6 +20,7 @@ type source struct {
 	parts []int32
 	clock Clock
 	rec   *recorder
+	done  Signal // fired when the member's pipeline ends
 
 	mu      sync.Mutex
 	running map[int32]started
@@ -30,12 +31,14 @@ type started struct {
 	at     time.Time
 }
 
-func newSource(id string, parts []int32, clock Clock, rec *recorder) *source {
-	return &source{id: id, parts: parts, clock: clock, rec: rec, running: map[int32]started{}}
+func newSource(id string, parts []int32, clock Clock, rec *recorder, done Signal) *source {
+	return &source{id: id, parts: parts, clock: clock, rec: rec, done: done, running: map[int32]started{}}
 }
 
-func (s *source) Run(ctx context.Context, _ *stream.Outlet[struct{}]) error {
-	s.clock.Wait(ctx, -1, nil)
+// Run returns when the member's pipeline ends (its done signal, fired
+// with the cancel of its context).
+func (s *source) Run(context.Context, *stream.Outlet[struct{}]) error {
+	s.done.Wait(-1)
 	return nil
 }
 
