@@ -15,6 +15,12 @@ func (b *Balancer[T]) loop(ctx context.Context) {
 		b.round(ctx)
 		b.refresh(ctx)
 		d := time.Duration(float64(b.cfg.Interval) * (0.9 + 0.2*b.rnd.Float64()))
+		if b.waiting() {
+			// A partition taken waits for its old owner to stop it:
+			// look again soon, so that it does not stay unread for a
+			// whole interval after.
+			d /= 4
+		}
 		b.clock.Wait(ctx, d, b.kick)
 		if ctx.Err() != nil {
 			return
@@ -100,6 +106,18 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		b.claim(ctx, sent, table, stable)
 	}
 	b.startWon(ctx)
+}
+
+// waiting reports whether a partition held waits for its old owner.
+func (b *Balancer[T]) waiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.held {
+		if h.wait {
+			return true
+		}
+	}
+	return false
 }
 
 // release lets the partitions taken from another owner start once table

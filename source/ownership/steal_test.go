@@ -178,3 +178,57 @@ func TestBalancerTakesBackItsOwnPartitionsAfterAnOutage(t *testing.T) {
 		done()
 	})
 }
+
+// A thief waiting for the old owner of a stolen partition to stop it
+// looks again soon: it starts the partition within a quarter interval
+// (and its jitter) of the old owner's stop, not at its next full round.
+func TestBalancerStartsAStolenPartitionSoonAfterItsOldOwnerStopped(t *testing.T) {
+	for _, off := range []time.Duration{0, tInterval / 4, tInterval / 2, 3 * tInterval / 4} {
+		t.Run(fmt.Sprint(off), func(t *testing.T) { testStolenStartsSoon(t, off) })
+	}
+}
+
+// testStolenStartsSoon starts the thief off into the old owner's
+// interval.
+func testStolenStartsSoon(t *testing.T, off time.Duration) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 16
+		s := newMemStore(tExpiration)
+		var mu sync.Mutex
+		stopped := map[int32]time.Time{}
+		var gaps []time.Duration
+		ma := startMember(t, s, nil, "a", n, func(cfg *ownership.Config) {
+			cfg.OnChange = func(c ownership.Change) {
+				if !c.Started && c.Reason != ownership.StopClosed {
+					mu.Lock()
+					stopped[c.Partition] = time.Now()
+					mu.Unlock()
+				}
+			}
+		})
+		waitBalanced(t, 4, n, ma)
+		time.Sleep(off)
+		mb := startMember(t, s, nil, "b", n, func(cfg *ownership.Config) {
+			cfg.OnChange = func(c ownership.Change) {
+				mu.Lock()
+				defer mu.Unlock()
+				if at, ok := stopped[c.Partition]; ok && c.Started {
+					gaps = append(gaps, time.Since(at))
+				}
+			}
+		})
+		waitBalanced(t, 10, n, ma, mb)
+		mb.close(t)
+		ma.close(t)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(gaps) == 0 {
+			t.Fatal("no stolen partition started: the test proves nothing")
+		}
+		for _, g := range gaps {
+			if g > tInterval/4+tInterval/10 {
+				t.Errorf("a stolen partition started %v after its old owner stopped it, want at most %v", g, tInterval/4+tInterval/10)
+			}
+		}
+	})
+}
