@@ -31,7 +31,9 @@ const (
 // below their share).
 //
 // Among partitions without a live owner, those whose lapsed lease was
-// me's come first (after an outage, each member takes back its own).
+// me's come first (after an outage, each member takes back its own),
+// then those of me's part (partition mod members = me's rank), so that
+// members claiming at once do not collide.
 //
 // The fair share of n partitions among m members present (me counted,
 // idle members included) is n/m, and n%m members may hold one more. A
@@ -88,8 +90,26 @@ func Plan(t Table, me string, expiration time.Duration, strategy Strategy, rnd *
 		}
 		return rnd.IntN(len(c))
 	}
+	// Of the others, those of my part first: partition p is the part of
+	// the member ranked p mod m among the members present (sorted by
+	// id), so that members claiming at once, seeing the same members,
+	// pick different partitions rather than lose to the version check.
+	ids := make([]string, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	rank := sort.SearchStrings(ids, me)
+	var part, rest []int
+	for _, i := range free {
+		if int(t.Owners[i].Partition)%m == rank {
+			part = append(part, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
 	var claims []Claim
-	for _, free := range [][]int{mineFree, free} { // mine first: they need not move
+	for _, free := range [][]int{mineFree, part, rest} { // mine first: they need not move
 		for want > 0 && len(free) > 0 {
 			k := pick(free)
 			o := t.Owners[free[k]]

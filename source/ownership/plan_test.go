@@ -206,3 +206,23 @@ func TestPlanClaimsFreeBeforeStealing(t *testing.T) {
 		t.Fatalf("a, above its share, claims %+v", got)
 	}
 }
+
+// Members claiming free partitions at once each prefer their own part of
+// them (by their rank among the members present), so that their claims
+// do not collide and lose to the version check.
+func TestPlanSpreadsFreeClaimsAmongMembers(t *testing.T) {
+	tb := ownership.Table{Members: []ownership.Member{{ID: "a"}, {ID: "b"}}}
+	for p := range 8 {
+		tb.Owners = append(tb.Owners, ownership.Ownership{Partition: int32(p), Version: int64(p)})
+	}
+	a := ownership.Plan(tb, "a", expiration, ownership.Balanced, nil)
+	b := ownership.Plan(tb, "b", expiration, ownership.Balanced, nil)
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("a claims %v, b %v: want 4 each", a, b)
+	}
+	for _, c := range a {
+		if slices.Contains(b, c) {
+			t.Errorf("a and b both claim partition %d: %v and %v", c.Partition, a, b)
+		}
+	}
+}
