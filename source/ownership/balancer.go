@@ -93,6 +93,10 @@ type Config struct {
 	// OnCheckpoint, if set, is called with every checkpoint write and its
 	// outcome (audit logs, tests).
 	OnCheckpoint func(Write, Outcome)
+	// Clock is the time the balancer runs on (default: the system clock).
+	// Every interval, deadline, timeout and timer of the balancer goes
+	// through it; the store's clock stays the store's.
+	Clock Clock
 }
 
 // Change is a partition started or stopped by a Balancer.
@@ -160,6 +164,7 @@ type Balancer[T any] struct {
 	cfg   Config
 	exp   time.Duration
 	log   *slog.Logger
+	clock Clock
 	rnd   *rand.Rand // the loop's only
 
 	claiming atomic.Bool
@@ -169,7 +174,7 @@ type Balancer[T any] struct {
 	parts     []int32
 	held      map[int32]*held
 	deadline  time.Time                 // self-fence deadline (monotonic and wall readings); zero while nothing is held
-	fence     *time.Timer               // fires at deadline
+	fence     Timer                     // fires at deadline
 	due       atomic.Pointer[time.Time] // deadline, read by gate without mu; nil when zero
 	table     Table
 	reread    bool            // the next renewal reads the whole table (see renew)
@@ -180,7 +185,7 @@ type Balancer[T any] struct {
 	known     map[int32]int64 // the latest checkpoint seen or written per partition
 	runs      bool
 	closed    bool
-	orphan    *time.Timer  // relinquishes if Close does not follow Run
+	orphan    Timer        // relinquishes if Close does not follow Run
 	commits   atomic.Int64 // Commit calls, to tell a pipeline draining from one gone
 	cancel    context.CancelFunc
 	loopDone  chan struct{}
@@ -194,6 +199,10 @@ type Balancer[T any] struct {
 type held struct {
 	Lease
 	started bool
+	// wait: the partition was taken from an owner that may still
+	// process it; it starts once a table shows that owner stopped it, or
+	// that its lease would have expired (Ownership.Pending).
+	wait    bool
 	written int64 // the checkpoint recorded under this lease
 }
 
@@ -207,6 +216,10 @@ func NewBalancer[T any](store Store, src Partitioned[T], cfg Config) (*Balancer[
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = SystemClock{}
 	}
 	var exp time.Duration
 	if e, ok := store.(expiring); ok {
@@ -251,9 +264,9 @@ func NewBalancer[T any](store Store, src Partitioned[T], cfg Config) (*Balancer[
 	}
 	h := fnv.New64a()
 	h.Write([]byte(cfg.ID))
-	b := &Balancer[T]{store: store, src: src, cfg: cfg, exp: exp,
+	b := &Balancer[T]{store: store, src: src, cfg: cfg, exp: exp, clock: clock,
 		log:  cfg.Logger.With("component", "ownership", "member", cfg.ID),
-		rnd:  rand.New(rand.NewPCG(h.Sum64(), uint64(time.Now().UnixNano()))),
+		rnd:  rand.New(rand.NewPCG(h.Sum64(), uint64(clock.Now().UnixNano()))),
 		held: map[int32]*held{}, known: map[int32]int64{}, kick: make(chan struct{}, 1)}
 	if g, ok := src.(EmitGate); ok {
 		g.BeforeEmit(b.gate)
@@ -301,14 +314,14 @@ func (b *Balancer[T]) Run(ctx context.Context, out *stream.Outlet[T]) error {
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel, b.loopDone = cancel, make(chan struct{})
 	b.claiming.Store(true)
-	go b.loop(lctx)
+	b.clock.Go(func() { b.loop(lctx) })
 	b.mu.Unlock()
 	defer func() {
 		b.claiming.Store(false)
 		b.mu.Lock()
 		if !b.closed {
 			seen := b.commits.Load()
-			b.orphan = time.AfterFunc(b.exp, func() { b.abandon(seen) })
+			b.orphan = b.clock.AfterFunc(b.exp, func() { b.abandon(seen) })
 		}
 		b.mu.Unlock()
 	}()
@@ -324,14 +337,14 @@ func (b *Balancer[T]) abandon(seen int64) {
 		return
 	}
 	if now := b.commits.Load(); now != seen {
-		b.orphan = time.AfterFunc(b.exp, func() { b.abandon(now) })
+		b.orphan = b.clock.AfterFunc(b.exp, func() { b.abandon(now) })
 		b.mu.Unlock()
 		return
 	}
 	b.mu.Unlock()
 	b.log.Warn("Close was not called after Run returned, and nothing was committed for the expiration; closing: a final checkpoint, then the partitions are relinquished",
 		"expiration", b.exp)
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Interval)
+	ctx, cancel := b.clock.WithTimeout(context.Background(), b.cfg.Interval)
 	defer cancel()
 	if err := b.Close(ctx); err != nil {
 		b.log.Warn("closing failed; the leases expire by themselves", "err", err)
@@ -348,7 +361,7 @@ func (b *Balancer[T]) abandon(seen int64) {
 func (b *Balancer[T]) Close(ctx context.Context) error {
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Interval)
+		ctx, cancel = b.clock.WithTimeout(context.WithoutCancel(ctx), b.cfg.Interval)
 		defer cancel()
 	}
 	b.closeMu.Lock()
@@ -363,7 +376,7 @@ func (b *Balancer[T]) Close(ctx context.Context) error {
 	b.mu.Unlock()
 	if cancel != nil {
 		cancel()
-		<-done
+		b.clock.Wait(context.Background(), -1, done)
 	}
 	err := b.Commit(ctx)
 	b.mu.Lock()

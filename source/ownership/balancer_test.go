@@ -153,6 +153,13 @@ func (v *view) Renew(ctx context.Context, o string, ps []int32, h []ownership.Le
 	return v.memStore.Renew(ctx, o, ps, h)
 }
 
+func (v *view) RenewSince(ctx context.Context, o string, ps []int32, h []ownership.Lease, since int64) (ownership.Table, []ownership.Outcome, error) {
+	if err := v.err(); err != nil {
+		return ownership.Table{}, nil, err
+	}
+	return v.memStore.RenewSince(ctx, o, ps, h, since)
+}
+
 func (v *view) Claim(ctx context.Context, o string, c []ownership.Claim) ([]ownership.Lease, error) {
 	if err := v.err(); err != nil {
 		return nil, err
@@ -409,15 +416,7 @@ func TestBalancerSharesTakesOverAndStops(t *testing.T) {
 
 // claims counts the claims the store granted (the epochs raised by claims
 // and relinquishes), for "nothing moves".
-func (s *memStore) claims() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var e int64
-	for _, r := range s.recs {
-		e += r.epoch
-	}
-	return e
-}
+func (s *memStore) claims() int64 { return s.EpochSum() }
 
 // The self-fence deadline passes before the store expires the lease: an
 // instance cut off from the store stops processing before another can

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Commit writes, for every partition read under a lease, the offset
@@ -40,6 +39,8 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 		b.stats.writeErrors.Add(1)
 		return nil, fmt.Errorf("sluice: ownership: checkpoint: %w", err)
 	}
+	var lost []Lease
+	defer func() { b.acknowledge(ctx, lost) }()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i, w := range writes {
@@ -51,7 +52,7 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 		switch outs[i] {
 		case Accepted:
 			b.stats.writes.Add(1)
-			b.stats.lastCheckpoint.Store(time.Now().UnixNano())
+			b.stats.lastCheckpoint.Store(b.clock.Now().UnixNano())
 			b.known[w.Partition] = max(b.known[w.Partition], w.Offset)
 			if same && w.Offset > h.written {
 				h.written = w.Offset
@@ -60,6 +61,7 @@ func (b *Balancer[T]) write(ctx context.Context, writes []Write) ([]Outcome, err
 			b.stats.fencedWrites.Add(1)
 			if same {
 				b.stop(w.Partition, StopCheckpointRefused)
+				lost = append(lost, w.Lease)
 			}
 		case Behind:
 			b.stats.behindWrites.Add(1)

@@ -11,9 +11,9 @@ func (b *Balancer[T]) arm(sent time.Time) {
 	b.deadline = sent.Add(b.exp - b.cfg.Margin)
 	d0 := b.deadline
 	b.due.Store(&d0)
-	d := time.Until(b.deadline)
+	d := b.deadline.Sub(b.clock.Now())
 	if b.fence == nil {
-		b.fence = time.AfterFunc(d, b.selfFence)
+		b.fence = b.clock.AfterFunc(d, b.selfFence)
 	} else {
 		b.fence.Reset(d)
 	}
@@ -25,7 +25,7 @@ func (b *Balancer[T]) untilDeadline() time.Duration {
 	if b.deadline.IsZero() {
 		return 0
 	}
-	return time.Until(b.deadline)
+	return b.deadline.Sub(b.clock.Now())
 }
 
 // gate stops every partition if the self-fence deadline has passed; the
@@ -37,7 +37,7 @@ func (b *Balancer[T]) gate() {
 	if d == nil {
 		return
 	}
-	if now := time.Now(); now.Before(*d) && now.Round(0).Before(d.Round(0)) {
+	if now := b.clock.Now(); now.Before(*d) && now.Round(0).Before(d.Round(0)) {
 		return
 	}
 	b.selfFence()
@@ -49,7 +49,7 @@ func (b *Balancer[T]) gate() {
 func (b *Balancer[T]) selfFence() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
+	now := b.clock.Now()
 	if b.deadline.IsZero() || len(b.held) == 0 ||
 		(now.Before(b.deadline) && now.Round(0).Before(b.deadline.Round(0))) {
 		return

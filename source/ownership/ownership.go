@@ -26,14 +26,16 @@
 // with Latest or a start time); a claim lost lets two instances believe
 // they own a partition until the next renewal, when one is refused.
 //
-// Ownership moves without a handshake: a member that steals a partition
-// (or takes one whose lease expired) starts it at once, while the old
-// owner learns of it at its next renewal or checkpoint, so the two may
-// process the partition together for up to one interval — or, if the old
-// owner cannot reach the store, until its self-fence deadline, at most
-// expiration - margin after its last renewal (only the new owner's
-// checkpoints are accepted). Records already in a stopped
-// partition's pipeline are still processed. A partition without a
+// A member that steals a partition (takes it from a live owner above its
+// share) starts it only once the old owner can no longer be processing
+// it: the old owner learns of the steal at its next renewal or
+// checkpoint, stops the partition and acknowledges it (Relinquish of the
+// lease it lost), and the thief starts at its first round after that —
+// or, if the old owner cannot reach the store, once the old lease would
+// have expired by the store's clock (the old owner stopped at its
+// self-fence deadline before). From the steal on, only the new owner's
+// checkpoints are accepted. Records already in a stopped partition's
+// pipeline are still processed. A partition without a
 // checkpoint starts where the source's configured start stands when it is
 // first claimed; with a source that can say so before reading
 // (StartResolver, as source/kafka's Assigned), that offset is recorded as
@@ -64,6 +66,22 @@ type Ownership struct {
 	// clock; Age is the store's now minus Modified.
 	Modified time.Time
 	Age      time.Duration
+	// Previous is the owner whose live lease a claim took (a steal),
+	// until it acknowledges that it stopped the partition (Relinquish of
+	// the lease taken) or until that lease would have expired; "" if
+	// none. PreviousAge is the time since Previous's last renewal of it,
+	// by the store's clock. A new owner starts the partition only once
+	// Previous is "" or PreviousAge is above the expiration, so that two
+	// owners never process it at once.
+	Previous    string
+	PreviousAge time.Duration
+}
+
+// Pending reports whether the partition's previous owner may still
+// process it: it did not acknowledge the claim that took its lease, and
+// that lease would not have expired yet.
+func (o Ownership) Pending(expiration time.Duration) bool {
+	return o.Previous != "" && o.PreviousAge <= expiration
 }
 
 // Expired reports whether the owner's lease has lapsed: no owner, or no
@@ -192,10 +210,15 @@ type Store interface {
 	// the outcome of each lease, in order.
 	Renew(ctx context.Context, owner string, partitions []int32, held []Lease) (Table, []Outcome, error)
 	// Claim claims each partition if its record is still at the version
-	// given, raising its epoch; it returns the leases won.
+	// given, raising its epoch; it returns the leases won. A claim of a
+	// partition whose lease is live (a steal) records that owner, its
+	// epoch and its last renewal as the record's Previous, unless a
+	// Previous is still pending (then it stays).
 	Claim(ctx context.Context, owner string, claims []Claim) ([]Lease, error)
 	// Relinquish gives up the leases still held under their epochs (owner
-	// emptied, epoch raised), so another takes them at once.
+	// emptied, epoch raised), so another takes them at once; for a lease
+	// owner no longer holds because a claim took it, it acknowledges that
+	// owner stopped the partition (the record's Previous is cleared).
 	Relinquish(ctx context.Context, owner string, held []Lease) error
 	// Leave removes owner's presence.
 	Leave(ctx context.Context, owner string) error

@@ -161,8 +161,9 @@ func TestPlanConvergesAndStops(t *testing.T) {
 }
 
 // Both claim every partition without a live owner up to the fair share;
-// balanced steals one per round, greedy all it lacks; claims go to
-// partitions without a live owner before any steal.
+// balanced steals from each owner its excess shared among the members
+// below their share, greedy all it lacks; claims go to partitions without
+// a live owner before any steal.
 func TestPlanClaimsFreeBeforeStealing(t *testing.T) {
 	tb := ownership.Table{Members: []ownership.Member{{ID: "a"}, {ID: "b"}}}
 	for p := range 8 {
@@ -191,10 +192,37 @@ func TestPlanClaimsFreeBeforeStealing(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("greedy steal from a holding 8 of 8: %+v, want 4 claims", got)
 	}
-	if got := ownership.Plan(tb, "b", expiration, ownership.Balanced, nil); len(got) != 1 {
-		t.Fatalf("balanced steal from a holding 8 of 8: %+v, want 1 claim", got)
+	if got := ownership.Plan(tb, "b", expiration, ownership.Balanced, nil); len(got) != 4 {
+		t.Fatalf("balanced steal from a holding 8 of 8, b the only member below its share: %+v, want 4 claims", got)
 	}
+	// c and d join: three members below their share of 2 share a's
+	// excess of 6, two each.
+	tb.Members = append(tb.Members, ownership.Member{ID: "c"}, ownership.Member{ID: "d"})
+	if got := ownership.Plan(tb, "b", expiration, ownership.Balanced, nil); len(got) != 2 {
+		t.Fatalf("balanced steal from a holding 8 of 8 with three members below their share: %+v, want 2 claims", got)
+	}
+	tb.Members = tb.Members[:2]
 	if got := ownership.Plan(tb, "a", expiration, ownership.Greedy, nil); got != nil {
 		t.Fatalf("a, above its share, claims %+v", got)
+	}
+}
+
+// Members claiming free partitions at once each prefer their own part of
+// them (by their rank among the members present), so that their claims
+// do not collide and lose to the version check.
+func TestPlanSpreadsFreeClaimsAmongMembers(t *testing.T) {
+	tb := ownership.Table{Members: []ownership.Member{{ID: "a"}, {ID: "b"}}}
+	for p := range 8 {
+		tb.Owners = append(tb.Owners, ownership.Ownership{Partition: int32(p), Version: int64(p)})
+	}
+	a := ownership.Plan(tb, "a", expiration, ownership.Balanced, nil)
+	b := ownership.Plan(tb, "b", expiration, ownership.Balanced, nil)
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("a claims %v, b %v: want 4 each", a, b)
+	}
+	for _, c := range a {
+		if slices.Contains(b, c) {
+			t.Errorf("a and b both claim partition %d: %v and %v", c.Partition, a, b)
+		}
 	}
 }

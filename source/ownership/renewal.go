@@ -15,14 +15,15 @@ func (b *Balancer[T]) loop(ctx context.Context) {
 		b.round(ctx)
 		b.refresh(ctx)
 		d := time.Duration(float64(b.cfg.Interval) * (0.9 + 0.2*b.rnd.Float64()))
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if b.waiting() {
+			// A partition taken waits for its old owner to stop it:
+			// look again soon, so that it does not stay unread for a
+			// whole interval after.
+			d /= 4
+		}
+		b.clock.Wait(ctx, d, b.kick)
+		if ctx.Err() != nil {
 			return
-		case <-b.kick:
-			t.Stop()
-		case <-t.C:
 		}
 	}
 }
@@ -35,10 +36,12 @@ func (b *Balancer[T]) refresh(ctx context.Context) {
 		return
 	}
 	b.listing.Add(1)
+	// A plain goroutine, not the clock's: it never waits on the clock,
+	// and the loop waits for it when it ends.
 	go func() {
 		defer b.listing.Done()
 		defer b.busy.Store(false)
-		lctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+		lctx, cancel := b.clock.WithTimeout(ctx, b.cfg.Interval)
 		ps, err := b.src.Partitions(lctx)
 		cancel()
 		if err != nil {
@@ -63,11 +66,11 @@ func (b *Balancer[T]) round(ctx context.Context) {
 	leases := b.leases()
 	parts := b.parts
 	b.mu.Unlock()
-	sent := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.Interval)
+	sent := b.clock.Now()
+	ctx, cancel := b.clock.WithTimeout(ctx, b.cfg.Interval)
 	defer cancel()
 	table, outs, err := b.renew(ctx, parts, leases)
-	b.stats.lastRenew.Store(int64(time.Since(sent)))
+	b.stats.lastRenew.Store(int64(b.clock.Now().Sub(sent)))
 	if err != nil {
 		b.stats.renewFailures.Add(1)
 		b.mu.Lock()
@@ -80,14 +83,17 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		return
 	}
 	b.mu.Lock()
+	var refused []Lease
 	for i, l := range leases {
 		if h := b.held[l.Partition]; h != nil && h.Epoch == l.Epoch && outs[i] != Accepted {
 			b.stop(l.Partition, StopRenewalRefused)
+			refused = append(refused, l)
 		}
 	}
 	if table.Unchanged {
 		b.stats.unread.Add(1)
 	}
+	b.release(table)
 	b.table = table
 	if b.lastOK.IsZero() || sent.Sub(b.lastOK) > b.exp || table.Fresh {
 		b.streak = sent // a start, a comeback, or a store that lost its data
@@ -101,6 +107,7 @@ func (b *Balancer[T]) round(ctx context.Context) {
 		b.arm(sent)
 	}
 	b.mu.Unlock()
+	b.acknowledge(ctx, refused)
 	if b.claiming.Load() {
 		b.claim(ctx, sent, table, stable)
 	}
@@ -116,8 +123,8 @@ const readEvery = 30
 // is read again only if its stamp changed since the last read,
 // or this member has a reason to doubt what it read: a lease refused or
 // stopped, a claim tried (whatever it won, the versions it saw moved), a
-// renewal failed, the partitions listed changed, or readEvery rounds
-// passed. Otherwise the last table read stands, with the store's time:
+// renewal failed, the partitions listed changed, a partition held waiting
+// for its old owner, or readEvery rounds passed. Otherwise the last table read stands, with the store's time:
 // nothing a plan reads changed in it but renewal times and versions.
 func (b *Balancer[T]) renew(ctx context.Context, parts []int32, leases []Lease) (Table, []Outcome, error) {
 	tr, ok := b.store.(Tracker)
@@ -128,6 +135,11 @@ func (b *Balancer[T]) renew(ctx context.Context, parts []int32, leases []Lease) 
 	since, last := b.table.Stamp, b.table
 	if b.reread || b.unread >= readEvery || !slices.Equal(parts, b.readParts) {
 		since = 0
+	}
+	for _, h := range b.held {
+		if h.wait { // its old owner's lease lapses by time, which the stamp does not show
+			since = 0
+		}
 	}
 	b.mu.Unlock()
 	t, outs, err := tr.RenewSince(ctx, b.cfg.ID, parts, leases, since)
@@ -145,6 +157,50 @@ func (b *Balancer[T]) renew(ctx context.Context, parts []int32, leases []Lease) 
 	return last, outs, nil
 }
 
+// waiting reports whether a partition held waits for its old owner.
+func (b *Balancer[T]) waiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, h := range b.held {
+		if h.wait {
+			return true
+		}
+	}
+	return false
+}
+
+// release lets the partitions taken from another owner start once table
+// shows that owner stopped them, or that its lease would have expired.
+// Called with mu held.
+func (b *Balancer[T]) release(table Table) {
+	waiting := false
+	for _, h := range b.held {
+		waiting = waiting || h.wait
+	}
+	if !waiting {
+		return
+	}
+	for _, o := range table.Owners {
+		h := b.held[o.Partition]
+		if h != nil && h.wait && o.Owner == b.cfg.ID && o.Epoch == h.Epoch && (!o.Pending(b.exp) || o.Previous == b.cfg.ID) {
+			h.wait = false
+		}
+	}
+}
+
+// acknowledge tells the store that this member stopped the partitions of
+// leases it lost (refused at a renewal or a checkpoint), so that the
+// member that took them starts them without waiting for the old lease to
+// expire. A failed acknowledgement only delays that start.
+func (b *Balancer[T]) acknowledge(ctx context.Context, lost []Lease) {
+	if len(lost) == 0 {
+		return
+	}
+	if err := b.store.Relinquish(ctx, b.cfg.ID, lost); err != nil && !errors.Is(ctx.Err(), context.Canceled) {
+		b.log.Debug("acknowledging stopped partitions failed; their new owner starts them once the old leases expire", "err", err)
+	}
+}
+
 // claim claims what this member lacks, from table. Unless stable, it
 // claims at most one partition by Plan: a member that starts, or comes
 // back after an outage longer than the expiration, may read a table in
@@ -156,6 +212,7 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 	b.mu.Lock()
 	var claims []Claim
 	kinds := map[int32]*atomic.Int64{}
+	wait := map[int32]bool{} // taken from an owner that may still process it
 	for _, o := range table.Owners {
 		if b.held[o.Partition] == nil && o.Owner == b.cfg.ID && !o.Expired(b.exp) {
 			claims = append(claims, Claim{Partition: o.Partition, Version: o.Version}) // ours under another epoch: a rewind
@@ -176,6 +233,23 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 		// the next rounds even the shares out.
 		plan := Plan(table, b.cfg.ID, b.exp, b.cfg.Strategy, b.rnd)
 		if !stable && len(plan) > 1 {
+			// One of those whose lapsed lease was ours if any (back from
+			// an outage: they need not move), else any.
+			ours := map[int32]bool{}
+			for _, o := range table.Owners {
+				if o.Owner == b.cfg.ID {
+					ours[o.Partition] = true
+				}
+			}
+			var own []Claim
+			for _, c := range plan {
+				if ours[c.Partition] {
+					own = append(own, c)
+				}
+			}
+			if len(own) > 0 {
+				plan = own
+			}
 			plan = plan[b.rnd.IntN(len(plan)):][:1]
 		}
 		for _, c := range plan {
@@ -194,6 +268,11 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 	if len(claims) > 0 {
 		b.reread = true // the versions seen moved, whatever is won
 	}
+	for _, o := range table.Owners {
+		if kinds[o.Partition] != nil && ((!o.Expired(b.exp) && o.Owner != b.cfg.ID) || (o.Pending(b.exp) && o.Previous != b.cfg.ID)) {
+			wait[o.Partition] = true
+		}
+	}
 	b.mu.Unlock()
 	if len(claims) == 0 {
 		return
@@ -209,7 +288,7 @@ func (b *Balancer[T]) claim(ctx context.Context, sent time.Time, table Table, st
 	defer b.mu.Unlock()
 	for _, l := range won {
 		kinds[l.Partition].Add(1)
-		b.held[l.Partition] = &held{Lease: l, written: -1}
+		b.held[l.Partition] = &held{Lease: l, wait: wait[l.Partition], written: -1}
 		b.log.Info("partition claimed", "partition", l.Partition, "epoch", l.Epoch)
 	}
 	if len(won) > 0 {
@@ -226,7 +305,7 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	b.mu.Lock()
 	var ps []int32
 	for p, h := range b.held {
-		if !h.started {
+		if !h.started && !h.wait {
 			ps = append(ps, p)
 		}
 	}
@@ -277,7 +356,7 @@ func (b *Balancer[T]) startWon(ctx context.Context) {
 	defer b.mu.Unlock()
 	for _, ck := range cks {
 		h := b.held[ck.Partition]
-		if h == nil || h.started || ck.Offset < -1 {
+		if h == nil || h.started || h.wait || ck.Offset < -1 {
 			continue // stopped (or fenced) meanwhile, or its start not recorded yet
 		}
 		if ck.Offset >= 0 {

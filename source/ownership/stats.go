@@ -54,7 +54,7 @@ func (b *Balancer[T]) Stats() Stats {
 		st.Stops[r] = c.stops[i].Load()
 	}
 	if at := c.lastCheckpoint.Load(); at != 0 {
-		st.SinceCheckpoint = time.Since(time.Unix(0, at))
+		st.SinceCheckpoint = b.clock.Now().Sub(time.Unix(0, at))
 	}
 	b.mu.Lock()
 	st.Owned = b.leases()

@@ -76,6 +76,11 @@ func init() {
 			subs: []*command{{name: "sensors", flags: "[flags]", run: func(ctx context.Context, args []string) error {
 				return runSensorsLoadgen(ctx, args, os.Stdout)
 			}, purpose: "send home-security readings to a cluster"}}},
+		{name: "simulate", group: groupLoad, purpose: "simulate a large deployment to learn how it behaves", subs: []*command{
+			{name: "ownership", flags: "[flags]", run: func(ctx context.Context, args []string) error {
+				return runSimulateOwnership(ctx, args, os.Stdout)
+			}, purpose: "hundreds of instances sharing thousands of partitions through the ownership balancer: overlaps, time to fair shares, moves, store load"},
+		}},
 		{name: "verify", group: groupLoad, flags: "-record FILE [flags]", run: runVerify,
 			purpose: "check a run against the load's record, the services' ledger and the dead letters"},
 

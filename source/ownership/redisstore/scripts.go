@@ -44,18 +44,20 @@ end
 // of leases h, then per lease the index of its key (0-based, among the
 // partitions) and its epoch, then a stamp; an empty owner only reads (no
 // presence recorded). Returns {now, outcomes, rows, members, fresh,
-// stamp}: an outcome per lease (0 renewed, 1 fenced), four values per
-// partition (owner, epoch, version, modified), id, age pairs of the
-// members present (expired ones are removed), 1 if the owner's presence
+// stamp}: an outcome per lease (0 renewed, 1 fenced), six values per
+// partition (owner, epoch, version, modified, previous owner, its last
+// renewal), id, age pairs of the members present (expired ones are removed), 1 if the owner's presence
 // was not recorded before this call, and the stamp.
 var renewScript = redis.NewScript(prelude + renewLeases + `
 local rows = {}
 for i = 6, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified')
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'version', 'modified', 'prev', 'prevmod')
   rows[#rows + 1] = r[1] or ''
   rows[#rows + 1] = r[2] or '0'
   rows[#rows + 1] = r[3] or '0'
   rows[#rows + 1] = r[4] or '0'
+  rows[#rows + 1] = r[5] or ''
+  rows[#rows + 1] = r[6] or '0'
 end
 return {d(now), out, rows, members, fresh, redis.call('GET', KEYS[2]) or '0'}
 `)
@@ -128,18 +130,29 @@ return {d(now), out, fresh, redis.call('GET', KEYS[2]) or '0'}
 `)
 
 // claimScript: KEYS[1] the stamp, KEYS[2] the leases' last renewals,
-// KEYS[3..] the ownership hashes; ARGV: owner, then the version seen of
-// each, then a stamp. Returns per partition the new epoch, or -1 if the
-// record changed since.
+// KEYS[3..] the ownership hashes; ARGV: owner, expiration (ms), then the
+// version seen of each, then a stamp. Returns per partition the new epoch,
+// or -1 if the record changed since. A claim of a live lease of another
+// owner records it as the previous owner (prev, prevepoch, prevmod: its
+// last renewal), unless a previous owner is still pending (it has not
+// acknowledged and its lease would not have expired yet).
 var claimScript = redis.NewScript(prelude + `
+local me, exp = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local won = false
 for i = 3, #KEYS do
-  local v = tonumber(redis.call('HGET', KEYS[i], 'version') or '0')
-  if v == tonumber(ARGV[i - 1]) then
+  local r = redis.call('HMGET', KEYS[i], 'version', 'owner', 'epoch', 'modified', 'prev', 'prevmod')
+  if tonumber(r[1] or '0') == tonumber(ARGV[i]) then
+    if not (r[5] and r[5] ~= '' and now - tonumber(r[6]) <= exp) then
+      if r[2] and r[2] ~= '' and r[2] ~= me and r[4] and now - tonumber(r[4]) <= exp then
+        redis.call('HSET', KEYS[i], 'prev', r[2], 'prevepoch', r[3], 'prevmod', r[4])
+      else
+        redis.call('HSET', KEYS[i], 'prev', '')
+      end
+    end
     out[i - 2] = bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
-    redis.call('HSET', KEYS[i], 'owner', ARGV[1], 'modified', d(now))
+    redis.call('HSET', KEYS[i], 'owner', me, 'modified', d(now))
     redis.call('ZADD', KEYS[2], now, KEYS[i])
     won = true
   else
@@ -153,16 +166,21 @@ return out
 // relinquishScript: KEYS[1] the stamp, KEYS[2] the leases' last renewals,
 // KEYS[3..] the ownership hashes; ARGV: owner, then the epoch of each
 // lease, then a stamp. A lease still held is given up: owner emptied,
-// epoch and version raised.
+// epoch and version raised. A lease a claim took from owner is
+// acknowledged: the previous owner is cleared (owner stopped the
+// partition), and the thief waiting for it starts.
 var relinquishScript = redis.NewScript(prelude + `
 local given = false
 for i = 3, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch')
+  local r = redis.call('HMGET', KEYS[i], 'owner', 'epoch', 'prev', 'prevepoch')
   if r[1] == ARGV[1] and r[2] == ARGV[i - 1] then
     redis.call('HSET', KEYS[i], 'owner', '', 'modified', d(now))
     bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
     redis.call('ZREM', KEYS[2], KEYS[i])
+    given = true
+  elseif r[3] == ARGV[1] and r[4] == ARGV[i - 1] then
+    redis.call('HSET', KEYS[i], 'prev', '')
     given = true
   end
 end

@@ -157,7 +157,8 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
 	}
 	rows, _ := res[2].([]any)
-	if len(rows) != 4*len(parts) {
+	const per = 6 // values per partition
+	if len(rows) != per*len(parts) {
 		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values for %d partitions", len(rows), len(parts))
 	}
 	fresh, _ := atoi(res[4])
@@ -167,15 +168,22 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	}
 	tb := ownership.Table{Now: ms(nowMs), Owners: make([]ownership.Ownership, len(parts)), Fresh: fresh == 1, Stamp: st}
 	for i, p := range parts {
-		o := ownership.Ownership{Partition: p, Owner: fmt.Sprint(rows[4*i])}
-		var mod int64
-		for j, dst := range []*int64{&o.Epoch, &o.Version, &mod} {
-			if *dst, err = atoi(rows[4*i+1+j]); err != nil {
+		row := rows[per*i : per*(i+1)]
+		o := ownership.Ownership{Partition: p, Owner: fmt.Sprint(row[0]), Previous: fmt.Sprint(row[4])}
+		var mod, prevMod int64
+		for j, dst := range []*int64{&o.Epoch, &o.Version, &mod, nil, &prevMod} {
+			if dst == nil {
+				continue
+			}
+			if *dst, err = atoi(row[1+j]); err != nil {
 				return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: partition %d: %w", p, err)
 			}
 		}
 		if mod > 0 {
 			o.Modified, o.Age = ms(mod), msDur(nowMs-mod)
+		}
+		if o.Previous != "" {
+			o.PreviousAge = msDur(nowMs - prevMod)
 		}
 		tb.Owners[i] = o
 	}
@@ -274,7 +282,7 @@ func (s *Store) Claim(ctx context.Context, owner string, claims []ownership.Clai
 	}
 	keys := make([]string, 2, 2+len(claims))
 	keys[0], keys[1] = s.stampKey(), s.renewedKey()
-	args := []any{owner}
+	args := []any{owner, s.exp}
 	for _, c := range claims {
 		keys = append(keys, s.ownKey(c.Partition))
 		args = append(args, c.Version)

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/internal/ownsim"
+	"github.com/sluice-streams/sluice/source/ownership"
+	"github.com/sluice-streams/sluice/source/ownership/redisstore"
+)
+
+// runSimulateOwnership runs groups of ownership balancers through the
+// scenarios of a large deployment and prints what they measured.
+func runSimulateOwnership(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("simulate ownership", flag.ContinueOnError)
+	members := fs.Int("members", 500, "instances sharing the partitions (each a real balancer)")
+	partitions := fs.Int("partitions", 4096, "partitions of the stream")
+	scenario := fs.String("scenario", "all", "the scenario to run: all, or one of "+strings.Join(ownsim.Scenarios, ", "))
+	interval := fs.Duration("interval", 0, "the renewal interval (default 10s with -store mem, 300ms with -store redis, whose runs take real time)")
+	expiration := fs.Duration("expiration", 0, "how long a lease lasts without renewal (default 3 x -interval)")
+	strategy := fs.String("strategy", "balanced", "how much a member claims a round: balanced (free partitions up to its share, one steal a round) or greedy (every partition it lacks)")
+	seed := fs.Int64("seed", 1, "picks the instances that leave, crash or are slow, and their random choices: the same value gives the same figures with -store mem")
+	store := fs.String("store", "mem", "where the leases live: mem (in memory, simulated time: any size in seconds) or redis (a real Redis in real time)")
+	redisURL := fs.String("redis", "127.0.0.1:6379", "-store redis: host:port or redis://[user:password@]host:port[/db]; the runs write under a namespace of their own, removed at the end")
+	if err := parseFlags("simulate ownership", fs, args); err != nil {
+		return err
+	}
+	cfg := ownsim.Config{Members: *members, Partitions: *partitions, Interval: *interval, Expiration: *expiration, Seed: uint64(*seed)}
+	switch *strategy {
+	case "balanced":
+		cfg.Strategy = ownership.Balanced
+	case "greedy":
+		cfg.Strategy = ownership.Greedy
+	default:
+		return fmt.Errorf("simulate ownership: -strategy %q: want balanced or greedy", *strategy)
+	}
+	scenarios := ownsim.Scenarios
+	if *scenario != "all" {
+		scenarios = []string{*scenario}
+	}
+	switch *store {
+	case "mem":
+	case "redis":
+		if cfg.Interval == 0 {
+			cfg.Interval = 300 * time.Millisecond
+		}
+		opts, err := redisOptions(*redisURL, "")
+		if err != nil {
+			return err
+		}
+		rc := redis.NewClient(opts)
+		defer rc.Close()
+		if err := checkRedis(ctx, rc, opts); err != nil {
+			return err
+		}
+		cfg.Store = redisRuns(rc)
+		defer removeRuns(context.WithoutCancel(ctx), rc)
+		fmt.Fprintf(w, "real time against %s, interval %v (scaled down from the usual 10s: compare rounds, not seconds)\n",
+			describeRedis(opts), cfg.Interval)
+	default:
+		return fmt.Errorf("simulate ownership: -store %q: want mem or redis", *store)
+	}
+	var rs []ownsim.Result
+	for _, sc := range scenarios {
+		r, err := ownsim.Run(ctx, cfg, sc)
+		if err != nil {
+			return fmt.Errorf("simulate ownership: %w", err)
+		}
+		rs = append(rs, r)
+	}
+	return ownsim.WriteTable(w, rs)
+}
+
+// simNamespace prefixes the namespaces the runs write under.
+const simNamespace = "sluice-simulate-"
+
+// redisRuns returns stores in Redis, one namespace per run.
+func redisRuns(rc *redis.Client) func(context.Context, string, time.Duration) (ownership.Store, error) {
+	return func(_ context.Context, run string, exp time.Duration) (ownership.Store, error) {
+		return redisstore.New(redisstore.Config{Client: rc, Namespace: simNamespace + run, Stream: "s", Group: "g", Expiration: exp})
+	}
+}
+
+// removeRuns deletes the records the runs wrote.
+func removeRuns(ctx context.Context, rc *redis.Client) {
+	iter := rc.Scan(ctx, 0, "sluice:own:{"+simNamespace+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 1000 {
+			rc.Del(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		rc.Del(ctx, keys...)
+	}
+}
