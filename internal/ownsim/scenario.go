@@ -15,7 +15,7 @@ import (
 
 // Scenarios are the scenarios Run knows, in the order they are usually
 // run.
-var Scenarios = []string{"cold_start", "scale_out", "scale_in", "crash", "rolling_restart", "store_outage", "slow_renewals"}
+var Scenarios = []string{"cold_start", "scale_out", "scale_in", "crash", "rolling_restart", "store_outage", "slow_renewals", "settled"}
 
 // Config is a run's group, timing and store.
 type Config struct {
@@ -41,6 +41,9 @@ type Config struct {
 	// for a run to end (default 5 intervals); Limit the longest a run
 	// waits for that after its disturbance (default 200 intervals).
 	Settle, Limit time.Duration
+	// Quiet is how long settled leaves the fair group alone (default 60
+	// intervals).
+	Quiet time.Duration
 	// Store, if set, returns a fresh store (a namespace of its own) for
 	// each run, and the run is in real time on the system clock; nil: an
 	// in-memory store in simulated time.
@@ -76,6 +79,9 @@ func (c *Config) defaults() {
 	}
 	if c.Limit == 0 {
 		c.Limit = 200 * c.Interval
+	}
+	if c.Quiet == 0 {
+		c.Quiet = 60 * c.Interval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -137,7 +143,9 @@ func (r Result) PerMember(x float64) float64 { return x / float64(r.EndMembers) 
 // Spacing apart: its figures include the whole roll), store_outage (every
 // call fails for Expiration + 2 intervals: figures from the store's
 // return), slow_renewals (a cold start where 10% of the members' store
-// calls take 0.1-0.3 intervals: 1-3 s at the usual 10 s).
+// calls take 0.1-0.3 intervals: 1-3 s at the usual 10 s), settled (no
+// disturbance: a fair group left alone for Quiet, the store's steady
+// load).
 func Run(ctx context.Context, cfg Config, scenario string) (Result, error) {
 	cfg.defaults()
 	if !slices.Contains(Scenarios, scenario) {
@@ -286,6 +294,9 @@ func (g *group) play(scenario string, rnd *rand.Rand) (Result, error) {
 				}
 				g.clock.Sleep(cfg.Spacing)
 			}
+		case "settled":
+			b = g.mark(rec, g.live())
+			g.clock.Sleep(cfg.Quiet)
 		case "store_outage":
 			g.store.SetDown(true)
 			g.clock.Sleep(cfg.Expiration + 2*cfg.Interval)
