@@ -48,10 +48,12 @@ func (s *busySource) Settled(p int32) (int64, bool) {
 // second once the shares are settled: script calls (one round trip each)
 // and all commands, those the scripts run included (target < 50 script
 // calls/s at 10 x 16), and the CPU time redis-server spent per second.
-// members=50,partitions=1024 is a larger group's settled load.
+// members=50,partitions=1024 and 100,4096 are larger groups' settled
+// loads.
 func BenchmarkOwnershipRedisLoad(b *testing.B) {
 	b.Run("members=10,partitions=16", func(b *testing.B) { ownershipRedisLoad(b, 10, 16) })
 	b.Run("members=50,partitions=1024", func(b *testing.B) { ownershipRedisLoad(b, 50, 1024) })
+	b.Run("members=100,partitions=4096", func(b *testing.B) { ownershipRedisLoad(b, 100, 4096) })
 }
 
 func ownershipRedisLoad(b *testing.B, instances, partitions int) {
