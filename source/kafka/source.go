@@ -87,6 +87,9 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.Regex {
 		opts = append(opts, kgo.ConsumeRegex())
 	}
+	if cfg.Protocol == ProtocolConsumer {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
 	if err := s.connect(opts); err != nil {
 		return nil, err
 	}
