@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -109,14 +110,9 @@ func runGroupScale(b *testing.B, start func(scaleMemberConfig) (groupMember, err
 	var r scaleResult
 
 	// Phase 1: every member started at once, until the group is stable.
-	for range n {
-		m, err := g.start(g.cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		g.members = append(g.members, m)
-	}
 	began := time.Now()
+	g.members = make([]groupMember, n)
+	g.startSlots(b, 0, n)
 	stableAt := g.awaitStable(b, began)
 	r.toStable, r.rebalances = stableAt.Sub(began), g.generation()
 	checkProtocol(b, brokers, kip848)
@@ -158,15 +154,29 @@ func (g *scaleGroup) replace(b *testing.B, from, to int) {
 		wg.Go(m.close)
 	}
 	wg.Wait()
+	for _, m := range g.members[from:to] {
+		g.closedRefused += m.refused()
+	}
+	g.startSlots(b, from, to)
+}
+
+// startSlots starts the members of slots [from, to) at once, as
+// instances a deployment starts do: each creates its client and joins
+// the group on its own.
+func (g *scaleGroup) startSlots(b *testing.B, from, to int) {
+	errs := make([]error, to-from)
+	var wg sync.WaitGroup
 	for i := from; i < to; i++ {
-		m, err := g.start(g.cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		g.mu.Lock()
-		g.closedRefused += g.members[i].refused()
-		g.members[i] = m
-		g.mu.Unlock()
+		wg.Go(func() {
+			m, err := g.start(g.cfg)
+			g.mu.Lock()
+			g.members[i], errs[i-from] = m, err
+			g.mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
 	}
 }
 
