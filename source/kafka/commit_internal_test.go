@@ -187,3 +187,36 @@ func settlingSource(t *testing.T, c *kfake.Cluster, group string) (src *Source, 
 	}
 	return src, commits, stop
 }
+
+// The coordinator refuses with REBALANCE_IN_PROGRESS a commit that carries
+// the group's new generation while the group completes its rebalance
+// (this member has rejoined; the assignment is not synced yet). No
+// generation is coming after that one: the commit is made again, in the
+// same generation, once the rebalance has completed, rather than after
+// waiting in vain for another. In a group of 200 members that wait held
+// each member's Close up for RejoinWait and kept it in the group through
+// more rebalances.
+func TestCommitRefusedWhileTheRebalanceCompletesIsMadeAgainInTheSameGeneration(t *testing.T) {
+	c := clusterWithHundred(t)
+	src, commits, stop := settlingSource(t, c, "completing")
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.RebalanceInProgress, Count: 1})
+	defer h.Remove()
+	_, gen := src.cl.GroupMetadata()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx); err != nil {
+		t.Fatalf("Commit = %v, want the commit made again in generation %d", err, gen)
+	}
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
+		t.Fatalf("committed %v, want 100 at last", got)
+	}
+}
