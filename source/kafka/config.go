@@ -155,6 +155,16 @@ type Config struct {
 	// its Interval (the sink calls CommitsScheduled when it starts).
 	// Default 30s; negative: never.
 	UncommittedWarning time.Duration
+	// HandoverWait is how long a revocation (a rebalance takes partitions
+	// from this member, or it leaves the group) waits for the records of
+	// those partitions already sent downstream to be settled, so that it
+	// commits them and their next owner does not process them again. It
+	// sends no more of their records meanwhile. Records still unsettled
+	// then are processed again by the next owner. The rebalance waits
+	// for it: under the classic protocol the whole group does. Default
+	// 1s; negative: no wait (only what is settled at the revocation is
+	// committed).
+	HandoverWait time.Duration
 	// OnCommit, if set, is called after each successful commit, per
 	// partition, with the committed offset (for tests and audit logs;
 	// default nil: none).
@@ -182,6 +192,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxCommitFailure == 0 {
 		c.MaxCommitFailure = 3 * time.Minute
+	}
+	if c.HandoverWait == 0 {
+		c.HandoverWait = time.Second
 	}
 	if c.UncommittedWarning == 0 {
 		c.UncommittedWarning = 30 * time.Second
