@@ -29,17 +29,20 @@ import (
 // revoked ones were committed by their revocation). One refused because
 // the rebalance is completing (REBALANCE_IN_PROGRESS: the commit carries
 // the new generation, whose assignment is not synced yet) is made again
-// every RejoinRetry in that generation, or sooner in the next one. Either
-// within ctx and RejoinWait (2 s): a pipeline stopping while its group
-// rebalances still commits what it settled, and a commit never holds a
-// drain up for long.
+// every RejoinRetry in that generation, or sooner in the next one, as is
+// one refused under the consumer protocol for an epoch the coordinator
+// has moved past (STALE_MEMBER_EPOCH: brokers before Kafka 4.3 refuse a
+// commit whose epoch is not the member's latest, which the member learns
+// from its next heartbeat). All within ctx and RejoinWait (2 s): a
+// pipeline stopping while its group rebalances still commits what it
+// settled, and a commit never holds a drain up for long.
 func (s *Source) Commit(ctx context.Context) error {
 	s.commitCalled.Store(true)
 	var until time.Time
 	for {
 		_, gen := s.cl.GroupMetadata()
 		err := s.commitOwned(ctx)
-		completing := errors.Is(err, kerr.RebalanceInProgress)
+		completing := errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.StaleMemberEpoch)
 		if completing || errors.Is(err, kerr.IllegalGeneration) {
 			if until.IsZero() {
 				until = time.Now().Add(RejoinWait)

@@ -146,19 +146,24 @@ func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) 
 	}
 }
 
-// settlingSource reads the topic "in" of c in group with a pipeline that
-// settles every record and commits none; commits returns the offsets
+// settlingSource reads the topic "in" of c in group (with the changes of
+// mut to its configuration) with a pipeline that settles every record and
+// commits none; commits returns the offsets
 // committed so far (OnCommit), stop ends the pipeline and waits for it.
-func settlingSource(t *testing.T, c *kfake.Cluster, group string) (src *Source, commits func() []int64, stop func()) {
+func settlingSource(t *testing.T, c *kfake.Cluster, group string, mut ...func(*Config)) (src *Source, commits func() []int64, stop func()) {
 	t.Helper()
 	var mu sync.Mutex
 	var offs []int64
-	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: group, Topics: []string{"in"},
+	cfg := Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: group, Topics: []string{"in"},
 		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
 			mu.Lock()
 			offs = append(offs, off)
 			mu.Unlock()
-		}})
+		}}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	src, err := NewSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +220,34 @@ func TestCommitRefusedWhileTheRebalanceCompletesIsMadeAgainInTheSameGeneration(t
 	defer ccancel()
 	if err := src.Commit(cctx); err != nil {
 		t.Fatalf("Commit = %v, want the commit made again in generation %d", err, gen)
+	}
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
+		t.Fatalf("committed %v, want 100 at last", got)
+	}
+}
+
+// Under the consumer protocol, a broker before Kafka 4.3 refuses with
+// STALE_MEMBER_EPOCH a commit whose member epoch is not the latest (the
+// member learns of the new one from its next heartbeat). The commit is
+// made again rather than failed.
+func TestCommitRefusedForAStaleMemberEpochIsMadeAgain(t *testing.T) {
+	c := clusterWithHundred(t)
+	src, commits, stop := settlingSource(t, c, "stale", func(cfg *Config) { cfg.Protocol = ProtocolConsumer })
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.StaleMemberEpoch, Count: 1})
+	defer h.Remove()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx); err != nil {
+		t.Fatalf("Commit = %v, want the commit made again", err)
 	}
 	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
 		t.Fatalf("committed %v, want 100 at last", got)
