@@ -22,7 +22,10 @@ import (
 // assignment is never committed in a later one, where the partition may
 // belong to another member or start again from an older offset.
 //
-// A commit the coordinator refuses because the group has moved to a
+// While this member itself rejoins its group (between its JoinGroup and
+// its SyncGroup), Commit first waits for the rejoin to end, up to
+// RejoinWait: a commit sent then would be refused. A commit the
+// coordinator refuses all the same because the group has moved to a
 // generation this member has not heard of yet (ILLEGAL_GENERATION: another
 // member joined or left meanwhile) is made again once this member has
 // rejoined (in the next generation, for the partitions it still owns; the
@@ -40,6 +43,9 @@ func (s *Source) Commit(ctx context.Context) error {
 	s.commitCalled.Store(true)
 	var until time.Time
 	for {
+		if until.IsZero() {
+			s.rejoin.wait(ctx, time.Now().Add(RejoinWait))
+		}
 		_, gen := s.cl.GroupMetadata()
 		err := s.commitOwned(ctx)
 		completing := errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.StaleMemberEpoch)
