@@ -40,7 +40,7 @@ const (
 // then replaces every member in a rolling restart and reports the time
 // to stable again, the records processed twice, the commits the broker
 // refused and the records never processed (which must be 0). See
-// docs/kafka-group-scale.md. The twelve runs take about 8 minutes:
+// docs/kafka-group-scale.md. The twelve runs take about 7 minutes:
 //
 //	go test -run '^$' -bench BenchmarkGroupScale -benchtime 1x -timeout 30m ./benchmarks/
 func BenchmarkGroupScale(b *testing.B) {
