@@ -22,25 +22,42 @@ import (
 // assignment is never committed in a later one, where the partition may
 // belong to another member or start again from an older offset.
 //
-// A commit the coordinator refuses because the group is rebalancing, or
-// because it has moved to a generation this member has not heard of yet
-// (ILLEGAL_GENERATION: another member joined or left meanwhile), is made
-// again once this member has rejoined (in the next generation, for
-// the partitions it still owns; the revoked ones were committed by their
-// revocation), if that happens within ctx and RejoinWait (2 s): a
+// While this member itself rejoins its group (between its JoinGroup and
+// its SyncGroup), Commit first waits for the rejoin to end, up to
+// RejoinWait: a commit sent then would be refused. A commit the
+// coordinator refuses all the same because the group has moved to a
+// generation this member has not heard of yet (ILLEGAL_GENERATION: another
+// member joined or left meanwhile) is made again once this member has
+// rejoined (in the next generation, for the partitions it still owns; the
+// revoked ones were committed by their revocation). One refused because
+// the rebalance is completing (REBALANCE_IN_PROGRESS: the commit carries
+// the new generation, whose assignment is not synced yet) is made again
+// every RejoinRetry in that generation, or sooner in the next one, as is
+// one refused under the consumer protocol for an epoch the coordinator
+// has moved past (STALE_MEMBER_EPOCH: brokers before Kafka 4.3 refuse a
+// commit whose epoch is not the member's latest, which the member learns
+// from its next heartbeat). All within ctx and RejoinWait (2 s): a
 // pipeline stopping while its group rebalances still commits what it
 // settled, and a commit never holds a drain up for long.
 func (s *Source) Commit(ctx context.Context) error {
 	s.commitCalled.Store(true)
 	var until time.Time
 	for {
+		if until.IsZero() {
+			s.rejoin.wait(ctx, time.Now().Add(RejoinWait))
+		}
 		_, gen := s.cl.GroupMetadata()
 		err := s.commitOwned(ctx)
-		if errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration) {
+		completing := errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.StaleMemberEpoch)
+		if completing || errors.Is(err, kerr.IllegalGeneration) {
 			if until.IsZero() {
 				until = time.Now().Add(RejoinWait)
 			}
-			if s.awaitRejoin(ctx, gen, until) {
+			var retry time.Duration // ILLEGAL_GENERATION: only in the next generation
+			if completing {
+				retry = RejoinRetry
+			}
+			if s.awaitRejoin(ctx, gen, until, retry) {
 				continue
 			}
 		}
@@ -59,6 +76,10 @@ func (s *Source) CommitsScheduled() { s.commitCalled.Store(true) }
 // group when the coordinator refused a commit for a rebalance in progress.
 const RejoinWait = 2 * time.Second
 
+// RejoinRetry is how soon Commit makes again, in the same generation, a
+// commit refused while the group's rebalance completes.
+const RejoinRetry = 100 * time.Millisecond
+
 // commitOwned commits every partition this member owns now.
 func (s *Source) commitOwned(ctx context.Context) error {
 	s.commitMu.Lock()
@@ -73,17 +94,22 @@ func (s *Source) commitOwned(ctx context.Context) error {
 }
 
 // awaitRejoin waits, without holding commitMu (the rebalance's revoke
-// callback needs it), until the group generation is no longer gen, and
-// reports whether it changed before ctx ended and before until.
-func (s *Source) awaitRejoin(ctx context.Context, gen int32, until time.Time) bool {
+// callback needs it), until the group generation is no longer gen or, if
+// retry > 0, retry has passed, and reports whether that happened before
+// ctx ended and before until.
+func (s *Source) awaitRejoin(ctx context.Context, gen int32, until time.Time, retry time.Duration) bool {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
+	began := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case now := <-t.C:
 			if _, g := s.cl.GroupMetadata(); g != gen {
+				return true
+			}
+			if retry > 0 && now.Sub(began) >= retry && !now.After(until) {
 				return true
 			}
 			if now.After(until) {

@@ -146,19 +146,24 @@ func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) 
 	}
 }
 
-// settlingSource reads the topic "in" of c in group with a pipeline that
-// settles every record and commits none; commits returns the offsets
+// settlingSource reads the topic "in" of c in group (with the changes of
+// mut to its configuration) with a pipeline that settles every record and
+// commits none; commits returns the offsets
 // committed so far (OnCommit), stop ends the pipeline and waits for it.
-func settlingSource(t *testing.T, c *kfake.Cluster, group string) (src *Source, commits func() []int64, stop func()) {
+func settlingSource(t *testing.T, c *kfake.Cluster, group string, mut ...func(*Config)) (src *Source, commits func() []int64, stop func()) {
 	t.Helper()
 	var mu sync.Mutex
 	var offs []int64
-	src, err := NewSource(context.Background(), Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: group, Topics: []string{"in"},
+	cfg := Config{Conn: Conn{Brokers: c.ListenAddrs()}, Group: group, Topics: []string{"in"},
 		Logger: slog.New(slog.DiscardHandler), OnCommit: func(_ string, _ int32, off int64) {
 			mu.Lock()
 			offs = append(offs, off)
 			mu.Unlock()
-		}})
+		}}
+	for _, m := range mut {
+		m(&cfg)
+	}
+	src, err := NewSource(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,4 +191,143 @@ func settlingSource(t *testing.T, c *kfake.Cluster, group string) (src *Source, 
 		return slices.Clone(offs)
 	}
 	return src, commits, stop
+}
+
+// The coordinator refuses with REBALANCE_IN_PROGRESS a commit that carries
+// the group's new generation while the group completes its rebalance
+// (this member has rejoined; the assignment is not synced yet). No
+// generation is coming after that one: the commit is made again, in the
+// same generation, once the rebalance has completed, rather than after
+// waiting in vain for another. In a group of 200 members that wait held
+// each member's Close up for RejoinWait and kept it in the group through
+// more rebalances.
+func TestCommitRefusedWhileTheRebalanceCompletesIsMadeAgainInTheSameGeneration(t *testing.T) {
+	c := clusterWithHundred(t)
+	src, commits, stop := settlingSource(t, c, "completing")
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.RebalanceInProgress, Count: 1})
+	defer h.Remove()
+	_, gen := src.cl.GroupMetadata()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx); err != nil {
+		t.Fatalf("Commit = %v, want the commit made again in generation %d", err, gen)
+	}
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
+		t.Fatalf("committed %v, want 100 at last", got)
+	}
+}
+
+// Under the consumer protocol, a broker before Kafka 4.3 refuses with
+// STALE_MEMBER_EPOCH a commit whose member epoch is not the latest (the
+// member learns of the new one from its next heartbeat). The commit is
+// made again rather than failed.
+func TestCommitRefusedForAStaleMemberEpochIsMadeAgain(t *testing.T) {
+	c := clusterWithHundred(t)
+	src, commits, stop := settlingSource(t, c, "stale", func(cfg *Config) { cfg.Protocol = ProtocolConsumer })
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.StaleMemberEpoch, Count: 1})
+	defer h.Remove()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := src.Commit(cctx); err != nil {
+		t.Fatalf("Commit = %v, want the commit made again", err)
+	}
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
+		t.Fatalf("committed %v, want 100 at last", got)
+	}
+}
+
+// A commit made while this member's own JoinGroup and SyncGroup are in
+// flight would carry a generation the coordinator refuses (the old one
+// once the group has moved on, ILLEGAL_GENERATION; the new one before the
+// assignment is synced, REBALANCE_IN_PROGRESS). It waits for the rejoin
+// instead of being refused: in a rolling restart of 200 members, such
+// refusals counted in the hundreds in sluice_kafka_commit_errors_total,
+// where an alert on commit errors watches.
+func TestCommitWaitsForTheMembersOwnRejoin(t *testing.T) {
+	c := clusterWithHundred(t)
+	src, commits, stop := settlingSource(t, c, "ownjoin", func(cfg *Config) {
+		cfg.Opts = append(cfg.Opts, kgo.HeartbeatInterval(100*time.Millisecond))
+	})
+	defer stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
+	_, gen := src.cl.GroupMetadata()
+	// The coordinator holds every SyncGroup until released: the group
+	// stays in the rebalance that a second member starts.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	open := func() { releaseOnce.Do(func() { close(release) }) }
+	defer open()
+	c.ControlKey(int16(kmsg.SyncGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("ownjoin"), kgo.ConsumeTopics("in"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			other.PollFetches(ctx)
+		}
+	}()
+	defer func() { cancel(); <-polled; other.Close() }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, g := src.cl.GroupMetadata(); g > gen {
+			break // joined the next generation, not synced
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the member did not rejoin")
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		done <- src.Commit(cctx)
+	}()
+	// Long enough for a commit sent at once to come back refused.
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline) && src.Stats().CommitErrors == 0; {
+		time.Sleep(5 * time.Millisecond)
+	}
+	open()
+	if err := <-done; err != nil {
+		t.Fatalf("Commit = %v", err)
+	}
+	if n := src.Stats().CommitErrors; n != 0 {
+		t.Fatalf("%d commits refused while the member rejoined, want 0", n)
+	}
+	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
+		t.Fatalf("committed %v, want 100 at last", got)
+	}
 }

@@ -39,6 +39,28 @@ const (
 	Latest
 )
 
+// GroupProtocol is the consumer group protocol a Source joins its group
+// with (Java: group.protocol).
+type GroupProtocol int
+
+const (
+	// ProtocolClassic is the classic protocol: the members agree on an
+	// assignment through JoinGroup and SyncGroup, computed by one of them
+	// with Config.Balancer. The default; every Kafka version has it.
+	ProtocolClassic GroupProtocol = iota
+	// ProtocolConsumer is the consumer protocol of KIP-848 (Kafka 4.0+):
+	// the broker's group coordinator assigns partitions, member by member,
+	// with no group-wide barrier, so a member joining or leaving moves
+	// only the partitions it gains or gives up and the others keep
+	// fetching. Config.Balancer picks the broker's assignor: nil or
+	// cooperative-sticky or sticky take "uniform", range takes "range";
+	// no other balancer is allowed. franz-go recommends Kafka 4.3+
+	// (earlier brokers may refuse a commit made while the member's epoch
+	// moves on; Commit makes it again once the member has caught up). A
+	// broker without the protocol is joined with the classic one.
+	ProtocolConsumer
+)
+
 // SASL configures SASL authentication. Mechanism is PLAIN, SCRAM-SHA-256 or
 // SCRAM-SHA-512. Azure Event Hubs' Kafka endpoint takes PLAIN over TLS with
 // User "$ConnectionString" and the connection string as Password.
@@ -88,6 +110,10 @@ type Config struct {
 	// default cooperative-sticky, which moves as few partitions as possible
 	// and lets members keep the others while a rebalance runs).
 	Balancer kgo.GroupBalancer
+	// Protocol is the group protocol (group.protocol; default
+	// ProtocolClassic). docs/kafka-group-scale.md compares the two for
+	// groups of 50 to 200 members.
+	Protocol GroupProtocol
 	// MaxUnsettledPerPartition pauses fetching a partition while it has this
 	// many records delivered and not yet settled, and resumes it at half
 	// (default 10,000). It bounds memory and the replay after a crash.
@@ -129,6 +155,16 @@ type Config struct {
 	// its Interval (the sink calls CommitsScheduled when it starts).
 	// Default 30s; negative: never.
 	UncommittedWarning time.Duration
+	// HandoverWait is how long a revocation (a rebalance takes partitions
+	// from this member, or it leaves the group) waits for the records of
+	// those partitions already sent downstream to be settled, so that it
+	// commits them and their next owner does not process them again. It
+	// sends no more of their records meanwhile. Records still unsettled
+	// then are processed again by the next owner. The rebalance waits
+	// for it: under the classic protocol the whole group does. Default
+	// 1s; negative: no wait (only what is settled at the revocation is
+	// committed).
+	HandoverWait time.Duration
 	// OnCommit, if set, is called after each successful commit, per
 	// partition, with the committed offset (for tests and audit logs;
 	// default nil: none).
@@ -156,6 +192,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxCommitFailure == 0 {
 		c.MaxCommitFailure = 3 * time.Minute
+	}
+	if c.HandoverWait == 0 {
+		c.HandoverWait = time.Second
 	}
 	if c.UncommittedWarning == 0 {
 		c.UncommittedWarning = 30 * time.Second
@@ -185,6 +224,19 @@ func (c *Config) Validate() error {
 	}
 	if c.Start != Earliest && c.Start != Latest {
 		bad("Start", "unknown start offset %d", c.Start)
+	}
+	switch c.Protocol {
+	case ProtocolClassic:
+	case ProtocolConsumer:
+		if c.Balancer != nil {
+			switch n := c.Balancer.ProtocolName(); n {
+			case "cooperative-sticky", "sticky", "range":
+			default:
+				bad("Balancer", "the broker assigns partitions under ProtocolConsumer: the balancer must be nil, sticky, cooperative-sticky or range, got %q", n)
+			}
+		}
+	default:
+		bad("Protocol", "unknown group protocol %d", c.Protocol)
 	}
 	if c.MaxUnsettledPerPartition < 0 {
 		bad("MaxUnsettledPerPartition", "must not be negative, got %d", c.MaxUnsettledPerPartition)

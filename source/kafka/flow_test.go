@@ -144,7 +144,13 @@ func TestSettlesAfterRevocationAreIgnored(t *testing.T) {
 	eventually(t, "A holding all records", func() bool { return srcA.Stats().Records == 400 })
 
 	// B joins: the cooperative rebalance takes about half of A's partitions.
-	srcB := newSource(t, brokers, "fence")
+	// B heartbeats as often as A: kfake expires a member that waits in
+	// JoinGroup longer than its session timeout (Kafka does not), and A,
+	// which waits HandoverWait for its held records when it gives
+	// partitions up, would wait there for B's next heartbeat (3 s).
+	srcB := newSource(t, brokers, "fence", func(c *kafka.Config) {
+		c.Opts = append(c.Opts, kgo.SessionTimeout(2*time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	})
 	gb := stream.New(stream.WithLogger(quiet))
 	hb := &holder{}
 	stream.To(stream.From(gb, srcB), hb)

@@ -42,6 +42,11 @@ type partition struct {
 	// poll loop, read by Unsent.
 	sent atomic.Int64
 
+	// handing is set when the partition is being revoked: the poll loop
+	// sends no more of its records, and the revocation waits for those
+	// sent to be settled (Config.HandoverWait).
+	handing atomic.Bool
+
 	flowMu sync.Mutex  // serializes pause/resume calls to the client
 	paused atomic.Bool // written under flowMu
 }
@@ -163,6 +168,15 @@ func (p *partition) commitOffset() int64 {
 		return p.ring[p.head].offset
 	}
 	return p.nextOff
+}
+
+// sentSettled reports whether every record sent downstream is settled
+// (or the assignment is over).
+func (p *partition) sentSettled() bool {
+	sent := p.sent.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.revoked || sent < 0 || p.commitOffset() >= sent
 }
 
 func (p *partition) isRevoked() bool {

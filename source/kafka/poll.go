@@ -166,7 +166,7 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		if s.direct != nil && s.direct.gate != nil {
 			s.direct.gate() // may stop the partition: Free may have waited long
 		}
-		if h.p.isRevoked() {
+		if h.p.handing.Load() || h.p.isRevoked() {
 			return nil
 		}
 		k := min(len(dst), len(h.recs)-i)

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -33,9 +35,11 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 	s.log.Info("partitions assigned", "partitions", assigned)
 }
 
-// revoked commits what is settled for the revoked partitions, then forgets
-// them: later settles of their records are ignored (fenced).
+// revoked waits up to HandoverWait for the records of the revoked
+// partitions sent downstream to be settled, commits what is settled, then
+// forgets them: later settles of their records are ignored (fenced).
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	s.handOver(ctx, revoked)
 	parts := s.forget(revoked)
 	if len(parts) > 0 {
 		s.revokedN.Add(1)
@@ -86,4 +90,42 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 		p.flow()
 	}
 	return parts
+}
+
+// handOver stops sending the records of the partitions and waits, up to
+// HandoverWait or until ctx ends, until every record of theirs sent
+// downstream is settled. The wait only spares their next owner work: what
+// is settled when it ends is what is committed.
+func (s *Source) handOver(ctx context.Context, tps map[string][]int32) {
+	if s.cfg.HandoverWait <= 0 {
+		return
+	}
+	var parts []*partition
+	s.mu.Lock()
+	for t, ps := range tps {
+		for _, p := range ps {
+			if st := s.parts[tpKey{t, p}]; st != nil {
+				st.handing.Store(true)
+				parts = append(parts, st)
+			}
+		}
+	}
+	s.mu.Unlock()
+	deadline := time.NewTimer(s.cfg.HandoverWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		parts = slices.DeleteFunc(parts, (*partition).sentSettled)
+		if len(parts) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }

@@ -35,6 +35,7 @@ type Source struct {
 	firstSettle                                     atomic.Int64 // unix ns of the first settle; 0: none yet
 	commitCalled, warnedUncommitted                 atomic.Bool  // see warnUncommitted
 	health                                          *health
+	rejoin                                          rejoin  // this member's JoinGroup to SyncGroup, which commits wait for
 	reading                                         reading // PauseReading's state
 	direct                                          *direct // an Assigned source's pending changes; nil in a group
 }
@@ -81,11 +82,14 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		kgo.OnPartitionsAssigned(s.assigned),
 		kgo.OnPartitionsRevoked(s.revoked),
 		kgo.OnPartitionsLost(s.lost),
-		kgo.WithHooks(s.health),
+		kgo.WithHooks(s.health, &s.rejoin),
 		kgo.WithLogger(NewLogger(cfg.Logger)),
 	)
 	if cfg.Regex {
 		opts = append(opts, kgo.ConsumeRegex())
+	}
+	if cfg.Protocol == ProtocolConsumer {
+		opts = append(opts, kgo.ServerSideBalancer())
 	}
 	if err := s.connect(opts); err != nil {
 		return nil, err
