@@ -1,0 +1,87 @@
+package ownership_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/source/ownership"
+)
+
+// rowOf returns partition p's record in a table read by id.
+func rowOf(t *testing.T, s ownership.Store, id string, p int32) ownership.Ownership {
+	t.Helper()
+	tb, _, err := s.Renew(context.Background(), id, []int32{p}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb.Owners[0]
+}
+
+// A member whose acknowledgement of a steal was lost (a failed
+// Relinquish: "only delays that start") may take the partition back
+// while it is still the record's pending Previous, and starts it at once
+// (it knows it stopped it). When a third member then steals it from that
+// live, processing owner, the record must not let the thief start while
+// the owner's just-renewed lease could still be processed: the Previous
+// kept is the one of the first steal, with its old last renewal, so it
+// lapses by time long before the owner actually running the partition
+// could have stopped.
+func TestStoreASecondStealKeepsAStalePreviousOfALiveOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newMemStore(tExpiration) // 3 s
+		const p = 0
+		claim := func(id string) ownership.Lease {
+			t.Helper()
+			o := rowOf(t, s, id, p)
+			won, err := s.Claim(ctx, id, []ownership.Claim{{Partition: p, Version: o.Version}})
+			if err != nil || len(won) != 1 {
+				t.Fatalf("%s's claim: %v %v", id, won, err)
+			}
+			return won[0]
+		}
+		renew := func(id string, l ownership.Lease) ownership.Outcome {
+			t.Helper()
+			_, outs, err := s.Renew(ctx, id, []int32{p}, []ownership.Lease{l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return outs[0]
+		}
+		a1 := claim("a") // a runs p
+		time.Sleep(500 * time.Millisecond)
+		renew("a", a1) // a's last renewal before the steal: t=0.5
+		time.Sleep(100 * time.Millisecond)
+		claim("b") // b steals p: Previous a, pending
+		time.Sleep(900 * time.Millisecond)
+		if out := renew("a", a1); out != ownership.Fenced {
+			t.Fatalf("a's renewal after the steal: %v", out)
+		}
+		// a stopped p; its acknowledgement (Relinquish) failed. It takes
+		// p back from b, who never started it (still waiting for a).
+		a2 := claim("a")
+		if o := rowOf(t, s, "a", p); o.Owner != "a" || o.Previous != "a" {
+			t.Fatalf("after a took p back: %+v", o)
+		}
+		// a starts p at once (Previous is itself), and renews it.
+		for range 2 {
+			time.Sleep(900 * time.Millisecond)
+			if out := renew("a", a2); out != ownership.Accepted {
+				t.Fatalf("a's renewal of p: %v", out)
+			}
+		}
+		// t=3.3: a renewed p just now and runs it. c steals it.
+		time.Sleep(150 * time.Millisecond)
+		claim("c")
+		time.Sleep(150 * time.Millisecond)
+		o := rowOf(t, s, "c", p)
+		// a renewed p 0.3 s ago: it may run it until its next renewal or
+		// its self-fence deadline, 3 s - margin after that renewal.
+		if !o.Pending(tExpiration) {
+			t.Errorf("c may start p (Previous %q, PreviousAge %v) while a, which renewed p 0.3 s ago, still runs it: two members process p at once",
+				o.Previous, o.PreviousAge)
+		}
+	})
+}
