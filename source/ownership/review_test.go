@@ -2,6 +2,7 @@ package ownership_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,5 +84,72 @@ func TestStoreASecondStealKeepsAStalePreviousOfALiveOwner(t *testing.T) {
 			t.Errorf("c may start p (Previous %q, PreviousAge %v) while a, which renewed p 0.3 s ago, still runs it: two members process p at once",
 				o.Previous, o.PreviousAge)
 		}
+	})
+}
+
+// The same through a Balancer: an instance restarted under its id (a
+// StatefulSet pod's name) while the partitions of its former process are
+// still stolen from it and unacknowledged takes one back and starts it at
+// once (Previous is its own id). It then loses the store; a thief taking
+// the partition from it waits only for the Previous recorded before the
+// restart, and the record lets the thief start while the restarted
+// instance, whose self-fence deadline is over a second away, still runs
+// the partition.
+func TestBalancerRestartedUnderItsIDThenStolenOverlaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newMemStore(tExpiration)
+		take := func(id string, ps ...int32) {
+			t.Helper()
+			tb, _, err := s.Renew(ctx, id, []int32{0, 1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cs []ownership.Claim
+			for _, p := range ps {
+				cs = append(cs, ownership.Claim{Partition: p, Version: tb.Owners[p].Version})
+			}
+			if won, err := s.Claim(ctx, id, cs); err != nil || len(won) != len(ps) {
+				t.Fatalf("%s's claim of %v: %v %v", id, ps, won, err)
+			}
+		}
+		// a's former process runs both partitions; b steals both from it,
+		// and a's process dies before it could acknowledge.
+		take("a", 0, 1)
+		take("b", 0, 1)
+		time.Sleep(100 * time.Millisecond)
+		// a restarts under its id; b keeps its leases live meanwhile.
+		ma := startMember(t, s, nil, "a", 2)
+		var bl []ownership.Lease
+		for p := range int32(2) {
+			_, e := s.owner(p)
+			bl = append(bl, ownership.Lease{Partition: p, Epoch: e})
+		}
+		var p int32 = -1
+		for range 24 { // to t=2.5
+			synctest.Wait()
+			if _, _, err := s.Renew(ctx, "b", []int32{0, 1}, bl); err != nil {
+				t.Fatal(err)
+			}
+			if own := ma.src.owned(); len(own) == 1 && p < 0 {
+				p = own[0]
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if p < 0 {
+			t.Fatalf("a took nothing back: %v", ma.src.owned())
+		}
+		ma.v.setCut(true) // a loses the store: it runs p to its self-fence deadline
+		time.Sleep(400 * time.Millisecond)
+		take("c", p) // t=2.9
+		time.Sleep(150 * time.Millisecond)
+		o := rowOf(t, s, "c", p)
+		synctest.Wait()
+		if !o.Pending(tExpiration) && slices.Contains(ma.src.owned(), p) {
+			t.Errorf("c may start partition %d (Previous %q, PreviousAge %v) while a still runs it: two members process it at once",
+				p, o.Previous, o.PreviousAge)
+		}
+		ma.v.setCut(false)
+		ma.close(t)
 	})
 }
