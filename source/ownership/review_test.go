@@ -153,3 +153,47 @@ func TestBalancerRestartedUnderItsIDThenStolenOverlaps(t *testing.T) {
 		ma.close(t)
 	})
 }
+
+// A rewind (SetCheckpoint) raises the epoch of a partition under its
+// owner, who learns of it only at its next renewal or checkpoint. A steal
+// in between records that owner as Previous under the rewind's epoch, a
+// lease it never held: when the owner, refused, stops the partition and
+// acknowledges the lease it did hold, the acknowledgement does not match,
+// and the thief waits for the old lease to expire by time (the partition
+// unread all that while) though its old owner stopped and said so.
+func TestStoreAcknowledgementAfterARewindAndASteal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newMemStore(tExpiration)
+		const p = 0
+		claim := func(id string) ownership.Lease {
+			t.Helper()
+			o := rowOf(t, s, id, p)
+			won, err := s.Claim(ctx, id, []ownership.Claim{{Partition: p, Version: o.Version}})
+			if err != nil || len(won) != 1 {
+				t.Fatalf("%s's claim: %v %v", id, won, err)
+			}
+			return won[0]
+		}
+		a1 := claim("a")
+		time.Sleep(500 * time.Millisecond)
+		if err := s.SetCheckpoint(ctx, p, 0); err != nil { // an operator's rewind
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		claim("b") // b steals p before a learns of the rewind
+		time.Sleep(400 * time.Millisecond)
+		_, outs, err := s.Renew(ctx, "a", []int32{p}, []ownership.Lease{a1})
+		if err != nil || outs[0] != ownership.Fenced {
+			t.Fatalf("a's renewal: %v %v", outs, err)
+		}
+		// a stopped p: it acknowledges the lease it lost, as the balancer does.
+		if err := s.Relinquish(ctx, "a", []ownership.Lease{a1}); err != nil {
+			t.Fatal(err)
+		}
+		if o := rowOf(t, s, "b", p); o.Pending(tExpiration) {
+			t.Errorf("a stopped p and acknowledged its lease, yet b must still wait (Previous %q, PreviousAge %v): p stays unread until a's old lease expires",
+				o.Previous, o.PreviousAge)
+		}
+	})
+}
