@@ -80,6 +80,9 @@ type memRec struct {
 	prev      string
 	prevEpoch int64
 	prevMod   time.Time
+	// heldEpoch is the epoch of the lease the owner holds when a rewind
+	// raised the record's (0: none), until the next claim.
+	heldEpoch int64
 }
 
 // ErrDown is the error of every call while the store is down.
@@ -215,12 +218,19 @@ func (s *MemStore) Claim(_ context.Context, owner string, claims []ownership.Cla
 		if r.version != c.Version {
 			continue
 		}
-		if r.prev == "" || now.Sub(r.prevMod) > s.exp { // no previous owner pending
-			r.prev = ""
-			if r.owner != "" && r.owner != owner && now.Sub(r.modified) <= s.exp {
-				r.prev, r.prevEpoch, r.prevMod = r.owner, r.epoch, r.modified
+		live := r.owner != "" && r.owner != owner && now.Sub(r.modified) <= s.exp
+		pending := r.prev != "" && now.Sub(r.prevMod) <= s.exp
+		switch {
+		case live && (!pending || r.prev == r.owner):
+			held := r.epoch
+			if r.heldEpoch != 0 {
+				held = r.heldEpoch
 			}
+			r.prev, r.prevEpoch, r.prevMod = r.owner, held, r.modified
+		case !pending:
+			r.prev = ""
 		}
+		r.heldEpoch = 0
 		r.bump(now)
 		r.version++
 		r.owner, r.modified = owner, now
@@ -318,6 +328,9 @@ func (s *MemStore) SetCheckpoint(_ context.Context, partition int32, offset int6
 	defer s.mu.Unlock()
 	now := s.now()
 	r := s.rec(partition)
+	if r.owner != "" && r.heldEpoch == 0 {
+		r.heldEpoch = r.epoch
+	}
 	r.bump(now)
 	r.version++
 	s.stamp++

@@ -211,9 +211,12 @@ type Store interface {
 	Renew(ctx context.Context, owner string, partitions []int32, held []Lease) (Table, []Outcome, error)
 	// Claim claims each partition if its record is still at the version
 	// given, raising its epoch; it returns the leases won. A claim of a
-	// partition whose lease is live (a steal) records that owner, its
-	// epoch and its last renewal as the record's Previous, unless a
-	// Previous is still pending (then it stays).
+	// partition whose lease is live (a steal) records that owner, the
+	// epoch of the lease it holds (a rewind raises the record's epoch
+	// above it) and its last renewal as the record's Previous, unless
+	// another Previous is still pending (then it stays: the owner robbed
+	// has not started the partition); a pending Previous that is the
+	// owner robbed is recorded again with its last renewal.
 	Claim(ctx context.Context, owner string, claims []Claim) ([]Lease, error)
 	// Relinquish gives up the leases still held under their epochs (owner
 	// emptied, epoch raised), so another takes them at once; for a lease

@@ -133,23 +133,28 @@ return {d(now), out, fresh, redis.call('GET', KEYS[2]) or '0'}
 // KEYS[3..] the ownership hashes; ARGV: owner, expiration (ms), then the
 // version seen of each, then a stamp. Returns per partition the new epoch,
 // or -1 if the record changed since. A claim of a live lease of another
-// owner records it as the previous owner (prev, prevepoch, prevmod: its
-// last renewal), unless a previous owner is still pending (it has not
-// acknowledged and its lease would not have expired yet).
+// owner records it as the previous owner (prev, prevepoch: the epoch of
+// the lease it holds, which a rewind may have raised the record's above;
+// prevmod: its last renewal), unless another previous owner is still
+// pending (it has not acknowledged and its lease would not have expired
+// yet: the owner robbed now waits for it and has not started). A pending
+// previous owner that is the owner robbed now (it took the partition
+// back) is recorded again with its last renewal.
 var claimScript = redis.NewScript(prelude + `
 local me, exp = ARGV[1], tonumber(ARGV[2])
 local out = {}
 local won = false
 for i = 3, #KEYS do
-  local r = redis.call('HMGET', KEYS[i], 'version', 'owner', 'epoch', 'modified', 'prev', 'prevmod')
+  local r = redis.call('HMGET', KEYS[i], 'version', 'owner', 'epoch', 'modified', 'prev', 'prevmod', 'heldepoch')
   if tonumber(r[1] or '0') == tonumber(ARGV[i]) then
-    if not (r[5] and r[5] ~= '' and now - tonumber(r[6]) <= exp) then
-      if r[2] and r[2] ~= '' and r[2] ~= me and r[4] and now - tonumber(r[4]) <= exp then
-        redis.call('HSET', KEYS[i], 'prev', r[2], 'prevepoch', r[3], 'prevmod', r[4])
-      else
-        redis.call('HSET', KEYS[i], 'prev', '')
-      end
+    local live = r[2] and r[2] ~= '' and r[2] ~= me and r[4] and now - tonumber(r[4]) <= exp
+    local pending = r[5] and r[5] ~= '' and now - tonumber(r[6]) <= exp
+    if live and (not pending or r[5] == r[2]) then
+      redis.call('HSET', KEYS[i], 'prev', r[2], 'prevepoch', r[7] or r[3], 'prevmod', r[4])
+    elseif not pending then
+      redis.call('HSET', KEYS[i], 'prev', '')
     end
+    redis.call('HDEL', KEYS[i], 'heldepoch')
     out[i - 2] = bump(KEYS[i])
     redis.call('HINCRBY', KEYS[i], 'version', 1)
     redis.call('HSET', KEYS[i], 'owner', me, 'modified', d(now))
@@ -225,9 +230,12 @@ return out
 `)
 
 // setCheckpointScript: KEYS[1] the ownership hash, KEYS[2] the checkpoint
-// hash, KEYS[3] the stamp; ARGV: the offset, a stamp. Raises the epoch
+// hash, KEYS[3] the stamp; ARGV: the offset, a stamp. Keeps the epoch of
+// the lease the owner holds (heldepoch, until the next claim), then raises the epoch
 // (fencing the owner's lease) and writes the checkpoint under it.
 var setCheckpointScript = redis.NewScript(prelude + `
+local r = redis.call('HMGET', KEYS[1], 'owner', 'epoch', 'heldepoch')
+if r[1] and r[1] ~= '' and not r[3] then redis.call('HSET', KEYS[1], 'heldepoch', r[2]) end
 local e = bump(KEYS[1])
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('HSET', KEYS[2], 'offset', ARGV[1], 'sequence', '-1', 'epoch', d(e), 'owner', '', 'written', d(now))
