@@ -17,7 +17,7 @@ func TestSimulateOwnershipPrintsEveryScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	if !strings.Contains(s, "6 members x 40 partitions, interval 10s, simulated time") {
+	if !strings.Contains(s, "6 instances x 40 partitions, interval 10s, simulated time") {
 		t.Errorf("no heading naming the size and the clock:\n%s", s)
 	}
 	for _, sc := range ownsim.Scenarios {
@@ -41,5 +41,26 @@ func TestSimulateOwnershipRefusesAnUnknownStore(t *testing.T) {
 	err := runSimulateOwnership(context.Background(), []string{"-store", "etcd"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "-store") {
 		t.Errorf("err = %v, want one naming -store", err)
+	}
+}
+
+// A value the command cannot use stops it at once with an error naming
+// the flag and what it wants, before any run (a 0 is not taken for the
+// default: -members 0 ran 500 x 4,096).
+func TestSimulateOwnershipNamesTheFlagItCannotUse(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-members", "0"}, "-members 0: want at least 1"},
+		{[]string{"-partitions", "-5"}, "-partitions -5: want at least 1"},
+		{[]string{"-interval", "-1s"}, "-interval -1s: want more than 0"},
+		{[]string{"-interval", "10s", "-expiration", "1s"}, "-expiration 1s: want at least 3 x -interval (30s)"},
+		{[]string{"-scenario", "foo"}, `-scenario "foo": want all, cold_start, `},
+	} {
+		err := runSimulateOwnership(context.Background(), c.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want one saying %q", c.args, err, c.want)
+		}
 	}
 }
