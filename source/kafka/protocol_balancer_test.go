@@ -2,7 +2,9 @@ package kafka_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -47,5 +49,21 @@ func TestConsumerProtocolAcceptsOnlyBalancersThatJoinIt(t *testing.T) {
 			t.Fatalf("Validate accepted Protocol: ProtocolConsumer with a balancer named %q, and the group was joined with the %q protocol",
 				cfg.Balancer.ProtocolName(), g.GroupType)
 		}
+	}
+}
+
+// A kgo.Balancers option in Opts overrides Balancer: NewSource refuses one
+// that would make a ProtocolConsumer group join with the classic protocol.
+func TestConsumerProtocolRefusesABalancerOverriddenInOpts(t *testing.T) {
+	brokers := testenv.Kfake(t, 1, "in")
+	cfg := kafka.Config{Conn: kafka.Conn{Brokers: brokers}, Group: "wrapped-opts", Topics: []string{"in"}, Logger: quiet,
+		Protocol: kafka.ProtocolConsumer, Opts: []kgo.Opt{kgo.Balancers(loggedBalancer{kgo.RangeBalancer()})}}
+	src, err := kafka.NewSource(context.Background(), cfg)
+	if err == nil {
+		src.Close(context.Background())
+		t.Fatal("NewSource accepted Opts overriding Balancer with a wrapped range balancer under ProtocolConsumer")
+	}
+	if !errors.Is(err, kafka.ErrConfig) || !strings.Contains(err.Error(), "Opts") {
+		t.Fatalf("got %v, want an ErrConfig naming Opts", err)
 	}
 }

@@ -95,6 +95,11 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	cl := s.cl
+	if bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer); cfg.Protocol == ProtocolConsumer && len(bs) > 0 && !joinsConsumerProtocol(bs[0]) {
+		cl.Close()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("Opts",
+			"a kgo.Balancers option overrides Balancer with a %T named %q, which franz-go joins with the classic protocol: under ProtocolConsumer set Balancer instead", bs[0], bs[0].ProtocolName()))
+	}
 	if hb, ok := cl.OptValue(kgo.HeartbeatInterval).(time.Duration); ok && cfg.MaxBrokerLoss > 0 && cfg.MaxBrokerLoss < 3*hb {
 		cl.Close()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("MaxBrokerLoss",
