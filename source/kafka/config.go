@@ -167,7 +167,9 @@ type Config struct {
 	// commits them and their next owner does not process them again. It
 	// sends no more of their records meanwhile. Records still unsettled
 	// then are processed again by the next owner. The rebalance waits
-	// for it: under the classic protocol the whole group does. Default
+	// for it: under the classic protocol the whole group does. Leaving
+	// the group in Close does not wait (the pipeline has ended: nothing
+	// more will be settled). Default
 	// 1s; negative: no wait (only what is settled at the revocation is
 	// committed).
 	HandoverWait time.Duration

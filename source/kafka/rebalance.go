@@ -47,6 +47,8 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 	if len(parts) == 0 {
 		return
 	}
+	ctx, cancel := s.revokeCtx(ctx)
+	defer cancel()
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	if err := s.commitParts(ctx, parts, true); err != nil {
@@ -95,10 +97,16 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 // handOver stops sending the records of the partitions and waits, up to
 // HandoverWait or until ctx ends, until every record of theirs sent
 // downstream is settled. The wait only spares their next owner work: what
-// is settled when it ends is what is committed.
+// is settled when it ends is what is committed. Once Close has begun (the
+// pipeline has ended, nothing more will be settled) it does not wait.
 func (s *Source) handOver(ctx context.Context, tps map[string][]int32) {
 	if s.cfg.HandoverWait <= 0 {
 		return
+	}
+	select {
+	case <-s.closing:
+		return
+	default:
 	}
 	var parts []*partition
 	s.mu.Lock()
@@ -124,6 +132,8 @@ func (s *Source) handOver(ctx context.Context, tps map[string][]int32) {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
+			return
+		case <-s.closing:
 			return
 		case <-tick.C:
 		}

@@ -38,6 +38,13 @@ type Source struct {
 	rejoin                                          rejoin  // this member's JoinGroup to SyncGroup, which commits wait for
 	reading                                         reading // PauseReading's state
 	direct                                          *direct // an Assigned source's pending changes; nil in a group
+
+	// closing is closed when Close begins (closeOnce), after closeCtx is
+	// set to Close's ctx: the pipeline has ended, so a revocation does not
+	// wait for settles, and its commit is bounded by closeCtx.
+	closing   chan struct{}
+	closeOnce sync.Once
+	closeCtx  context.Context
 }
 
 type tpKey struct {
@@ -114,7 +121,8 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 
 // newState returns a source's state before its client exists.
 func newState(cfg Config, log *slog.Logger) *Source {
-	s := &Source{cfg: cfg, log: log, parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
+	s := &Source{cfg: cfg, log: log, parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}, health: newHealth(time.Now()),
+		closing: make(chan struct{})}
 	s.limited = logx.NewLimited(s.log, time.Second, 5)
 	return s
 }
@@ -140,9 +148,29 @@ func (s *Source) Name() string { return "kafka" }
 func (s *Source) Client() *kgo.Client { return s.cl }
 
 // Close commits what is settled, leaves the group and closes the client.
-// Call it after the pipeline's Run has returned.
+// Call it after the pipeline's Run has returned. Leaving revokes every
+// partition: as the pipeline has ended, nothing more will be settled, so
+// that revocation does not wait HandoverWait (one in progress stops
+// waiting), and its commit ends with ctx.
 func (s *Source) Close(ctx context.Context) error {
 	err := s.Commit(ctx)
+	s.closeOnce.Do(func() {
+		s.closeCtx = ctx
+		close(s.closing)
+	})
 	s.cl.Close()
 	return err
+}
+
+// revokeCtx returns the context a revocation commits with: ctx, ended
+// too by Close's ctx once Close has begun.
+func (s *Source) revokeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	select {
+	case <-s.closing:
+	default:
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.closeCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
