@@ -38,12 +38,15 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 // revoked waits up to HandoverWait for the records of the revoked
 // partitions sent downstream to be settled, commits what is settled, then
 // forgets them: later settles of their records are ignored (fenced).
+//
+// The revocation is counted (Stats.Revoked) as it begins, if any of the
+// partitions is this member's: the wait may be long.
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	s.handOver(ctx, revoked)
-	parts := s.forget(revoked)
-	if len(parts) > 0 {
+	if s.ownsAny(revoked) {
 		s.revokedN.Add(1)
 	}
+	s.handOver(ctx, revoked)
+	parts := s.forget(revoked)
 	if len(parts) == 0 {
 		return
 	}
@@ -55,6 +58,21 @@ func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string]
 		s.log.Warn("commit on revoke failed: their records will be processed again by the new owner", "err", err)
 	}
 	s.log.Info("partitions revoked", "partitions", revoked)
+}
+
+// ownsAny reports whether any of the partitions is assigned to this
+// member.
+func (s *Source) ownsAny(tps map[string][]int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range tps {
+		for _, p := range ps {
+			if s.parts[tpKey{t, p}] != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lost forgets the partitions without committing: another member may own
