@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"time"
 
@@ -54,7 +55,12 @@ const (
 	// only the partitions it gains or gives up and the others keep
 	// fetching. Config.Balancer picks the broker's assignor: nil or
 	// cooperative-sticky or sticky take "uniform", range takes "range";
-	// no other balancer is allowed. franz-go recommends Kafka 4.3+
+	// no other balancer is allowed, and these must be franz-go's own
+	// (kgo.CooperativeStickyBalancer, kgo.StickyBalancer,
+	// kgo.RangeBalancer), not a wrapper of one: franz-go joins with the
+	// classic protocol for any other type, so Validate refuses it, and
+	// NewSource refuses a kgo.Balancers option in Opts that would
+	// override Balancer with one. franz-go recommends Kafka 4.3+
 	// (earlier brokers may refuse a commit made while the member's epoch
 	// moves on; Commit makes it again once the member has caught up). A
 	// broker without the protocol is joined with the classic one.
@@ -161,7 +167,9 @@ type Config struct {
 	// commits them and their next owner does not process them again. It
 	// sends no more of their records meanwhile. Records still unsettled
 	// then are processed again by the next owner. The rebalance waits
-	// for it: under the classic protocol the whole group does. Default
+	// for it: under the classic protocol the whole group does. Leaving
+	// the group in Close does not wait (the pipeline has ended: nothing
+	// more will be settled). Default
 	// 1s; negative: no wait (only what is settled at the revocation is
 	// committed).
 	HandoverWait time.Duration
@@ -228,12 +236,10 @@ func (c *Config) Validate() error {
 	switch c.Protocol {
 	case ProtocolClassic:
 	case ProtocolConsumer:
-		if c.Balancer != nil {
-			switch n := c.Balancer.ProtocolName(); n {
-			case "cooperative-sticky", "sticky", "range":
-			default:
-				bad("Balancer", "the broker assigns partitions under ProtocolConsumer: the balancer must be nil, sticky, cooperative-sticky or range, got %q", n)
-			}
+		if c.Balancer != nil && !joinsConsumerProtocol(c.Balancer) {
+			bad("Balancer", "the broker assigns partitions under ProtocolConsumer: the balancer must be nil or franz-go's own "+
+				"kgo.StickyBalancer(), kgo.CooperativeStickyBalancer() or kgo.RangeBalancer() (franz-go joins with the classic protocol "+
+				"for any other, a wrapper of one of these included), got a %T named %q", c.Balancer, c.Balancer.ProtocolName())
 		}
 	default:
 		bad("Protocol", "unknown group protocol %d", c.Protocol)
@@ -292,4 +298,13 @@ func (c Conn) ClientOpts() []kgo.Opt {
 // configError is a *stream.ConfigError of the source naming field.
 func configError(field, format string, a ...any) error {
 	return &stream.ConfigError{Stage: "kafka source", Argument: field, Reason: fmt.Sprintf(format, a...)}
+}
+
+// joinsConsumerProtocol reports whether franz-go joins a group with b
+// under the consumer protocol: it decides by b's concrete type, only its
+// own sticky (cooperative or not) and range balancers, not by b's
+// protocol name, so a balancer that wraps one of them joins classic.
+func joinsConsumerProtocol(b kgo.GroupBalancer) bool {
+	t := reflect.TypeOf(b)
+	return t == reflect.TypeOf(kgo.RangeBalancer()) || t == reflect.TypeOf(kgo.CooperativeStickyBalancer())
 }

@@ -41,6 +41,13 @@ type partition struct {
 	// offset the assignment started at, -1 if unknown): written by the
 	// poll loop, read by Unsent.
 	sent atomic.Int64
+	// sending is sent, or beyond it the offset after the records the poll
+	// loop is sending: it is raised before the loop checks handing and
+	// sends them, so that a handover that begins after that check (while
+	// the batch is filled, or Extend waits for room downstream) waits for
+	// them too; lowered back if the check stops the send. Read by
+	// sentSettled.
+	sending atomic.Int64
 
 	// handing is set when the partition is being revoked: the poll loop
 	// sends no more of its records, and the revocation waits for those
@@ -60,6 +67,7 @@ func newPartition(s *Source, topic string, p int32, start int64) *partition {
 	st := &partition{src: s, topic: topic, partition: p, committed: -1, from: -1, nextOff: -1, ring: make([]entry, 64),
 		ended: make(chan struct{})}
 	st.sent.Store(start)
+	st.sending.Store(start)
 	return st
 }
 
@@ -170,10 +178,13 @@ func (p *partition) commitOffset() int64 {
 	return p.nextOff
 }
 
-// sentSettled reports whether every record sent downstream is settled
-// (or the assignment is over).
+// sentSettled reports whether every record sent downstream, or being
+// sent, is settled (or the assignment is over). handOver sets handing
+// before it calls this, and emit raises sending before it reads handing:
+// either emit sees handing and sends nothing, or this sees what emit
+// sends.
 func (p *partition) sentSettled() bool {
-	sent := p.sent.Load()
+	sent := p.sending.Load()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.revoked || sent < 0 || p.commitOffset() >= sent

@@ -166,10 +166,16 @@ func (s *Source) emit(ctx context.Context, h *heldPartition, out *stream.Outlet[
 		if s.direct != nil && s.direct.gate != nil {
 			s.direct.gate() // may stop the partition: Free may have waited long
 		}
+		// Announce the records before the check: a handover that begins
+		// after it waits for them (sentSettled), one that began before it
+		// stops them here.
+		k := min(len(dst), len(h.recs)-i)
+		prev := h.p.sending.Load()
+		h.p.sending.Store(h.recs[i+k-1].Offset + 1)
 		if h.p.handing.Load() || h.p.isRevoked() {
+			h.p.sending.Store(prev)
 			return nil
 		}
-		k := min(len(dst), len(h.recs)-i)
 		for j, r := range h.recs[i : i+k] {
 			m := &dst[j]
 			m.Value = r.Value

@@ -38,21 +38,41 @@ func (s *Source) assigned(_ context.Context, _ *kgo.Client, assigned map[string]
 // revoked waits up to HandoverWait for the records of the revoked
 // partitions sent downstream to be settled, commits what is settled, then
 // forgets them: later settles of their records are ignored (fenced).
+//
+// The revocation is counted (Stats.Revoked) as it begins, if any of the
+// partitions is this member's: the wait may be long.
 func (s *Source) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	s.handOver(ctx, revoked)
-	parts := s.forget(revoked)
-	if len(parts) > 0 {
+	if s.ownsAny(revoked) {
 		s.revokedN.Add(1)
 	}
+	s.handOver(ctx, revoked)
+	parts := s.forget(revoked)
 	if len(parts) == 0 {
 		return
 	}
+	ctx, cancel := s.revokeCtx(ctx)
+	defer cancel()
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	if err := s.commitParts(ctx, parts, true); err != nil {
 		s.log.Warn("commit on revoke failed: their records will be processed again by the new owner", "err", err)
 	}
 	s.log.Info("partitions revoked", "partitions", revoked)
+}
+
+// ownsAny reports whether any of the partitions is assigned to this
+// member.
+func (s *Source) ownsAny(tps map[string][]int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range tps {
+		for _, p := range ps {
+			if s.parts[tpKey{t, p}] != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lost forgets the partitions without committing: another member may own
@@ -95,10 +115,16 @@ func (s *Source) forget(tps map[string][]int32) []*partition {
 // handOver stops sending the records of the partitions and waits, up to
 // HandoverWait or until ctx ends, until every record of theirs sent
 // downstream is settled. The wait only spares their next owner work: what
-// is settled when it ends is what is committed.
+// is settled when it ends is what is committed. Once Close has begun (the
+// pipeline has ended, nothing more will be settled) it does not wait.
 func (s *Source) handOver(ctx context.Context, tps map[string][]int32) {
 	if s.cfg.HandoverWait <= 0 {
 		return
+	}
+	select {
+	case <-s.closing:
+		return
+	default:
 	}
 	var parts []*partition
 	s.mu.Lock()
@@ -124,6 +150,8 @@ func (s *Source) handOver(ctx context.Context, tps map[string][]int32) {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
+			return
+		case <-s.closing:
 			return
 		case <-tick.C:
 		}

@@ -38,6 +38,13 @@ type Source struct {
 	rejoin                                          rejoin  // this member's JoinGroup to SyncGroup, which commits wait for
 	reading                                         reading // PauseReading's state
 	direct                                          *direct // an Assigned source's pending changes; nil in a group
+
+	// closing is closed when Close begins (closeOnce), after closeCtx is
+	// set to Close's ctx: the pipeline has ended, so a revocation does not
+	// wait for settles, and its commit is bounded by closeCtx.
+	closing   chan struct{}
+	closeOnce sync.Once
+	closeCtx  context.Context
 }
 
 type tpKey struct {
@@ -95,6 +102,11 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 		return nil, err
 	}
 	cl := s.cl
+	if bs, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer); cfg.Protocol == ProtocolConsumer && len(bs) > 0 && !joinsConsumerProtocol(bs[0]) {
+		cl.Close()
+		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("Opts",
+			"a kgo.Balancers option overrides Balancer with a %T named %q, which franz-go joins with the classic protocol: under ProtocolConsumer set Balancer instead", bs[0], bs[0].ProtocolName()))
+	}
 	if hb, ok := cl.OptValue(kgo.HeartbeatInterval).(time.Duration); ok && cfg.MaxBrokerLoss > 0 && cfg.MaxBrokerLoss < 3*hb {
 		cl.Close()
 		return nil, fmt.Errorf("%w: %w", ErrConfig, configError("MaxBrokerLoss",
@@ -109,7 +121,8 @@ func NewSource(ctx context.Context, cfg Config) (*Source, error) {
 
 // newState returns a source's state before its client exists.
 func newState(cfg Config, log *slog.Logger) *Source {
-	s := &Source{cfg: cfg, log: log, parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}, health: newHealth(time.Now())}
+	s := &Source{cfg: cfg, log: log, parts: map[tpKey]*partition{}, topicIDs: map[string][16]byte{}, health: newHealth(time.Now()),
+		closing: make(chan struct{})}
 	s.limited = logx.NewLimited(s.log, time.Second, 5)
 	return s
 }
@@ -135,9 +148,29 @@ func (s *Source) Name() string { return "kafka" }
 func (s *Source) Client() *kgo.Client { return s.cl }
 
 // Close commits what is settled, leaves the group and closes the client.
-// Call it after the pipeline's Run has returned.
+// Call it after the pipeline's Run has returned. Leaving revokes every
+// partition: as the pipeline has ended, nothing more will be settled, so
+// that revocation does not wait HandoverWait (one in progress stops
+// waiting), and its commit ends with ctx.
 func (s *Source) Close(ctx context.Context) error {
 	err := s.Commit(ctx)
+	s.closeOnce.Do(func() {
+		s.closeCtx = ctx
+		close(s.closing)
+	})
 	s.cl.Close()
 	return err
+}
+
+// revokeCtx returns the context a revocation commits with: ctx, ended
+// too by Close's ctx once Close has begun.
+func (s *Source) revokeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	select {
+	case <-s.closing:
+	default:
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.closeCtx, cancel)
+	return ctx, func() { stop(); cancel() }
 }

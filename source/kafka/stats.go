@@ -52,7 +52,8 @@ type Stats struct {
 	// Duplicates counts settles of a record already settled; LateSettles
 	// settles that arrived after their partition was revoked (ignored).
 	Duplicates, LateSettles int64
-	// Assigned, Revoked and Lost count rebalance events of each kind.
+	// Assigned, Revoked and Lost count rebalance events of each kind (a
+	// revocation as it begins: it may wait HandoverWait).
 	Assigned, Revoked, Lost int64
 	// SinceCommit is the time since a commit last succeeded (or found
 	// nothing to commit), SinceContact since a broker last answered.
