@@ -141,20 +141,9 @@ func (s *Store) renew(ctx context.Context, owner string, partitions []int32, hel
 	for _, l := range held {
 		args = append(args, add(l.Partition), l.Epoch)
 	}
-	res, err := renewScript.Run(ctx, s.c, keys, append(args, stamp())...).Slice()
+	res, nowMs, outs, err := runRenewal(ctx, s.c, renewScript, keys, append(args, stamp()), 6, len(held))
 	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
-	}
-	if len(res) != 6 {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 6", len(res))
-	}
-	nowMs, err := atoi(res[0])
-	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: time %v: %w", res[0], err)
-	}
-	outs, err := outcomes(res[1], len(held))
-	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
+		return ownership.Table{}, nil, err
 	}
 	rows, _ := res[2].([]any)
 	const per = 6 // values per partition
@@ -215,20 +204,9 @@ func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32
 		keys = append(keys, s.ownKey(l.Partition))
 		args = append(args, i, l.Epoch)
 	}
-	res, err := renewSinceScript.Run(ctx, s.c, keys, append(args, stamp())...).Slice()
+	res, nowMs, outs, err := runRenewal(ctx, s.c, renewSinceScript, keys, append(args, stamp()), 4, len(held))
 	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
-	}
-	if len(res) != 4 {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want 4", len(res))
-	}
-	nowMs, err := atoi(res[0])
-	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: time %v: %w", res[0], err)
-	}
-	outs, err := outcomes(res[1], len(held))
-	if err != nil {
-		return ownership.Table{}, nil, fmt.Errorf("redisstore: renew: %w", err)
+		return ownership.Table{}, nil, err
 	}
 	fresh, _ := atoi(res[2])
 	st, err := atoi(res[3])
@@ -253,6 +231,28 @@ func (s *Store) RenewSince(ctx context.Context, owner string, partitions []int32
 	// its stamp.
 	tb.Fresh = fresh == 1
 	return tb, outs, nil
+}
+
+// runRenewal runs a renewal script and reads the start of its reply: the
+// time (ms) and the outcome of each of the held leases; want is the
+// number of values the reply has.
+func runRenewal(ctx context.Context, c redis.UniversalClient, script *redis.Script, keys []string, args []any, want, held int) ([]any, int64, []ownership.Outcome, error) {
+	res, err := script.Run(ctx, c, keys, args...).Slice()
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if len(res) != want {
+		return nil, 0, nil, fmt.Errorf("redisstore: renew: %d values in the reply, want %d", len(res), want)
+	}
+	nowMs, err := atoi(res[0])
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("redisstore: renew: time %v: %w", res[0], err)
+	}
+	outs, err := outcomes(res[1], held)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("redisstore: renew: %w", err)
+	}
+	return res, nowMs, outs, nil
 }
 
 // outcomes reads a script's list of outcome codes.
