@@ -2,9 +2,7 @@ package ownership_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"testing"
 	"time"
@@ -12,9 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/source/ownership"
-	"github.com/sluice-streams/sluice/source/ownership/redisstore"
-	"github.com/sluice-streams/sluice/stream"
 )
 
 // The scripts of the release before the store stamped its table, as an
@@ -211,39 +206,7 @@ func TestPartitionsAnOlderInstanceRelinquishedAreClaimedAtOnce(t *testing.T) {
 	}
 	defer stopRenewing()
 
-	var srcs []*fakeSource
-	var bals []*ownership.Balancer[int]
-	done := make(chan struct{}, 2)
-	for _, id := range []string{"new-a", "new-b"} {
-		store, err := redisstore.New(redisstore.Config{Client: c, Stream: "s", Group: "g", Expiration: expiration})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := newFake(partitions)
-		b, err := ownership.NewBalancer[int](store, f, ownership.Config{ID: id, Interval: interval, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srcs, bals = append(srcs, f), append(bals, b)
-		g := stream.New(stream.WithLogger(quiet))
-		stream.To(stream.From(g, stream.Source[int](b)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
-			_, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}))
-		go func() { _ = g.Run(ctx); done <- struct{}{} }()
-	}
-	defer func() {
-		cancel()
-		for range bals {
-			<-done
-		}
-		for _, b := range bals {
-			_ = b.Close(context.Background())
-		}
-	}()
+	srcs, bals := startRedisMembers(t, c, []string{"new-a", "new-b"}, partitions, interval, expiration)
 	// Three members over four partitions: the new ones steal one each,
 	// the older instance keeps two.
 	deadline := time.Now().Add(30 * time.Second)

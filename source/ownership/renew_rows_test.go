@@ -49,41 +49,11 @@ func TestSteadyRenewalsReadOnlyTheLeasesHeld(t *testing.T) {
 	const interval, expiration = 100 * time.Millisecond, 600 * time.Millisecond
 	c := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
 	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var srcs []*fakeSource
-	var bals []*ownership.Balancer[int]
-	done := make(chan struct{}, members)
+	var ids []string
 	for i := range members {
-		store, err := redisstore.New(redisstore.Config{Client: c, Stream: "s", Group: "g", Expiration: expiration})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := newFake(partitions)
-		b, err := ownership.NewBalancer[int](store, f, ownership.Config{ID: fmt.Sprint("m", i), Interval: interval, Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srcs, bals = append(srcs, f), append(bals, b)
-		g := stream.New(stream.WithLogger(quiet))
-		stream.To(stream.From(g, stream.Source[int](b)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
-			_, err := in.Recv(ctx)
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}))
-		go func() { _ = g.Run(ctx); done <- struct{}{} }()
+		ids = append(ids, fmt.Sprint("m", i))
 	}
-	defer func() {
-		cancel()
-		for range members {
-			<-done
-		}
-		for _, b := range bals {
-			_ = b.Close(context.Background())
-		}
-	}()
+	srcs, bals := startRedisMembers(t, c, ids, partitions, interval, expiration)
 	even := func() bool {
 		seen := map[int32]int{}
 		for _, f := range srcs {
@@ -127,4 +97,46 @@ func TestSteadyRenewalsReadOnlyTheLeasesHeld(t *testing.T) {
 			renewals, reads, float64(reads)/float64(renewals), limit, partitions)
 	}
 	t.Logf("%d renewals read %d records (%.1f each)", renewals, reads, float64(reads)/float64(renewals))
+}
+
+// startRedisMembers starts a balancer of a fake source of partitions for
+// each id, over redisstore on c, each in a pipeline of its own; they are
+// stopped and closed when the test ends.
+func startRedisMembers(t *testing.T, c *redis.Client, ids []string, partitions int, interval, expiration time.Duration) ([]*fakeSource, []*ownership.Balancer[int]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var srcs []*fakeSource
+	var bals []*ownership.Balancer[int]
+	done := make(chan struct{}, len(ids))
+	for _, id := range ids {
+		store, err := redisstore.New(redisstore.Config{Client: c, Stream: "s", Group: "g", Expiration: expiration})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newFake(partitions)
+		b, err := ownership.NewBalancer[int](store, f, ownership.Config{ID: id, Interval: interval, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs, bals = append(srcs, f), append(bals, b)
+		g := stream.New(stream.WithLogger(quiet))
+		stream.To(stream.From(g, stream.Source[int](b)), stream.SinkFunc[int](func(ctx context.Context, in *stream.Inlet[int]) error {
+			_, err := in.Recv(ctx)
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}))
+		go func() { _ = g.Run(ctx); done <- struct{}{} }()
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range bals {
+			<-done
+		}
+		for _, b := range bals {
+			_ = b.Close(context.Background())
+		}
+	})
+	return srcs, bals
 }
