@@ -123,19 +123,7 @@ func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) 
 	// coordinator refuses this member's commit of the old generation.
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.IllegalGeneration, Count: 1})
 	defer h.Remove()
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("regen"), kgo.ConsumeTopics("in"),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for ctx.Err() == nil {
-			other.PollFetches(ctx)
-		}
-	}()
-	defer func() { cancel(); <-polled; other.Close() }()
+	defer joinAsAnotherMember(t, c, "regen", ctx, cancel)()
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
 	if err := src.Commit(cctx); err != nil {
@@ -289,19 +277,7 @@ func TestCommitWaitsForTheMembersOwnRejoin(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup("ownjoin"), kgo.ConsumeTopics("in"),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for ctx.Err() == nil {
-			other.PollFetches(ctx)
-		}
-	}()
-	defer func() { cancel(); <-polled; other.Close() }()
+	defer joinAsAnotherMember(t, c, "ownjoin", ctx, cancel)()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, g := src.cl.GroupMetadata(); g > gen {
 			break // joined the next generation, not synced
@@ -330,4 +306,24 @@ func TestCommitWaitsForTheMembersOwnRejoin(t *testing.T) {
 	if got := commits(); len(got) == 0 || got[len(got)-1] != 100 {
 		t.Fatalf("committed %v, want 100 at last", got)
 	}
+}
+
+// joinAsAnotherMember starts a second member of group on topic "in",
+// polling until ctx ends; the function it returns cancels ctx and closes
+// that member.
+func joinAsAnotherMember(t *testing.T, c *kfake.Cluster, group string, ctx context.Context, cancel context.CancelFunc) func() {
+	t.Helper()
+	other, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(group), kgo.ConsumeTopics("in"),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			other.PollFetches(ctx)
+		}
+	}()
+	return func() { cancel(); <-polled; other.Close() }
 }
