@@ -12,9 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
-	"github.com/sluice-streams/sluice/sink/checkpoint"
 	"github.com/sluice-streams/sluice/source/kafka"
 	"github.com/sluice-streams/sluice/stream"
 )
@@ -65,28 +63,15 @@ func TestHandoverWaitsForRecordsBeingSentWhenItBegins(t *testing.T) {
 			c.HandoverWait = 30 * time.Second
 			c.Opts = append(c.Opts, kgo.HeartbeatInterval(100*time.Millisecond))
 		})
-		opts := []stream.Option{stream.WithLogger(quiet), stream.WithCapacity(16), stream.WithBatchSize(4)}
+		var opts []stream.Option
 		if tp != nil {
 			opts = append(opts, stream.WithTracerProvider(tp))
 		}
-		g := stream.New(opts...)
-		s := stream.Via(stream.From(g, src), flow.Map(func(v []byte) ([]byte, error) {
+		return src, runCounting(t, src, opts, func(v []byte) {
 			mu.Lock()
 			seen[string(v)]++
 			mu.Unlock()
-			return v, nil
-		}))
-		stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- g.Run(ctx) }()
-		return src, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-			src.Close(context.Background())
-		}
+		})
 	}
 	hold := &holdFirstSpan{held: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once

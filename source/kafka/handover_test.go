@@ -36,25 +36,12 @@ func TestGracefulHandoverProcessesNothingTwice(t *testing.T) {
 			c.Balancer = kgo.RangeBalancer()
 			c.Opts = append(c.Opts, kgo.HeartbeatInterval(100*time.Millisecond))
 		})
-		g := stream.New(stream.WithLogger(quiet), stream.WithCapacity(16), stream.WithBatchSize(4))
-		s := stream.Via(stream.From(g, src), flow.Map(func(v []byte) ([]byte, error) {
+		return src, runCounting(t, src, nil, func(v []byte) {
 			time.Sleep(perRecord) // records are always between the stages
 			mu.Lock()
 			seen[string(v)]++
 			mu.Unlock()
-			return v, nil
-		}))
-		stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- g.Run(ctx) }()
-		return src, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-			src.Close(context.Background())
-		}
+		})
 	}
 	a, stopA := member(2 * time.Millisecond)
 	eventually(t, "A reading all four partitions", func() bool {
@@ -78,5 +65,29 @@ func TestGracefulHandoverProcessesNothingTwice(t *testing.T) {
 	}
 	if st := a.Stats(); twice > 0 || st.Revoked == 0 {
 		t.Fatalf("%d records processed twice; A's revocations %d, settles ignored as late %d", twice, st.Revoked, st.LateSettles)
+	}
+}
+
+// runCounting runs src -> a stage calling each for every record ->
+// checkpoint sink (commits every 20 ms), on small pipes (capacity 16,
+// batches of 4) so that records are between the stages, with opts; the
+// function it returns stops the pipeline and closes src.
+func runCounting(t *testing.T, src *kafka.Source, opts []stream.Option, each func(v []byte)) func() {
+	t.Helper()
+	g := stream.New(append([]stream.Option{stream.WithLogger(quiet), stream.WithCapacity(16), stream.WithBatchSize(4)}, opts...)...)
+	s := stream.Via(stream.From(g, src), flow.Map(func(v []byte) ([]byte, error) {
+		each(v)
+		return v, nil
+	}))
+	stream.To(s, checkpoint.New[[]byte](src, checkpoint.Interval(20*time.Millisecond)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		src.Close(context.Background())
 	}
 }
