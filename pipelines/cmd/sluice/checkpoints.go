@@ -46,15 +46,11 @@ func runCheckpoints(ctx context.Context, args []string, w, errw io.Writer) error
 	if *streamName == "" || *group == "" {
 		return fmt.Errorf("checkpoints: -stream and -group are required")
 	}
-	opts, err := redisOptions(*redisURL, *redisCA)
+	rc, _, err := openRedis(ctx, *redisURL, *redisCA)
 	if err != nil {
 		return err
 	}
-	rc := redis.NewClient(opts)
 	defer rc.Close()
-	if err := checkRedis(ctx, rc, opts); err != nil {
-		return err
-	}
 	var sets []ownershipSet // what Redis holds, once scanned
 	if *ns == "" {
 		if sets, err = ownershipSets(ctx, rc); err != nil {

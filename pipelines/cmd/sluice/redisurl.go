@@ -125,6 +125,22 @@ func checkRedis(ctx context.Context, rc *redis.Client, opts *redis.Options) erro
 	return explainRedis(delivery.CheckRedis(ctx, rc), opts)
 }
 
+// openRedis connects to the Redis of url (and ca, a CA file for TLS, or
+// ""), checks that it answers, and returns the client and its options;
+// the caller closes the client.
+func openRedis(ctx context.Context, url, ca string) (*redis.Client, *redis.Options, error) {
+	opts, err := redisOptions(url, ca)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc := redis.NewClient(opts)
+	if err := checkRedis(ctx, rc, opts); err != nil {
+		rc.Close()
+		return nil, nil, err
+	}
+	return rc, opts, nil
+}
+
 // explainRedis names a failed authentication or an untrusted certificate
 // in err, a Redis call's error (nil stays nil).
 func explainRedis(err error, opts *redis.Options) error {

@@ -69,15 +69,11 @@ func runSimulateOwnership(ctx context.Context, args []string, w io.Writer) error
 	switch *store {
 	case "mem":
 	case "redis":
-		opts, err := redisOptions(*redisURL, "")
+		rc, opts, err := openRedis(ctx, *redisURL, "")
 		if err != nil {
 			return err
 		}
-		rc := redis.NewClient(opts)
 		defer rc.Close()
-		if err := checkRedis(ctx, rc, opts); err != nil {
-			return err
-		}
 		cfg.Store = redisRuns(rc)
 		defer removeRuns(context.WithoutCancel(ctx), rc)
 		fmt.Fprintf(w, "real time against %s, interval %v (compare rounds, not seconds, with a simulated run)\n",
