@@ -111,14 +111,7 @@ func TestCommitRefusedForAnOldGenerationIsMadeAgainAfterTheRejoin(t *testing.T) 
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("records not consumed and settled")
-		}
-	}
+	waitHundredSettled(t, src)
 	// The group really moves on: a second member joins, and the
 	// coordinator refuses this member's commit of the old generation.
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.IllegalGeneration, Count: 1})
@@ -193,14 +186,7 @@ func TestCommitRefusedWhileTheRebalanceCompletesIsMadeAgainInTheSameGeneration(t
 	c := clusterWithHundred(t)
 	src, commits, stop := settlingSource(t, c, "completing")
 	defer stop()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("records not consumed and settled")
-		}
-	}
+	waitHundredSettled(t, src)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.RebalanceInProgress, Count: 1})
 	defer h.Remove()
 	_, gen := src.cl.GroupMetadata()
@@ -222,14 +208,7 @@ func TestCommitRefusedForAStaleMemberEpochIsMadeAgain(t *testing.T) {
 	c := clusterWithHundred(t)
 	src, commits, stop := settlingSource(t, c, "stale", func(cfg *Config) { cfg.Protocol = ProtocolConsumer })
 	defer stop()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("records not consumed and settled")
-		}
-	}
+	waitHundredSettled(t, src)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.OffsetCommit}, Err: kerr.StaleMemberEpoch, Count: 1})
 	defer h.Remove()
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -255,14 +234,7 @@ func TestCommitWaitsForTheMembersOwnRejoin(t *testing.T) {
 		cfg.Opts = append(cfg.Opts, kgo.HeartbeatInterval(100*time.Millisecond))
 	})
 	defer stop()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("records not consumed and settled")
-		}
-	}
+	waitHundredSettled(t, src)
 	_, gen := src.cl.GroupMetadata()
 	// The coordinator holds every SyncGroup until released: the group
 	// stays in the rebalance that a second member starts.
@@ -326,4 +298,18 @@ func joinAsAnotherMember(t *testing.T, c *kfake.Cluster, group string, ctx conte
 		}
 	}()
 	return func() { cancel(); <-polled; other.Close() }
+}
+
+// waitHundredSettled waits (10 s at most) until src has read the hundred
+// records of its one partition and every one is settled.
+func waitHundredSettled(t *testing.T, src *Source) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if st := src.Stats(); st.Records == 100 && len(st.Partitions) == 1 && st.Partitions[0].Pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("records not consumed and settled")
+		}
+	}
 }

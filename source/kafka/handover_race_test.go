@@ -95,10 +95,7 @@ func TestHandoverWaitsForRecordsBeingSentWhenItBegins(t *testing.T) {
 	stopB()
 	mu.Lock()
 	defer mu.Unlock()
-	twice := 0
-	for _, k := range seen {
-		twice += k - 1
-	}
+	twice := processedTwice(seen)
 	if st := a.Stats(); twice > 0 {
 		t.Fatalf("%d records processed twice with HandoverWait 30 s; A's revocations %d, settles ignored as late %d", twice, st.Revoked, st.LateSettles)
 	}

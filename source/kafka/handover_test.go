@@ -59,10 +59,7 @@ func TestGracefulHandoverProcessesNothingTwice(t *testing.T) {
 	stopB()
 	mu.Lock()
 	defer mu.Unlock()
-	twice := 0
-	for _, k := range seen {
-		twice += k - 1
-	}
+	twice := processedTwice(seen)
 	if st := a.Stats(); twice > 0 || st.Revoked == 0 {
 		t.Fatalf("%d records processed twice; A's revocations %d, settles ignored as late %d", twice, st.Revoked, st.LateSettles)
 	}
@@ -90,4 +87,14 @@ func runCounting(t *testing.T, src *kafka.Source, opts []stream.Option, each fun
 		}
 		src.Close(context.Background())
 	}
+}
+
+// processedTwice counts the records of seen (times processed, by value)
+// processed more than once, each extra time.
+func processedTwice(seen map[string]int) int {
+	twice := 0
+	for _, k := range seen {
+		twice += k - 1
+	}
+	return twice
 }
