@@ -25,7 +25,9 @@ import (
 // pool of goroutines, the five calls with retries in place, the drone
 // step recorded in Redis, compensation events and dead letters as the
 // sluice scheduler writes them, commits of contiguous done offsets) and
-// then `sluice run delivery` (default flags), on one set of processes
+// `sluice run delivery` (default flags), rate by rate, taking turns at
+// going first (the hand-written worker first at 500 and max, sluice at
+// 1,000; SLUICE_COMPARE_SLUICE_FIRST swaps every pair), on one set of processes
 // (services, broker, redis-server, supervisor): compare/handwritten/<rate>
 // and compare/sluice/<rate> at 500 and 1,000 requests/s and at max (the
 // load generator at SLUICE_DEPLOYED_MAX requests/s, default 3,000, more
@@ -47,12 +49,12 @@ import (
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
 // requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
-// (e.g. "-latency-target 1s"); SLUICE_COMPARE_SLUICE_FIRST (any value)
-// runs sluice's rows first, to tell a difference of the schedulers from one
-// of their turn on the processes both load. SLUICE_DEPLOYED_PROFILE names a directory where each worker's
+// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory where each worker's
 // CPU profile of each run is written (<worker>-<rate>.pprof): the
 // hand-written worker's of its whole run, sluice's of the load's duration,
-// fetched from its /debug/pprof/profile (-pprof).
+// fetched from its /debug/pprof/profile (-pprof), and beside it what sluice
+// allocated over the load (sluice-<rate>.allocs.pprof, from
+// /debug/pprof/allocs).
 func runCompare(b *testing.B, bin string) {
 	hw := buildHandwritten(b)
 	load := 20 * time.Second
@@ -79,21 +81,28 @@ func runCompare(b *testing.B, bin string) {
 	// Every load numbers its requests apart: the services keep one
 	// record per delivery id for as long as they run.
 	loads := 0
-	impls := []string{"handwritten", "sluice"}
-	if os.Getenv("SLUICE_COMPARE_SLUICE_FIRST") != "" {
-		impls[0], impls[1] = impls[1], impls[0]
-	}
-	for _, impl := range impls {
-		b.Run(impl, func(b *testing.B) {
-			for _, r := range rates {
-				b.Run(r.name, func(b *testing.B) {
-					for b.Loop() {
-						loads++
-						compareRun(b, s, impl, hw, r.rate, load, loads*idsPerLoad)
-					}
-				})
-			}
-		})
+	// The two workers run rate by rate, one after the other, and take
+	// turns at going first: a run leaves the shared processes (services,
+	// broker, redis-server) more state, and the run after it does worse
+	// (the hand-written worker's CPU per request at max rose from 288 to
+	// 325–332 µs on its second and third run in a row). Run in two
+	// blocks, every row of the second worker paid for the first's.
+	sluiceFirst := os.Getenv("SLUICE_COMPARE_SLUICE_FIRST") != ""
+	for i, r := range rates {
+		impls := []string{"handwritten", "sluice"}
+		if (i%2 == 1) != sluiceFirst {
+			impls[0], impls[1] = impls[1], impls[0]
+		}
+		for _, impl := range impls {
+			// compare/<impl>/<rate>: a name with a slash is matched level
+			// by level, as if the runs were nested.
+			b.Run(impl+"/"+r.name, func(b *testing.B) {
+				for b.Loop() {
+					loads++
+					compareRun(b, s, impl, hw, r.rate, load, loads*idsPerLoad)
+				}
+			})
+		}
 	}
 }
 
@@ -109,13 +118,14 @@ func buildHandwritten(b *testing.B) string {
 	return out
 }
 
-// profileWorker fetches a CPU profile of w over d from its
-// /debug/pprof/profile into file; the channel says how it ended.
-func profileWorker(b *testing.B, w *deployed.Worker, d time.Duration, file string) <-chan error {
+// profileWorker fetches a profile of w over d from its
+// /debug/pprof/<kind> into file (kind profile: CPU; allocs: what was
+// allocated over d); the channel says how it ended.
+func profileWorker(b *testing.B, w *deployed.Worker, kind string, d time.Duration, file string) <-chan error {
 	b.Helper()
 	done := make(chan error, 1)
 	go func() {
-		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", w.Listen, int(math.Ceil(d.Seconds())))
+		url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", w.Listen, kind, int(math.Ceil(d.Seconds())))
 		resp, err := (&http.Client{Timeout: d + time.Minute}).Get(url)
 		if err != nil {
 			done <- err
@@ -157,9 +167,10 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 		w = s.StartProgram("delivery", hw, args...)
 	} else if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
 		w = s.StartWorker("delivery", append(sluiceFlags, "-pprof")...)
-		prof := profileWorker(b, w, load, filepath.Join(dir, fmt.Sprintf("sluice-%v.pprof", rate)))
+		prof := profileWorker(b, w, "profile", load, filepath.Join(dir, fmt.Sprintf("sluice-%v.pprof", rate)))
+		allocs := profileWorker(b, w, "allocs", load, filepath.Join(dir, fmt.Sprintf("sluice-%v.allocs.pprof", rate)))
 		defer func() {
-			if err := <-prof; err != nil {
+			if err := errors.Join(<-prof, <-allocs); err != nil {
 				b.Errorf("profiling the sluice scheduler: %v", err)
 			}
 		}()
