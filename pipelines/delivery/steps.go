@@ -21,9 +21,9 @@ import (
 type StepStore interface {
 	// Begin marks a request's step started by mark (which names the
 	// caller's copy of the request) unless the step has a record already,
-	// and returns the record as it was — atomically, in one round trip —
-	// with the mark's age by the store's clock (StepState.Age): the age of
-	// a mark must not depend on whose clock reads it.
+	// and returns the record as it was — atomically — with the age of a
+	// mark it found by the store's clock (StepState.Age): the age of a
+	// mark must not depend on whose clock reads it.
 	Begin(ctx context.Context, id string, step Step, mark string) (StepState, error)
 	// Record notes that a request completed a step, with the value it
 	// returned (the drone id of schedule_drone).
@@ -90,7 +90,7 @@ type stepOp struct {
 	key   string
 	value string
 	old   *redis.StatusCmd   // Begin: the record before
-	ttl   *redis.DurationCmd // Begin: the TTL the record has left
+	ttl   *redis.DurationCmd // age: the TTL the record has left
 	cmd   redis.Cmder
 	err   chan error
 }
@@ -99,6 +99,7 @@ type opKind uint8
 
 const (
 	opBegin opKind = iota
+	opAge
 	opRecord
 	opAbandon
 )
@@ -166,12 +167,28 @@ func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark strin
 		if i := strings.LastIndexByte(m, '@'); i >= 0 {
 			st.StartedBy = m[:i]
 		}
-		if left, err := op.ttl.Result(); err == nil && left > 0 && left <= s.ttl {
-			st.Age = s.ttl - left
-		}
+		st.Age = s.age(ctx, op.key)
 		return st, nil
 	}
 	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
+}
+
+// age is how long ago key's started mark was written, by the TTL it has
+// left, or -1 if that cannot be read. Begin asks only when it found a
+// mark, in a round trip of its own: nearly every step is begun afresh, and
+// a PTTL in every Begin's round trip was a third of the step records'
+// commands. The record may change in between: a take-over gives it a
+// fresh TTL (it reads younger: waited for longer), a record keeps the TTL,
+// and a mark gone reads -1 (old: the service is asked).
+func (s *RedisSteps) age(ctx context.Context, key string) time.Duration {
+	op := &stepOp{kind: opAge, key: key}
+	if s.do(ctx, op) != nil {
+		return -1
+	}
+	if left, err := op.ttl.Result(); err == nil && left > 0 && left <= s.ttl {
+		return s.ttl - left
+	}
+	return -1
 }
 
 // takeOver sets KEYS[1] to ARGV[2], with a fresh TTL of ARGV[3] ms (its
@@ -292,8 +309,10 @@ func (s *RedisSteps) run(ops chan *stepOp) {
 				switch op.kind {
 				case opBegin:
 					op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
-					op.ttl = p.PTTL(ctx, op.key)
 					op.cmd = op.old
+				case opAge:
+					op.ttl = p.PTTL(ctx, op.key)
+					op.cmd = op.ttl
 				case opRecord:
 					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
 				case opAbandon:

@@ -233,3 +233,58 @@ func TestRedisStepsCloseAnswersQueuedOperations(t *testing.T) {
 		}
 	}
 }
+
+// countCommands counts the commands a client sends, pipelined or not.
+type countCommands struct {
+	mu   sync.Mutex
+	cmds map[string]int
+}
+
+func (c *countCommands) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *countCommands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (c *countCommands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *countCommands) add(cmd redis.Cmder) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cmds[strings.ToLower(cmd.Name())]++
+}
+
+// A step begun afresh, the way nearly every request begins it, costs one
+// command: the age of a mark (PTTL) is only read when Begin finds one.
+// A mark found still has its age.
+func TestRedisStepsBeginFreshIsOneCommand(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	count := &countCommands{cmds: map[string]int{}}
+	cl.AddHook(count)
+	s := delivery.NewRedisSteps(cl, time.Minute)
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 100 {
+		if got, err := s.Begin(ctx, fmt.Sprintf("fresh-%d", i), delivery.StepDrone, "a"); err != nil || got != (delivery.StepState{}) {
+			t.Fatalf("fresh step: %+v %v", got, err)
+		}
+	}
+	count.mu.Lock()
+	if count.cmds["set"] != 100 || count.cmds["pttl"] != 0 {
+		t.Errorf("100 fresh Begins sent %v, want 100 SETs and no PTTL", count.cmds)
+	}
+	count.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // the mark ages on Redis's clock
+	got, err := s.Begin(ctx, "fresh-7", delivery.StepDrone, "b")
+	if err != nil || got.StartedBy != "a" || got.Age < 10*time.Millisecond || got.Age > time.Minute {
+		t.Fatalf("a started step: %+v %v, want started by a some 20 ms ago", got, err)
+	}
+}
