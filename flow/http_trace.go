@@ -33,6 +33,11 @@ import (
 // Use it as the Transport of the client the stage's function calls with:
 //
 //	client := &http.Client{Transport: flow.TracedTransport(nil)}
+//
+// and bound the calls by their contexts rather than by the client's
+// Timeout: net/http watches each request of a client with a Timeout and a
+// transport it does not know, this one included, with two goroutines and
+// a timer for as long as the request lasts.
 func TracedTransport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

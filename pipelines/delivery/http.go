@@ -148,10 +148,17 @@ func reply(w http.ResponseWriter, v any, err error) {
 // (SchedulerConfig.TracerProvider) each attempt is a span of the
 // request's trace and carries its traceparent to the service; otherwise
 // requests go through as they are.
+//
+// The client's Timeout bounds each call through its context rather than
+// as the client's own: net/http watches every request of a client with a
+// Timeout and a transport it does not know (the tracing wrapper is one)
+// with two goroutines and a timer of its own for as long as the request
+// lasts.
 func HTTPBackends(base string, client *http.Client) Backends {
 	traced := *client
 	traced.Transport = flow.TracedTransport(client.Transport)
-	c := &httpClient{base: base, cl: &traced}
+	traced.Timeout = 0
+	c := &httpClient{base: base, cl: &traced, timeout: client.Timeout}
 	return Backends{Accounts: httpAccounts{c}, Packages: httpPackages{c}, ThirdParty: httpThirdParty{c},
 		Drones: httpDrones{c}, Deliveries: httpDeliveries{c}}
 }
@@ -180,8 +187,9 @@ func NewHTTPClient(inFlight int) *http.Client {
 }
 
 type httpClient struct {
-	base string
-	cl   *http.Client
+	base    string
+	cl      *http.Client
+	timeout time.Duration // the caller's client's Timeout (0: none)
 }
 
 // do sends body as JSON and decodes the answer into out (if not nil);
@@ -201,6 +209,13 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 		rd = bytes.NewReader(b)
 	} else {
 		rd = bytes.NewReader(nil)
+	}
+	if c.timeout > 0 {
+		// From the start of the call, a wait for a connection included,
+		// to the end of the answer's body, as http.Client.Timeout counts.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
 	}
 	// The attempt's clock starts once the request is written (in a stage
 	// with flow.TimeoutFromSend): a wait for a connection or a CPU is the

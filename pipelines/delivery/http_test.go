@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -200,5 +201,45 @@ func TestHTTPAnswersOfAnySize(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "decoding the answer") {
 			t.Errorf("%s answer: %v, want an error decoding the answer", id, err)
 		}
+	}
+}
+
+// A call to the services costs no goroutine of its own beyond the
+// transport's connection: net/http watches a request with two more
+// goroutines and a timer (setRequestCancel, awaitLegacyCancel) when its
+// client has a Timeout and a transport net/http does not know, which the
+// tracing wrapper is. The client's timeout still bounds the call.
+func TestHTTPCallStartsNoWatcherGoroutines(t *testing.T) {
+	inside, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/packages/slow" {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		inside <- struct{}{}
+		<-release
+	}))
+	defer srv.Close()
+	cl := delivery.NewHTTPClient(4)
+	b := delivery.HTTPBackends(srv.URL, cl)
+	done := make(chan error, 1)
+	go func() { done <- b.Packages.Put(context.Background(), "p-1", delivery.Request{ID: "p-1"}) }()
+	<-inside
+	var dump strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, watcher := range []string{"net/http.setRequestCancel", "net/http.awaitLegacyCancel"} {
+		if strings.Contains(dump.String(), watcher) {
+			t.Errorf("a call in flight has a goroutine in %s", watcher)
+		}
+	}
+	// The client's Timeout (here 100 ms) still ends a call that outlasts it.
+	cl.Timeout = 100 * time.Millisecond
+	b = delivery.HTTPBackends(srv.URL, cl)
+	if err := b.Packages.Put(context.Background(), "slow", delivery.Request{ID: "slow"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a call past the client's timeout: %v, want a deadline exceeded", err)
 	}
 }
