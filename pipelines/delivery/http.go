@@ -159,6 +159,11 @@ func HTTPBackends(base string, client *http.Client) Backends {
 	traced.Transport = flow.TracedTransport(client.Transport)
 	traced.Timeout = 0
 	c := &httpClient{base: base, cl: &traced, timeout: client.Timeout}
+	switch client.Transport.(type) {
+	case nil, *http.Transport:
+		// Neither writes to a request's headers; a cookie jar would.
+		c.sharedHeader = client.Jar == nil
+	}
 	return Backends{Accounts: httpAccounts{c}, Packages: httpPackages{c}, ThirdParty: httpThirdParty{c},
 		Drones: httpDrones{c}, Deliveries: httpDeliveries{c}}
 }
@@ -190,7 +195,16 @@ type httpClient struct {
 	base    string
 	cl      *http.Client
 	timeout time.Duration // the caller's client's Timeout (0: none)
+	// sharedHeader: every request carries jsonHeader itself, which nothing
+	// on its way writes to, rather than a map of its own (a map and its
+	// first entry per call: some 8% of the bytes a deployed scheduler
+	// allocated).
+	sharedHeader bool
 }
+
+// jsonHeader is the header of every request with sharedHeader. Never
+// written to.
+var jsonHeader = http.Header{"Content-Type": {"application/json"}}
 
 // do sends body as JSON and decodes the answer into out (if not nil);
 // non-2xx answers become *flow.HTTPError, which stream.Classify reads.
@@ -224,7 +238,11 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if c.sharedHeader {
+		req.Header = jsonHeader
+	} else {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.cl.Do(req)
 	if err != nil {
 		return flow.RedactURLError(err) // its text goes into spans and failures

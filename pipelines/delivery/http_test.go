@@ -13,6 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/pipenet"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
@@ -241,5 +243,29 @@ func TestHTTPCallStartsNoWatcherGoroutines(t *testing.T) {
 	b = delivery.HTTPBackends(srv.URL, cl)
 	if err := b.Packages.Put(context.Background(), "slow", delivery.Request{ID: "slow"}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a call past the client's timeout: %v, want a deadline exceeded", err)
+	}
+}
+
+// A traced call writes its traceparent into a request of its own: the
+// next call, untraced, carries none, and every call says it sends JSON.
+func TestHTTPTracedCallLeavesTheNextUntouched(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Content-Type")+" traceparent="+r.Header.Get("traceparent"))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	b := delivery.HTTPBackends(srv.URL, delivery.NewHTTPClient(4))
+	traced := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled}))
+	for _, ctx := range []context.Context{traced, context.Background()} {
+		if err := b.Packages.Put(ctx, "p-1", delivery.Request{ID: "p-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || !strings.HasPrefix(got[0], "application/json traceparent=00-01") || got[1] != "application/json traceparent=" {
+		t.Fatalf("requests seen: %q, want the first traced, the second not, both JSON", got)
 	}
 }
