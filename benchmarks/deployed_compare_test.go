@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/deployment"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
 // runCompare is BenchmarkDeliveryDeployed/compare: the scheduler written
@@ -27,11 +28,16 @@ import (
 // sluice scheduler writes them, commits of contiguous done offsets) and
 // `sluice run delivery` (default flags), rate by rate, taking turns at
 // going first (the hand-written worker first at 500 and max, sluice at
-// 1,000; SLUICE_COMPARE_SLUICE_FIRST swaps every pair), on one set of processes
-// (services, broker, redis-server, supervisor): compare/handwritten/<rate>
-// and compare/sluice/<rate> at 500 and 1,000 requests/s and at max (the
-// load generator at SLUICE_DEPLOYED_MAX requests/s, default 3,000, more
-// than either worker completes on 2 cores). Each run starts a fresh
+// 1,000 and backlog; SLUICE_COMPARE_SLUICE_FIRST swaps every pair), on
+// one set of processes (services, broker, redis-server, supervisor):
+// compare/handwritten/<rate> and compare/sluice/<rate> at 500 and 1,000
+// requests/s, at max (the load generator at SLUICE_DEPLOYED_MAX
+// requests/s, default 3,000, about what either worker completes on 2
+// cores beside it) and backlog: the load of max produced while no
+// scheduler runs, then the worker started, its completed/s counted from
+// its start to the last outcome. backlog is the saturation row: at max a
+// worker that keeps up completes what is offered, and the two rows then
+// differ only by how their last requests drain. Each run starts a fresh
 // incarnation of its worker, in the scheduler's group with its instance
 // id, so that its CPU time and peak memory are that run's; the load lasts
 // SLUICE_DEPLOYED_LOAD (default 20s) and the run ends once every request
@@ -75,9 +81,10 @@ func runCompare(b *testing.B, bin string) {
 	}
 	s := deployment.Start(b, bin, deployedConfig)
 	rates := []struct {
-		name string
-		rate float64
-	}{{"500", 500}, {"1000", 1000}, {"max", top}}
+		name    string
+		rate    float64
+		backlog bool
+	}{{"500", 500, false}, {"1000", 1000, false}, {"max", top, false}, {"backlog", top, true}}
 	// Every load numbers its requests apart: the services keep one
 	// record per delivery id for as long as they run.
 	loads := 0
@@ -99,7 +106,7 @@ func runCompare(b *testing.B, bin string) {
 			b.Run(impl+"/"+r.name, func(b *testing.B) {
 				for b.Loop() {
 					loads++
-					compareRun(b, s, impl, hw, r.rate, load, loads*idsPerLoad)
+					compareRun(b, s, impl, hw, r.rate, r.backlog, load, loads*idsPerLoad)
 				}
 			})
 		}
@@ -153,39 +160,35 @@ const idsPerLoad = 100_000_000
 
 // compareRun replaces the scheduler with a fresh incarnation of impl,
 // loads it at rate for load with ids from firstID, waits for the outcomes
-// and reports.
-func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, load time.Duration, firstID int) {
-	sluiceFlags := strings.Fields(os.Getenv("SLUICE_COMPARE_FLAGS"))
+// and reports. With backlog, the load is produced first, while no
+// scheduler runs, and the run counts from the worker's start: what it
+// completes a second with a backlog and nothing else loading the machine.
+func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, backlog bool, load time.Duration, firstID int) {
 	s.Worker("delivery").Stop(syscall.SIGTERM)
-	var w *deployed.Worker
-	if impl == "handwritten" {
-		args := []string{"-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
-			"-group", deployed.Group, "-instance-id", "delivery-0"}
-		if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
-			args = append(args, "-cpuprofile", filepath.Join(dir, fmt.Sprintf("handwritten-%v.pprof", rate)))
-		}
-		w = s.StartProgram("delivery", hw, args...)
-	} else if dir := os.Getenv("SLUICE_DEPLOYED_PROFILE"); dir != "" {
-		w = s.StartWorker("delivery", append(sluiceFlags, "-pprof")...)
-		prof := profileWorker(b, w, "profile", load, filepath.Join(dir, fmt.Sprintf("sluice-%v.pprof", rate)))
-		allocs := profileWorker(b, w, "allocs", load, filepath.Join(dir, fmt.Sprintf("sluice-%v.allocs.pprof", rate)))
-		defer func() {
-			if err := errors.Join(<-prof, <-allocs); err != nil {
-				b.Errorf("profiling the sluice scheduler: %v", err)
-			}
-		}()
-	} else {
-		w = s.StartWorker("delivery", sluiceFlags...)
-	}
 	ctx := context.Background()
 	before, err := s.LedgerTotals(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
+	produce := func() *loadgen.Sent {
+		sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String(), "-first-id", fmt.Sprint(firstID))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sent
+	}
+	label := fmt.Sprint(rate)
+	if backlog {
+		label = "backlog"
+	}
+	var sent *loadgen.Sent
+	if backlog {
+		sent = produce()
+	}
+	w := startCompared(b, s, impl, hw, label, load)
 	start := time.Now()
-	sent, err := s.Load(ctx, "-rate", fmt.Sprint(rate), "-burst", "0", "-duration", load.String(), "-first-id", fmt.Sprint(firstID))
-	if err != nil {
-		b.Fatal(err)
+	if !backlog {
+		sent = produce()
 	}
 	loadEnd := time.Now()
 	sum, _, err := s.Settle(ctx, sent, 3*time.Minute)
@@ -215,4 +218,32 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	b.ReportMetric(float64(sum.Lost), "lost")
 	b.ReportMetric(float64(sum.Twice-before.Twice()), "twice")
 	b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
+}
+
+// startCompared starts a fresh incarnation of impl as the scheduler,
+// profiled into SLUICE_DEPLOYED_PROFILE if set (<impl>-<label>.pprof; the
+// hand-written worker's over its whole life, sluice's over load from now).
+func startCompared(b *testing.B, s *deployment.System, impl, hw, label string, load time.Duration) *deployed.Worker {
+	dir := os.Getenv("SLUICE_DEPLOYED_PROFILE")
+	if impl == "handwritten" {
+		args := []string{"-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
+			"-group", deployed.Group, "-instance-id", "delivery-0"}
+		if dir != "" {
+			args = append(args, "-cpuprofile", filepath.Join(dir, "handwritten-"+label+".pprof"))
+		}
+		return s.StartProgram("delivery", hw, args...)
+	}
+	flags := strings.Fields(os.Getenv("SLUICE_COMPARE_FLAGS"))
+	if dir == "" {
+		return s.StartWorker("delivery", flags...)
+	}
+	w := s.StartWorker("delivery", append(flags, "-pprof")...)
+	prof := profileWorker(b, w, "profile", load, filepath.Join(dir, "sluice-"+label+".pprof"))
+	allocs := profileWorker(b, w, "allocs", load, filepath.Join(dir, "sluice-"+label+".allocs.pprof"))
+	b.Cleanup(func() {
+		if err := errors.Join(<-prof, <-allocs); err != nil {
+			b.Errorf("profiling the sluice scheduler: %v", err)
+		}
+	})
+	return w
 }
