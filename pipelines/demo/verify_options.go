@@ -7,6 +7,7 @@ type VerifyOption func(*verifyConfig)
 type verifyConfig struct {
 	deadLetters, compensationDeadLetters, failures string
 	reader                                         Reader
+	outcomesBefore                                 int
 }
 
 // ReadFrom reads the topics through r instead of the Kafka brokers: with
@@ -46,6 +47,17 @@ func DeadLetterTopics(scheduler, supervisor string) VerifyOption {
 			c.compensationDeadLetters = supervisor
 		}
 	}
+}
+
+// OutcomesBefore says how many outcomes the services and the dead-letter
+// topic held when the load began (live deliveries, undone packages and
+// dead letters: ledger totals and DeadLettersWritten), for services that
+// keep the outcomes of earlier loads. Accounted then tells from the counts
+// alone, cheaply, that this load's outcomes are not all in yet; without
+// it, past the first load, every check reads the whole ledger and the
+// dead letters, work that grows with every load the services saw.
+func OutcomesBefore(n int) VerifyOption {
+	return func(c *verifyConfig) { c.outcomesBefore = max(n, 0) }
 }
 
 // verifyOptions applies opts; the topics are read on the Kafka brokers

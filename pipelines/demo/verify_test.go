@@ -274,3 +274,59 @@ func deliverables(t *testing.T, ids ...string) *loadgen.Sent {
 	}
 	return sent
 }
+
+// askedView counts the questions about single requests, which a remote
+// ledger answers by downloading itself whole.
+type askedView struct {
+	demo.LedgerView
+	asked int
+}
+
+func (v *askedView) Live(service, id string) bool { v.asked++; return v.LedgerView.Live(service, id) }
+func (v *askedView) Undone(service, id string) bool {
+	v.asked++
+	return v.LedgerView.Undone(service, id)
+}
+
+// With services that hold the outcomes of earlier loads, Accounted still
+// tells from the counts alone that a load's outcomes are not all in yet,
+// given how many outcomes there were when the load began: it asks about
+// no single request until this load's outcomes could be complete.
+func TestAccountedCountsOnlyThisLoadsOutcomes(t *testing.T) {
+	ctx := context.Background()
+	l := delivery.NewLedger()
+	b := delivery.SimulatedNonIdempotent(delivery.SimConfig{}, l, loadgen.SuspendedOwner)
+	put := func(id string) {
+		t.Helper()
+		if err := b.Deliveries.Put(ctx, id, delivery.Progress{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 { // an earlier load's outcomes
+		put(fmt.Sprintf("e-%08d", i))
+	}
+	sent, err := loadgen.ReadRecord(strings.NewReader(`{"format":"sluice-loadgen-record","version":1,"sent":3,"duplicates":0,"requests":3}
+{"id":"d-00000001","kind":"deliverable"}
+{"id":"d-00000002","kind":"deliverable"}
+{"id":"d-00000003","kind":"deliverable"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := demo.OutcomesBefore(20)
+	view := &askedView{LedgerView: l.Snapshot()}
+	if demo.Accounted(sent, view, 0, nil, before) || view.asked != 0 {
+		t.Fatalf("none of the load's 3 outcomes in: accounted, or %d questions about single requests; want neither", view.asked)
+	}
+	put("d-00000001")
+	put("d-00000002")
+	view = &askedView{LedgerView: l.Snapshot()}
+	if demo.Accounted(sent, view, 0, nil, before) || view.asked != 0 {
+		t.Fatalf("2 of 3 outcomes in: accounted, or %d questions about single requests; want neither", view.asked)
+	}
+	put("d-00000003")
+	view = &askedView{LedgerView: l.Snapshot()}
+	if !demo.Accounted(sent, view, 0, nil, before) {
+		t.Fatal("every outcome in: not accounted")
+	}
+}

@@ -9,6 +9,7 @@ package deployment
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ import (
 	"github.com/sluice-streams/sluice/internal/deployed"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
 	"github.com/sluice-streams/sluice/pipelines/demo"
+	"github.com/sluice-streams/sluice/pipelines/loadgen"
 )
 
 // System is a running system (deployed.System: its processes, broker and
@@ -24,6 +26,9 @@ import (
 type System struct {
 	*deployed.System
 	rc *redis.Client // reads the streams, with Config.Transport "redis"
+
+	mu     sync.Mutex
+	before map[*loadgen.Sent]int // outcomes before each load (Load)
 }
 
 // Start starts the system as deployed.Start does, the services ready
@@ -31,7 +36,7 @@ type System struct {
 func Start(tb testing.TB, bin string, cfg deployed.Config) *System {
 	tb.Helper()
 	cfg.ServicesUp = servicesUp
-	s := &System{System: deployed.Start(tb, bin, cfg)}
+	s := &System{System: deployed.Start(tb, bin, cfg), before: map[*loadgen.Sent]int{}}
 	if s.OnRedis() {
 		s.rc = redis.NewClient(&redis.Options{Addr: s.Redis.Addr})
 		tb.Cleanup(func() { s.rc.Close() })
