@@ -224,6 +224,12 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	} else {
 		rd = bytes.NewReader(nil)
 	}
+	// The attempt's clock starts once the request is written (in a stage
+	// with flow.TimeoutFromSend): a wait for a connection or a CPU is the
+	// worker's, not the service's. SentOnWrite also lets the contexts
+	// derived from ctx end with the call's without a goroutine each, where
+	// a value added to the call's context (ForDelivery) hid how.
+	ctx = flow.SentOnWrite(ctx)
 	if c.timeout > 0 {
 		// From the start of the call, a wait for a connection included,
 		// to the end of the answer's body, as http.Client.Timeout counts.
@@ -231,10 +237,7 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	// The attempt's clock starts once the request is written (in a stage
-	// with flow.TimeoutFromSend): a wait for a connection or a CPU is the
-	// worker's, not the service's.
-	req, err := http.NewRequestWithContext(flow.SentOnWrite(ctx), method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return err
 	}

@@ -224,16 +224,24 @@ func TestHTTPCallStartsNoWatcherGoroutines(t *testing.T) {
 	defer srv.Close()
 	cl := delivery.NewHTTPClient(4)
 	b := delivery.HTTPBackends(srv.URL, cl)
-	done := make(chan error, 1)
-	go func() { done <- b.Packages.Put(context.Background(), "p-1", delivery.Request{ID: "p-1"}) }()
-	<-inside
+	// The call made as the scheduler makes it: in a MapAsync stage, whose
+	// call context ends without a goroutine, through a value added to it.
 	var dump strings.Builder
-	_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
-	close(release)
-	if err := <-done; err != nil {
+	g := stream.New()
+	calls := stream.Via(stream.From(g, source.Slice([]string{"o-1"})), flow.MapAsync(1, func(ctx context.Context, owner string) (string, error) {
+		go func() {
+			<-inside
+			_ = pprof.Lookup("goroutine").WriteTo(&dump, 2)
+			close(release)
+		}()
+		acct, err := b.Accounts.Check(delivery.ForDelivery(ctx, "d-1"), owner)
+		return string(acct.Tier), err
+	}, flow.Retry(delivery.DefaultRetry()), flow.TimeoutFromSend()))
+	stream.To(calls, sink.Discard[string]())
+	if err := g.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, watcher := range []string{"net/http.setRequestCancel", "net/http.awaitLegacyCancel"} {
+	for _, watcher := range []string{"net/http.setRequestCancel", "net/http.awaitLegacyCancel", "context.(*cancelCtx).propagateCancel"} {
 		if strings.Contains(dump.String(), watcher) {
 			t.Errorf("a call in flight has a goroutine in %s", watcher)
 		}
