@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-streams/sluice/stream"
 )
 
 // StepStore keeps a durable record of the non-idempotent steps each request
@@ -148,47 +150,79 @@ func stepKey(id string, step Step) string { return "sluice:steps:" + id + ":" + 
 // Begin marks the step started unless it has a record, and returns the
 // record as it was.
 func (s *RedisSteps) Begin(ctx context.Context, id string, step Step, mark string) (StepState, error) {
+	for range beginReads {
+		st, gone, err := s.begin(ctx, id, step, mark)
+		if !gone {
+			return st, err
+		}
+	}
+	return StepState{}, stream.Transient(fmt.Errorf("reading the %s record of %s: a mark went between its read and its age's %d times",
+		step, id, beginReads))
+}
+
+// beginReads is how many times Begin reads a record again whose mark went
+// between the read and the read of its age.
+const beginReads = 3
+
+// begin is one try of Begin. gone says that the mark it found had gone
+// when its age was read: its copy abandoned it (the service said no), and
+// may have begun the step again since, under the same mark; the record is
+// read again.
+func (s *RedisSteps) begin(ctx context.Context, id string, step Step, mark string) (st StepState, gone bool, err error) {
 	op := &stepOp{kind: opBegin, key: stepKey(id, step), value: "s:" + mark}
 	if err := s.do(ctx, op); err != nil {
-		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
+		return StepState{}, false, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
 	old, err := op.old.Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return StepState{}, nil
+		return StepState{}, false, nil
 	case err != nil:
-		return StepState{}, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
+		return StepState{}, false, fmt.Errorf("reading the %s record of %s: %w", step, id, err)
 	}
 	if v, ok := strings.CutPrefix(old, "d:"); ok {
-		return StepState{Done: true, Value: v, raw: old}, nil
+		return StepState{Done: true, Value: v, raw: old}, false, nil
 	}
 	if m, ok := strings.CutPrefix(old, "s:"); ok {
-		st := StepState{StartedBy: m, Age: -1, raw: old}
+		st := StepState{StartedBy: m, raw: old}
 		if i := strings.LastIndexByte(m, '@'); i >= 0 {
 			st.StartedBy = m[:i]
 		}
-		st.Age = s.age(ctx, op.key)
-		return st, nil
+		st.Age, gone, err = s.age(ctx, op.key)
+		if err != nil {
+			return StepState{}, false, fmt.Errorf("reading the age of the %s record of %s: %w", step, id, err)
+		}
+		return st, gone, nil
 	}
-	return StepState{}, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
+	return StepState{}, false, fmt.Errorf("the %s record of %s holds %q, not a step record", step, id, old)
 }
 
 // age is how long ago key's started mark was written, by the TTL it has
-// left, or -1 if that cannot be read. Begin asks only when it found a
+// left, or -1 if the TTL does not say. Begin asks only when it found a
 // mark, in a round trip of its own: nearly every step is begun afresh, and
 // a PTTL in every Begin's round trip was a third of the step records'
 // commands. The record may change in between: a take-over gives it a
-// fresh TTL (it reads younger: waited for longer), a record keeps the TTL,
-// and a mark gone reads -1 (old: the service is asked).
-func (s *RedisSteps) age(ctx context.Context, key string) time.Duration {
+// fresh TTL (it reads younger: waited for longer), a record keeps the TTL.
+// A mark gone is not old (gone): its copy, told no by the service,
+// abandoned it and may have begun again under the same mark, which a
+// take-over of the mark read would replace while that copy's call is in
+// flight. An age that cannot be read is an error, not an old mark, for
+// the same reason.
+func (s *RedisSteps) age(ctx context.Context, key string) (age time.Duration, gone bool, err error) {
 	op := &stepOp{kind: opAge, key: key}
-	if s.do(ctx, op) != nil {
-		return -1
+	if err := s.do(ctx, op); err != nil {
+		return 0, false, err
 	}
-	if left, err := op.ttl.Result(); err == nil && left > 0 && left <= s.ttl {
-		return s.ttl - left
+	left, err := op.ttl.Result()
+	switch {
+	case err != nil:
+		return 0, false, err
+	case left == -2: // no such key
+		return 0, true, nil
+	case left > 0 && left <= s.ttl:
+		return s.ttl - left, false, nil
 	}
-	return -1
+	return -1, false, nil
 }
 
 // takeOver sets KEYS[1] to ARGV[2], with a fresh TTL of ARGV[3] ms (its
