@@ -159,9 +159,14 @@ func HTTPBackends(base string, client *http.Client) Backends {
 	traced.Transport = flow.TracedTransport(client.Transport)
 	traced.Timeout = 0
 	c := &httpClient{base: base, cl: &traced, timeout: client.Timeout}
-	switch client.Transport.(type) {
-	case nil, *http.Transport:
-		// Neither writes to a request's headers; a cookie jar would.
+	rt := client.Transport
+	if rt == nil {
+		// What the client sends through: a program may have replaced it
+		// with a wrapper of its own, which may write to the headers.
+		rt = http.DefaultTransport
+	}
+	if _, ok := rt.(*http.Transport); ok {
+		// It does not write to a request's headers; a cookie jar would.
 		c.sharedHeader = client.Jar == nil
 	}
 	return Backends{Accounts: httpAccounts{c}, Packages: httpPackages{c}, ThirdParty: httpThirdParty{c},
