@@ -3,6 +3,7 @@ package delivery
 import (
 	"context"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/internal/testenv"
 )
 
@@ -134,5 +136,70 @@ func TestMarkGoneAndBackIsNotStale(t *testing.T) {
 	}
 	if n := ledger.Created("drones", "age-aba"); n != 1 {
 		t.Fatalf("drone booked %d times, want once: a mark gone and back between Begin and its age was taken for stale", n)
+	}
+}
+
+// heldAbandon is a step store whose abandons wait for hold: the worker
+// cannot reach Redis for a while when its copy abandons its mark.
+type heldAbandon struct {
+	StepStore
+	hold chan struct{}
+}
+
+func (s *heldAbandon) Abandon(ctx context.Context, id string, step Step, mark string) error {
+	<-s.hold
+	return s.StepStore.Abandon(context.Background(), id, step, mark)
+}
+
+// Copy A is told no by the drone service, and its abandon of its mark is
+// held up (its worker cannot reach Redis) until the mark is stale. Copy B
+// finds the stale mark and asks the service (not booked); meanwhile A's
+// abandon lands and A's retry begins the step again and calls. B's
+// take-over of the mark it read must fail: had A's retry begun under the
+// same mark, the record would hold what B read, B would take over A's
+// retry's mark and book while A's call is in flight.
+func TestRetryAfterAnAbandonMarksAnew(t *testing.T) {
+	store, ledger, b, call := droneStep(t)
+	const staleAfter = 200 * time.Millisecond
+	aStore := &heldAbandon{StepStore: store, hold: make(chan struct{})}
+	inFlight, land := make(chan struct{}), make(chan struct{})
+	calls := 0
+	aCall := func(ctx context.Context, p *Progress) error {
+		calls++
+		if calls == 1 {
+			return &flow.HTTPError{Status: http.StatusServiceUnavailable} // no booking
+		}
+		close(inFlight)
+		<-land
+		return call(context.Background(), p) // the booking lands, whatever the caller's deadline
+	}
+	booking := func(ctx context.Context, p *Progress) (string, bool, error) {
+		return b.Drones.Booking(ctx, p.Request.ID)
+	}
+	a := &recordedStep{store: aStore, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: aCall,
+		staleAfter: staleAfter, lookup: booking}
+	req := Request{ID: "abandoned", Pickup: Location{Lat: 1, Lon: 1}}
+	ctx := context.Background()
+	pa := &Progress{Request: req}
+	aErr := make(chan error, 1)
+	go func() { aErr <- a.run(ctx, pa) }()
+	time.Sleep(staleAfter + 100*time.Millisecond) // A's mark, still there, is stale
+	bStep := &recordedStep{store: store, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: call,
+		staleAfter: staleAfter, lookup: func(ctx context.Context, p *Progress) (string, bool, error) {
+			close(aStore.hold)
+			t.Logf("copy A, told no: %v", <-aErr)
+			go func() { aErr <- a.run(ctx, pa) }()
+			<-inFlight
+			return booking(ctx, p)
+		}}
+	if err := bStep.run(ctx, &Progress{Request: req}); err != nil {
+		t.Logf("copy B: %v", err)
+	}
+	close(land)
+	if err := <-aErr; err != nil {
+		t.Logf("copy A's retry: %v", err)
+	}
+	if n := ledger.Created("drones", "abandoned"); n != 1 {
+		t.Fatalf("drone booked %d times, want once", n)
 	}
 }
