@@ -189,6 +189,10 @@ func (r *recordedStep) run(ctx context.Context, p *Progress) error {
 		if err := r.wait.wait(ctx, true, func(ctx context.Context) error { return r.store.Abandon(ctx, id, step, p.mark) }); err != nil {
 			return err
 		}
+		// The retry marks the step under a new mark: a copy that read this
+		// one (stale, if the abandon was held up) and asks the service
+		// meanwhile must not find it again and take over the retry's call.
+		p.mark = newMark()
 		return callErr
 	}
 }
