@@ -55,11 +55,12 @@ import (
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
 // requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
-// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory where each worker's
-// CPU profile of each run is written (<worker>-<rate>.pprof): the
-// hand-written worker's of its whole run, sluice's of the load's duration,
-// fetched from its /debug/pprof/profile (-pprof), and beside it what sluice
-// allocated over the load (sluice-<rate>.allocs.pprof, from
+// (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory
+// where each worker's CPU profile of each run is written
+// (<worker>-<rate>.pprof): the hand-written worker's of its whole run,
+// sluice's over the load (over its first half for backlog), fetched from
+// its /debug/pprof/profile (-pprof), and beside it what sluice allocated
+// over the same time (sluice-<rate>.allocs.pprof, from
 // /debug/pprof/allocs).
 func runCompare(b *testing.B, bin string) {
 	hw := buildHandwritten(b)
@@ -185,7 +186,13 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	if backlog {
 		sent = produce()
 	}
-	w := startCompared(b, s, impl, hw, label, load)
+	profiled := load
+	if backlog {
+		// The backlog may drain in less than the time it took to produce:
+		// a profile longer than the worker's life would end with it.
+		profiled = load / 2
+	}
+	w := startCompared(b, s, impl, hw, label, profiled)
 	start := time.Now()
 	if !backlog {
 		sent = produce()
@@ -222,8 +229,9 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 
 // startCompared starts a fresh incarnation of impl as the scheduler,
 // profiled into SLUICE_DEPLOYED_PROFILE if set (<impl>-<label>.pprof; the
-// hand-written worker's over its whole life, sluice's over load from now).
-func startCompared(b *testing.B, s *deployment.System, impl, hw, label string, load time.Duration) *deployed.Worker {
+// hand-written worker's over its whole life, sluice's over the given
+// duration from now).
+func startCompared(b *testing.B, s *deployment.System, impl, hw, label string, profiled time.Duration) *deployed.Worker {
 	dir := os.Getenv("SLUICE_DEPLOYED_PROFILE")
 	if impl == "handwritten" {
 		args := []string{"-brokers", s.Brokers, "-backends", s.Services, "-redis", s.Redis.Addr,
@@ -238,8 +246,8 @@ func startCompared(b *testing.B, s *deployment.System, impl, hw, label string, l
 		return s.StartWorker("delivery", flags...)
 	}
 	w := s.StartWorker("delivery", append(flags, "-pprof")...)
-	prof := profileWorker(b, w, "profile", load, filepath.Join(dir, "sluice-"+label+".pprof"))
-	allocs := profileWorker(b, w, "allocs", load, filepath.Join(dir, "sluice-"+label+".allocs.pprof"))
+	prof := profileWorker(b, w, "profile", profiled, filepath.Join(dir, "sluice-"+label+".pprof"))
+	allocs := profileWorker(b, w, "allocs", profiled, filepath.Join(dir, "sluice-"+label+".allocs.pprof"))
 	b.Cleanup(func() {
 		if err := errors.Join(<-prof, <-allocs); err != nil {
 			b.Errorf("profiling the sluice scheduler: %v", err)
