@@ -106,9 +106,10 @@ bench-sensors:
 # a Redis outage, and services answering 500, slow, or down (about 19
 # minutes; one scenario alone: make bench-delivery-deployed
 # SCENARIO=services_down). SCENARIO=compare runs a scheduler written by
-# hand without sluice (benchmarks/handwritten/scheduler) and then sluice's
-# on the same processes at 500, 1,000 requests/s and saturation (about 6
-# minutes; SLUICE_DEPLOYED_LOAD=5s shortens each load).
+# hand without sluice (benchmarks/handwritten/scheduler) and sluice's,
+# taking turns, on the same processes at 500, 1,000 and 3,000 requests/s
+# and draining a backlog (about 5 minutes; SLUICE_DEPLOYED_LOAD=5s
+# shortens each load).
 SCENARIO ?=
 bench-delivery-deployed:
 	cd benchmarks && $(GO) test -run '^$$' -bench 'BenchmarkDeliveryDeployed$(if $(SCENARIO),/$(SCENARIO)$$)' -benchtime 1x -timeout 30m .

@@ -46,7 +46,7 @@ import (
 // Each reports completed/s (drain included), completed_share, p50_ms and
 // p99_ms (the worker's end-to-end histogram, record timestamp to outcome;
 // the hand-written worker waits out a 429's Retry-After in place, the
-// sluice one parks the request and replays it 2 s later),
+// sluice one parks the request and replays it 1-1.2 s later),
 // p99_unthrottled_ms and p99_throttled_ms (the verification's measure,
 // the same for both workers: produce to the deliveries record, over the
 // requests never answered 429 and over those answered 429 at least once),
