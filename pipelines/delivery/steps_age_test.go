@@ -95,14 +95,20 @@ func TestMarkWhoseAgeIsUnreadIsNotStale(t *testing.T) {
 		return err
 	}}
 	b, ledger, sim, _ := ageRace(t, "age-unread", hook)
-	ctx := context.Background()
-	_ = b.run(ctx, &Progress{Request: Request{ID: "age-unread"}})
-	// Copy A's call, in flight all along, lands.
-	if _, err := sim.Drones.Schedule(ctx, "age-unread", Location{}); err != nil {
+	_ = b.run(context.Background(), &Progress{Request: Request{ID: "age-unread"}})
+	bookedOnce(t, ledger, sim, "age-unread", "a fresh mark whose age was not read was taken for stale")
+}
+
+// bookedOnce lets copy A's call for id, in flight all along, land, and
+// checks that the drone was booked once; why says what a second booking
+// means.
+func bookedOnce(t *testing.T, ledger *Ledger, sim Backends, id, why string) {
+	t.Helper()
+	if _, err := sim.Drones.Schedule(context.Background(), id, Location{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := ledger.Created("drones", "age-unread"); n != 1 {
-		t.Fatalf("drone booked %d times, want once: a fresh mark whose age was not read was taken for stale", n)
+	if n := ledger.Created("drones", id); n != 1 {
+		t.Fatalf("drone booked %d times, want once: %s", n, why)
 	}
 }
 
@@ -129,14 +135,8 @@ func TestMarkGoneAndBackIsNotStale(t *testing.T) {
 	}}
 	b, ledger, sim, cl := ageRace(t, "age-aba", hook)
 	other = cl
-	ctx := context.Background()
-	_ = b.run(ctx, &Progress{Request: Request{ID: "age-aba"}})
-	if _, err := sim.Drones.Schedule(ctx, "age-aba", Location{}); err != nil {
-		t.Fatal(err)
-	}
-	if n := ledger.Created("drones", "age-aba"); n != 1 {
-		t.Fatalf("drone booked %d times, want once: a mark gone and back between Begin and its age was taken for stale", n)
-	}
+	_ = b.run(context.Background(), &Progress{Request: Request{ID: "age-aba"}})
+	bookedOnce(t, ledger, sim, "age-aba", "a mark gone and back between Begin and its age was taken for stale")
 }
 
 // heldAbandon is a step store whose abandons wait for hold: the worker
