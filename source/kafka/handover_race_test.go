@@ -86,16 +86,7 @@ func TestHandoverWaitsForRecordsBeingSentWhenItBegins(t *testing.T) {
 	_, stopB := member(nil)
 	eventually(t, "A revoking its partition", func() bool { return a.Stats().Revoked > 0 })
 	release()
-	eventually(t, "every record processed", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == n
-	})
-	stopA()
-	stopB()
-	mu.Lock()
-	defer mu.Unlock()
-	twice := processedTwice(seen)
+	twice := processedTwiceOnceAll(t, &mu, seen, n, stopA, stopB)
 	if st := a.Stats(); twice > 0 {
 		t.Fatalf("%d records processed twice with HandoverWait 30 s; A's revocations %d, settles ignored as late %d", twice, st.Revoked, st.LateSettles)
 	}

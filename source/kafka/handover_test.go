@@ -50,16 +50,7 @@ func TestGracefulHandoverProcessesNothingTwice(t *testing.T) {
 		return len(a.Stats().Partitions) == 4 && len(seen) > 40
 	})
 	_, stopB := member(0)
-	eventually(t, "every record processed", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) == n
-	})
-	stopA()
-	stopB()
-	mu.Lock()
-	defer mu.Unlock()
-	twice := processedTwice(seen)
+	twice := processedTwiceOnceAll(t, &mu, seen, n, stopA, stopB)
 	if st := a.Stats(); twice > 0 || st.Revoked == 0 {
 		t.Fatalf("%d records processed twice; A's revocations %d, settles ignored as late %d", twice, st.Revoked, st.LateSettles)
 	}
@@ -87,6 +78,23 @@ func runCounting(t *testing.T, src *kafka.Source, opts []stream.Option, each fun
 		}
 		src.Close(context.Background())
 	}
+}
+
+// processedTwiceOnceAll waits until all n records are in seen (guarded by
+// mu), stops the members, and counts the records processed twice.
+func processedTwiceOnceAll(t *testing.T, mu *sync.Mutex, seen map[string]int, n int, stops ...func()) int {
+	t.Helper()
+	eventually(t, "every record processed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == n
+	})
+	for _, stop := range stops {
+		stop()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return processedTwice(seen)
 }
 
 // processedTwice counts the records of seen (times processed, by value)

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/source/kafka"
@@ -35,16 +34,7 @@ func TestConsumerProtocolAcceptsOnlyBalancersThatJoinIt(t *testing.T) {
 		c.Protocol, c.Balancer = kafka.ProtocolConsumer, loggedBalancer{kgo.RangeBalancer()}
 	})
 	consume(t, src, 100, nil)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range resp.Groups {
+	for _, g := range listGroups(t, brokers) {
 		if g.Group == "wrapped" && g.GroupType != "consumer" {
 			t.Fatalf("Validate accepted Protocol: ProtocolConsumer with a balancer named %q, and the group was joined with the %q protocol",
 				cfg.Balancer.ProtocolName(), g.GroupType)

@@ -33,6 +33,20 @@ func TestConsumerProtocolJoinsAConsumerGroup(t *testing.T) {
 	if total != 1000 {
 		t.Fatalf("committed offsets add to %d, want 1000", total)
 	}
+	var types []string
+	for _, g := range listGroups(t, brokers) {
+		if g.Group == "kip848" {
+			types = append(types, g.GroupType)
+		}
+	}
+	if len(types) != 1 || types[0] != "consumer" {
+		t.Fatalf("group kip848 listed with types %v, want [consumer]", types)
+	}
+}
+
+// listGroups lists the groups the brokers know, with their protocols.
+func listGroups(t *testing.T, brokers []string) []kmsg.ListGroupsResponseGroup {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -42,15 +56,7 @@ func TestConsumerProtocolJoinsAConsumerGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var types []string
-	for _, g := range resp.Groups {
-		if g.Group == "kip848" {
-			types = append(types, g.GroupType)
-		}
-	}
-	if len(types) != 1 || types[0] != "consumer" {
-		t.Fatalf("group kip848 listed with types %v, want [consumer]", types)
-	}
+	return resp.Groups
 }
 
 // Under the consumer protocol the broker assigns: a client-side balancer

@@ -34,15 +34,7 @@ func TestStoreASecondStealKeepsAStalePreviousOfALiveOwner(t *testing.T) {
 		ctx := context.Background()
 		s := newMemStore(tExpiration) // 3 s
 		const p = 0
-		claim := func(id string) ownership.Lease {
-			t.Helper()
-			o := rowOf(t, s, id, p)
-			won, err := s.Claim(ctx, id, []ownership.Claim{{Partition: p, Version: o.Version}})
-			if err != nil || len(won) != 1 {
-				t.Fatalf("%s's claim: %v %v", id, won, err)
-			}
-			return won[0]
-		}
+		claim := func(id string) ownership.Lease { return claimOne(t, s, id, p) }
 		renew := func(id string, l ownership.Lease) ownership.Outcome {
 			t.Helper()
 			_, outs, err := s.Renew(ctx, id, []int32{p}, []ownership.Lease{l})
@@ -166,15 +158,7 @@ func TestStoreAcknowledgementAfterARewindAndASteal(t *testing.T) {
 		ctx := context.Background()
 		s := newMemStore(tExpiration)
 		const p = 0
-		claim := func(id string) ownership.Lease {
-			t.Helper()
-			o := rowOf(t, s, id, p)
-			won, err := s.Claim(ctx, id, []ownership.Claim{{Partition: p, Version: o.Version}})
-			if err != nil || len(won) != 1 {
-				t.Fatalf("%s's claim: %v %v", id, won, err)
-			}
-			return won[0]
-		}
+		claim := func(id string) ownership.Lease { return claimOne(t, s, id, p) }
 		a1 := claim("a")
 		time.Sleep(500 * time.Millisecond)
 		if err := s.SetCheckpoint(ctx, p, 0); err != nil { // an operator's rewind
@@ -196,4 +180,16 @@ func TestStoreAcknowledgementAfterARewindAndASteal(t *testing.T) {
 				o.Previous, o.PreviousAge)
 		}
 	})
+}
+
+// claimOne claims partition p for id at the version id reads, and fails
+// the test unless the claim is won.
+func claimOne(t *testing.T, s ownership.Store, id string, p int32) ownership.Lease {
+	t.Helper()
+	o := rowOf(t, s, id, p)
+	won, err := s.Claim(context.Background(), id, []ownership.Claim{{Partition: p, Version: o.Version}})
+	if err != nil || len(won) != 1 {
+		t.Fatalf("%s's claim: %v %v", id, won, err)
+	}
+	return won[0]
 }
