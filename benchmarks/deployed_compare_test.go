@@ -28,9 +28,11 @@ import (
 // sluice scheduler writes them, commits of contiguous done offsets) and
 // `sluice run delivery` (default flags), rate by rate, taking turns at
 // going first (the hand-written worker first at 500 and max, sluice at
-// 1,000 and backlog; SLUICE_COMPARE_SLUICE_FIRST swaps every pair), on
-// one set of processes (services, broker, redis-server, supervisor):
-// compare/handwritten/<rate> and compare/sluice/<rate> at 500 and 1,000
+// 1,000 and backlog; SLUICE_COMPARE_SLUICE_FIRST swaps every pair), each
+// pair run again in the other order (SLUICE_COMPARE_ROUNDS, default 2:
+// A B B A), on one set of processes (services, broker, redis-server,
+// supervisor): compare/handwritten/<rate>/<round> and
+// compare/sluice/<rate>/<round> at 500 and 1,000
 // requests/s, at max (the load generator at SLUICE_DEPLOYED_MAX
 // requests/s, default 3,000, about what either worker completes on 2
 // cores beside it) and backlog: the load of max produced while no
@@ -54,13 +56,15 @@ import (
 // worker_cpu_us/req (user+system CPU of the worker per request sent),
 // worker_peak_rss_mb (VmHWM), and lost, twice (side effects created more
 // than once during this run) and left from the verification of this run's
-// requests. SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
+// requests; then compare/sluice_vs_handwritten/<rate> reports each
+// worker's means over its runs and their ratios (cpu_ratio,
+// completed_ratio). SLUICE_COMPARE_FLAGS adds flags to `sluice run delivery`
 // (e.g. "-latency-target 1s"). SLUICE_DEPLOYED_PROFILE names a directory
 // where each worker's CPU profile of each run is written
-// (<worker>-<rate>.pprof): the hand-written worker's of its whole run,
+// (<worker>-<rate>-<round>.pprof): the hand-written worker's of its whole run,
 // sluice's over the load (over its first half for backlog), fetched from
 // its /debug/pprof/profile (-pprof), and beside it what sluice allocated
-// over the same time (sluice-<rate>.allocs.pprof, from
+// over the same time (sluice-<rate>-<round>.allocs.pprof, from
 // /debug/pprof/allocs).
 func runCompare(b *testing.B, bin string) {
 	hw := buildHandwritten(b)
@@ -96,21 +100,77 @@ func runCompare(b *testing.B, bin string) {
 	// 325–332 µs on its second and third run in a row). Run in two
 	// blocks, every row of the second worker paid for the first's.
 	sluiceFirst := os.Getenv("SLUICE_COMPARE_SLUICE_FIRST") != ""
+	// Rounds: each rate runs the pair again in the other order (ABBA), so
+	// that a drift over the run (what a run leaves the shared processes)
+	// weighs on both workers alike, and each worker's figure is the mean
+	// of its runs.
+	rounds := 2
+	if v := os.Getenv("SLUICE_COMPARE_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("SLUICE_COMPARE_ROUNDS: %q is not a positive count", v)
+		}
+		rounds = n
+	}
+	got := map[string]map[string][]comparedRun{}
 	for i, r := range rates {
-		impls := []string{"handwritten", "sluice"}
-		if (i%2 == 1) != sluiceFirst {
-			impls[0], impls[1] = impls[1], impls[0]
+		got[r.name] = map[string][]comparedRun{}
+		for round := 1; round <= rounds; round++ {
+			impls := []string{"handwritten", "sluice"}
+			if (i%2 == 1) != sluiceFirst != (round%2 == 0) {
+				impls[0], impls[1] = impls[1], impls[0]
+			}
+			for _, impl := range impls {
+				// compare/<impl>/<rate>/<round>: a name with a slash is
+				// matched level by level, as if the runs were nested.
+				b.Run(fmt.Sprintf("%s/%s/%d", impl, r.name, round), func(b *testing.B) {
+					for b.Loop() {
+						loads++
+						run := compareRun(b, s, impl, hw, r.rate, r.backlog, load, loads*idsPerLoad, fmt.Sprintf("%s-%d", r.name, round))
+						got[r.name][impl] = append(got[r.name][impl], run)
+					}
+				})
+			}
 		}
-		for _, impl := range impls {
-			// compare/<impl>/<rate>: a name with a slash is matched level
-			// by level, as if the runs were nested.
-			b.Run(impl+"/"+r.name, func(b *testing.B) {
-				for b.Loop() {
-					loads++
-					compareRun(b, s, impl, hw, r.rate, r.backlog, load, loads*idsPerLoad)
-				}
-			})
+	}
+	logComparison(b, got)
+}
+
+// comparedRun is what one worker did in one run of the comparison.
+type comparedRun struct {
+	completedPerS, cpuPerReq float64
+}
+
+// logComparison reports, rate by rate, each worker's mean over its runs
+// and sluice's ratio to the hand-written worker, as the benchmark
+// compare/sluice_vs_handwritten/<rate>.
+func logComparison(b *testing.B, got map[string]map[string][]comparedRun) {
+	mean := func(rs []comparedRun) (c, u float64) {
+		for _, r := range rs {
+			c += r.completedPerS / float64(len(rs))
+			u += r.cpuPerReq / float64(len(rs))
 		}
+		return c, u
+	}
+	for _, rate := range []string{"500", "1000", "max", "backlog"} {
+		hw, sl := got[rate]["handwritten"], got[rate]["sluice"]
+		if len(hw) == 0 || len(sl) == 0 {
+			continue
+		}
+		hc, hu := mean(hw)
+		sc, su := mean(sl)
+		b.Run("sluice_vs_handwritten/"+rate, func(b *testing.B) {
+			for b.Loop() {
+			}
+			b.ReportMetric(su, "sluice_cpu_us/req")
+			b.ReportMetric(hu, "handwritten_cpu_us/req")
+			b.ReportMetric(su/hu, "cpu_ratio")
+			b.ReportMetric(sc, "sluice_completed/s")
+			b.ReportMetric(hc, "handwritten_completed/s")
+			b.ReportMetric(sc/hc, "completed_ratio")
+			b.ReportMetric(float64(min(len(sl), len(hw))), "runs")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
 
@@ -164,7 +224,8 @@ const idsPerLoad = 100_000_000
 // and reports. With backlog, the load is produced first, while no
 // scheduler runs, and the run counts from the worker's start: what it
 // completes a second with a backlog and nothing else loading the machine.
-func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, backlog bool, load time.Duration, firstID int) {
+func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float64, backlog bool, load time.Duration, firstID int,
+	label string) comparedRun {
 	s.Worker("delivery").Stop(syscall.SIGTERM)
 	ctx := context.Background()
 	before, err := s.LedgerTotals(ctx)
@@ -177,10 +238,6 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 			b.Fatal(err)
 		}
 		return sent
-	}
-	label := fmt.Sprint(rate)
-	if backlog {
-		label = "backlog"
 	}
 	var sent *loadgen.Sent
 	if backlog {
@@ -214,17 +271,20 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	cpu := w.Stop(syscall.SIGTERM)
 	b.Logf("%s", sum)
 	deliverable := float64(max(1, sum.Deliverable))
-	b.ReportMetric(float64(sum.Completed)/elapsed.Seconds(), "completed/s")
+	run := comparedRun{completedPerS: float64(sum.Completed) / elapsed.Seconds(),
+		cpuPerReq: float64(cpu.Microseconds()) / math.Max(1, float64(sent.Total()))}
+	b.ReportMetric(run.completedPerS, "completed/s")
 	b.ReportMetric(float64(sum.Completed)/deliverable, "completed_share")
 	b.ReportMetric(1000*h.Quantile(0.5), "p50_ms")
 	b.ReportMetric(1000*h.Quantile(0.99), "p99_ms")
 	reportByThrottling(b, sum)
 	b.ReportMetric(drain.Seconds(), "drain_s")
-	b.ReportMetric(float64(cpu.Microseconds())/math.Max(1, float64(sent.Total())), "worker_cpu_us/req")
+	b.ReportMetric(run.cpuPerReq, "worker_cpu_us/req")
 	b.ReportMetric(float64(rss)/(1<<20), "worker_peak_rss_mb")
 	b.ReportMetric(float64(sum.Lost), "lost")
 	b.ReportMetric(float64(sum.Twice-before.Twice()), "twice")
 	b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
+	return run
 }
 
 // startCompared starts a fresh incarnation of impl as the scheduler,
