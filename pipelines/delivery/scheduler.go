@@ -111,7 +111,7 @@ func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.
 	} else {
 		reqs = stream.From(g, cfg.Source, stream.Name("requests"))
 	}
-	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("parse"))
+	valid := stream.Via(reqs, parse(cfg.Levels != nil, false, cfg.LevelStats), stream.Name("parse"))
 	if cfg.ParkTopic == "" {
 		return valid, cfg.Committer
 	}
@@ -130,7 +130,7 @@ func readReplays(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.R
 		// priority or its tier says.
 		due = stream.Via(due, flow.Prioritize(Levels, func([]byte) (int, error) { return Normal, nil }), stream.Name("replay-level"))
 	}
-	parsed := stream.Via(due, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("replay-parse"))
+	parsed := stream.Via(due, parse(cfg.Levels != nil, true, cfg.LevelStats), stream.Name("replay-parse"))
 	late := &lateReplays{horizon: cfg.DefaultHorizon, now: time.Now}
 	return stream.Via(parsed, late.stage(), stream.Name("replay-deadline"))
 }
@@ -248,6 +248,11 @@ func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWa
 		// keyed by owner or by content, do not (url.full has no query).
 		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 			sp.SetAttributes(attribute.String("sluice.delivery.id", p.Request.ID))
+		}
+		if slices.Contains(p.Done, step) {
+			// Done before this request was parked (its replay carries its
+			// steps done, resumeProgress): what the step found is on p.
+			return p, nil
 		}
 		if err := fn(ctx, p); err != nil {
 			return p, err
