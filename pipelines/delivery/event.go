@@ -21,9 +21,9 @@ import (
 
 // HeaderProgress carries a failure event's steps done, as JSON:
 // {"done":["check_account",...],"third_party":true,"tier":"paying","drone_id":"..."}.
-// A parked request's record carries its steps done in it too, which its
-// replay skips (see resumeProgress); on a record read from anywhere but
-// the park topic it is ignored.
+// A parked request's record carries its steps done in it too (without
+// stage and reason), which its replay skips; on a record read from
+// anywhere but the park topic it is ignored.
 const HeaderProgress = "sluice-progress"
 
 // HeaderReencoded is on a failure event or a parked request whose record

@@ -96,7 +96,8 @@ func (cfg *SchedulerConfig) graphOptions() []stream.Option {
 // A request travels the steps as one *Progress: each step records what
 // it did in place, only on success, so a retry or a failure still sees
 // the steps done before it. It keeps the record's bytes, which a
-// parking writes back as they came.
+// parking writes back as they came, with the steps done beside them
+// for its replay to skip.
 func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.Recovery) (stream.Stream[*Progress], stream.Committer) {
 	var reqs stream.Stream[[]byte]
 	if cfg.Levels != nil {
@@ -291,6 +292,8 @@ func recordStep(st namedStep, cfg SchedulerConfig, waiter *storeWaiter) (fn step
 
 // ahead is how long a request's steps take at most now: the sum of their
 // attempt timeouts, which a replay must have left before its deadline.
+// All five, even for a replay that will skip the steps it did before its
+// parking: a conservative bound, the same for every replay.
 func (s *Scheduler) ahead() time.Duration {
 	var d time.Duration
 	for _, a := range s.Steps {
