@@ -244,16 +244,16 @@ func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWa
 	if backlog != nil {
 		aopts = append(aopts, flow.LaneScaling(0, backlog))
 	}
+	// A step done before its request was parked (a replay carries its
+	// steps done, resumeProgress) is not called again: what it found is
+	// on p. Its service hears nothing of it, nor does its breaker, which
+	// lets it pass while refusing the calls.
+	aopts = append(aopts, flow.SkipCall(func(p *Progress) (*Progress, bool) { return p, slices.Contains(p.Done, step) }))
 	call := func(ctx context.Context, p *Progress) (*Progress, error) {
 		// The step's span names the request: the URLs of the checks,
 		// keyed by owner or by content, do not (url.full has no query).
 		if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 			sp.SetAttributes(attribute.String("sluice.delivery.id", p.Request.ID))
-		}
-		if slices.Contains(p.Done, step) {
-			// Done before this request was parked (its replay carries its
-			// steps done, resumeProgress): what the step found is on p.
-			return p, nil
 		}
 		if err := fn(ctx, p); err != nil {
 			return p, err
