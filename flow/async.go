@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +21,7 @@ var ErrCallTimeout = errors.New("sluice: call timed out")
 type Async[In, Out any] struct {
 	parallelism int
 	fn          func(context.Context, In) (Out, error)
+	skip        func(In) (Out, bool) // SkipCall's
 	o           asyncOptions
 	key         func(*stream.Message[In]) string
 	err         error
@@ -32,6 +34,7 @@ type Async[In, Out any] struct {
 	delayed                          atomic.Int64
 	retries                          [len(reasons)]atomic.Int64
 	exhausted, noBudget              atomic.Int64
+	skipped                          atomic.Int64
 }
 
 // MapAsync returns a flow that calls fn for each message on up to
@@ -56,6 +59,14 @@ func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, e
 	}
 	if a.o.window == 0 {
 		a.o.window = 2 * max(parallelism, 1)
+	}
+	if a.o.skip != nil {
+		skip, ok := a.o.skip.(func(In) (Out, bool))
+		if !ok {
+			a.err = &stream.ConfigError{Stage: "map-async", Argument: "SkipCall", Reason: fmt.Sprintf("is a %T, the stage needs a func(%v) (%v, bool)",
+				a.o.skip, reflect.TypeFor[In](), reflect.TypeFor[Out]())}
+		}
+		a.skip = skip
 	}
 	if k := a.o.keyFn; k != nil {
 		a.key = func(m *stream.Message[In]) string { return k(&m.Envelope) }

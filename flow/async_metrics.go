@@ -58,6 +58,7 @@ func (a *Async[In, Out]) Instrument(stage string, m stream.Meter) {
 		w.Counter("sluice_retries_exhausted_total", "Messages whose transient failure outlasted the retry policy (then parked).", float64(st.Exhausted), l)
 		w.Counter("sluice_retry_budget_refused_total", "Retries the retry budget refused.", float64(st.NoBudget), l)
 		w.Counter("sluice_async_refused_total", "Attempts the circuit breaker refused: no call was made.", float64(st.Refused), l)
+		w.Counter("sluice_async_skipped_total", "Messages that needed no call (SkipCall): their work was done before.", float64(st.Skipped), l)
 	})
 	if a.o.breaker != nil {
 		m.Include(a.o.breaker, stage)

@@ -38,6 +38,7 @@ type asyncOptions struct {
 	lanes        *laneConfig
 	laneDrain    time.Duration
 	laneBacklog  func(level int) int64
+	skip         any // SkipCall's func(In) (Out, bool), checked by MapAsync
 }
 
 // InOrder emits results in input order (Akka's mapAsync): calls still run
@@ -142,6 +143,19 @@ type CallInfo struct {
 	// sampled; "" otherwise. The stage's call histogram keeps it as an
 	// exemplar.
 	TraceID string
+}
+
+// SkipCall gives the result of a message that needs no call, its work
+// done before (a step a replayed request did before it was parked, say):
+// when fn reports true, the message leaves with fn's result and no call
+// is made. Nothing that tells of the service hears of it: the Breaker
+// neither counts it nor refuses it, the limiter, adaptive timeouts, retry
+// Budget, call statistics, OnCall and OnDone see nothing, and the
+// message leaves with Attempt 0. fn runs on the stage's workers before each first attempt,
+// and must be quick; a panic in it fails the message. Its types must be
+// the stage's: Validate names the mismatch.
+func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
+	return func(o *asyncOptions) { o.skip = fn }
 }
 
 // Retry retries calls that fail transiently (the policy's Classify: its

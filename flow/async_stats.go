@@ -28,6 +28,8 @@ type AsyncStats struct {
 	// counts attempts the Breaker refused: no call was made, so they are
 	// neither calls nor failed calls.
 	Calls, Failed, Timeouts, Refused int64
+	// Skipped counts messages that needed no call (SkipCall).
+	Skipped int64
 	// Delayed is the number of messages waiting for their next attempt.
 	Delayed int64
 	// Retries counts retries scheduled, by reason.
@@ -43,7 +45,7 @@ type AsyncStats struct {
 func (a *Async[In, Out]) Stats() AsyncStats {
 	st := AsyncStats{
 		InFlight: a.inFlight.Load(), Waiting: a.waiting.Load(), Limit: a.limit.Load(),
-		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(), Refused: a.refused.Load(),
+		Calls: a.calls.Load(), Failed: a.failed.Load(), Timeouts: a.timeouts.Load(), Refused: a.refused.Load(), Skipped: a.skipped.Load(),
 		Delayed: a.delayed.Load(), Exhausted: a.exhausted.Load(), NoBudget: a.noBudget.Load(),
 		Retries: map[stream.Reason]int64{},
 	}

@@ -20,7 +20,10 @@ import (
 // HeaderProgress: the steps that succeeded, which the supervisor undoes.
 
 // HeaderProgress carries a failure event's steps done, as JSON:
-// {"done":["check_account",...],"third_party":true,"drone_id":"..."}.
+// {"done":["check_account",...],"third_party":true,"tier":"paying","drone_id":"..."}.
+// A parked request's record carries its steps done in it too (without
+// stage and reason), which its replay skips; on a record read from
+// anywhere but the park topic it is ignored.
 const HeaderProgress = "sluice-progress"
 
 // HeaderReencoded is on a failure event or a parked request whose record
@@ -56,6 +59,7 @@ const headerOverhead = 10
 type stepsDone struct {
 	Done       []Step `json:"done"`
 	ThirdParty bool   `json:"third_party,omitempty"`
+	Tier       Tier   `json:"tier,omitempty"`
 	DroneID    string `json:"drone_id,omitempty"`
 	Stage      string `json:"stage,omitempty"`
 	Reason     string `json:"reason,omitempty"`
@@ -82,7 +86,7 @@ func compensationRecord(topic string) kafkasink.Encoder[stream.Failure] {
 				kgo.RecordHeader{Key: HeaderCause, Value: []byte(causeOf(m.Value))})
 			return r, nil
 		}
-		state, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, DroneID: p.DroneID, Stage: m.Value.Stage, Reason: reason})
+		state, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, Tier: p.Tier, DroneID: p.DroneID, Stage: m.Value.Stage, Reason: reason})
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +211,7 @@ func DecodeCompensation(value []byte, header func(key string) []byte) (Compensat
 		c.Reason = fmt.Sprintf("%s (header %s does not decode: %v)", c.Reason, HeaderProgress, err)
 		return c, nil
 	}
-	c.Progress.Done, c.Progress.ThirdParty, c.Progress.DroneID = done.Done, done.ThirdParty, done.DroneID
+	c.Progress.Done, c.Progress.ThirdParty, c.Progress.Tier, c.Progress.DroneID = done.Done, done.ThirdParty, done.Tier, done.DroneID
 	if done.Stage != "" {
 		c.Stage, c.Reason = done.Stage, done.Reason
 	}

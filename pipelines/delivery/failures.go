@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -233,6 +234,11 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 				if m.Topic != j.parkTopic || j.parkTopic == "" {
 					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded, HeaderCause,
 						kafkasink.HeaderReplayed, kafkasink.HeaderReplayedTo)
+				} else if m.Header(HeaderProgress) != nil {
+					// A replay's steps done, as it was parked: its Progress
+					// has them now, with the steps it did since, which its
+					// compensation event or its next parking carries.
+					m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool { return h.Key == HeaderProgress })
 				}
 				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)]),
 					first: firstFailure(&m), backoff: backoff(&m)}
@@ -267,14 +273,28 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 		stream.To(outs[park], sink.Discard[judged](), stream.Name("park")) // never taken without parking
 		return
 	}
-	// A parked request is its record's bytes as they came, replayed from
-	// the start (the steps skip what is done); one too large for the park
-	// topic is re-encoded (compactRequest), never cut short.
-	raw := func(v judged) (stream.Failure, error) {
-		v.Failure.Value = v.Failure.Value.(*Progress).Raw
-		return v.Failure, nil
-	}
-	to(park, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, replayDelay(backoff), kafkasink.WithCompact(compactRequest)), raw)
+	// A parked request is its record's bytes as they came, with the steps
+	// it did and what they found (HeaderProgress, carryProgress): its
+	// replay goes through every step, and those done return at once. One
+	// too large for the park topic is re-encoded (compactRequest), never
+	// cut short.
+	raw := stream.Via(outs[park], stream.FlowFunc[judged, stream.Failure](func(ctx context.Context,
+		in *stream.Inlet[judged], out *stream.Outlet[stream.Failure]) error {
+		return stage.Loop(ctx, in, func(b *stream.Batch[judged]) (bool, error) {
+			for _, m := range b.Items {
+				f := m.Value.Failure
+				p := f.Value.(*Progress)
+				f.Value = p.Raw
+				m.Headers = carryProgress(m.Headers, p)
+				if err := out.Send(ctx, stream.WithValue(m, f)); err != nil {
+					return false, err
+				}
+			}
+			return false, nil
+		})
+	}), stream.Name("to-"+verdictStage[park]))
+	stream.To(raw, kafkasink.NewParkingFunc(cfg.Producer, cfg.ParkTopic, replayDelay(backoff), kafkasink.WithCompact(compactRequest)),
+		stream.Name(verdictStage[park]))
 }
 
 // firstFailure is when m's request first failed: its parking's record says

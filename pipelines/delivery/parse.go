@@ -18,9 +18,15 @@ import (
 // is malformed or invalid (an out-of-range priority included) fails as
 // it came, to be dead-lettered with its reason.
 //
+// With resume (the replays, read from the park topic, only), a record's
+// steps done (HeaderProgress, as its parking wrote them) are restored:
+// the steps skip them. A request from any other source starts from its
+// first step whatever its headers say: a producer's header is no proof
+// that a step was done.
+//
 // With stats, it records how long each request waited to be read: from
 // its record's timestamp to parse, by the level it was read at.
-func parse(keep bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
+func parse(keep, resume bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
 	return stream.FlowFunc[[]byte, *Progress](func(ctx context.Context, in *stream.Inlet[[]byte], out *stream.Outlet[*Progress]) error {
 		return stage.Loop(ctx, in, func(b *stream.Batch[[]byte]) (bool, error) {
 			if stats != nil {
@@ -36,6 +42,9 @@ func parse(keep bool, stats *LevelStats) stream.Flow[[]byte, *Progress] {
 				}
 				// Room for every step: recording one never allocates.
 				p := stream.WithValue(*m, &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: m.Value})
+				if resume {
+					resumeProgress(p.Value, m.Header(HeaderProgress))
+				}
 				switch {
 				case r.Priority != nil:
 					p.Priority = uint8(*r.Priority)

@@ -96,7 +96,8 @@ func (cfg *SchedulerConfig) graphOptions() []stream.Option {
 // A request travels the steps as one *Progress: each step records what
 // it did in place, only on success, so a retry or a failure still sees
 // the steps done before it. It keeps the record's bytes, which a
-// parking writes back as they came.
+// parking writes back as they came, with the steps done beside them
+// for its replay to skip.
 func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.Recovery) (stream.Stream[*Progress], stream.Committer) {
 	var reqs stream.Stream[[]byte]
 	if cfg.Levels != nil {
@@ -111,7 +112,7 @@ func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.
 	} else {
 		reqs = stream.From(g, cfg.Source, stream.Name("requests"))
 	}
-	valid := stream.Via(reqs, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("parse"))
+	valid := stream.Via(reqs, parse(cfg.Levels != nil, false, cfg.LevelStats), stream.Name("parse"))
 	if cfg.ParkTopic == "" {
 		return valid, cfg.Committer
 	}
@@ -130,7 +131,7 @@ func readReplays(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.R
 		// priority or its tier says.
 		due = stream.Via(due, flow.Prioritize(Levels, func([]byte) (int, error) { return Normal, nil }), stream.Name("replay-level"))
 	}
-	parsed := stream.Via(due, parse(cfg.Levels != nil, cfg.LevelStats), stream.Name("replay-parse"))
+	parsed := stream.Via(due, parse(cfg.Levels != nil, true, cfg.LevelStats), stream.Name("replay-parse"))
 	late := &lateReplays{horizon: cfg.DefaultHorizon, now: time.Now}
 	return stream.Via(parsed, late.stage(), stream.Name("replay-deadline"))
 }
@@ -243,6 +244,11 @@ func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWa
 	if backlog != nil {
 		aopts = append(aopts, flow.LaneScaling(0, backlog))
 	}
+	// A step done before its request was parked (a replay carries its
+	// steps done, resumeProgress) is not called again: what it found is
+	// on p. Its service hears nothing of it, nor does its breaker, which
+	// lets it pass while refusing the calls.
+	aopts = append(aopts, flow.SkipCall(func(p *Progress) (*Progress, bool) { return p, slices.Contains(p.Done, step) }))
 	call := func(ctx context.Context, p *Progress) (*Progress, error) {
 		// The step's span names the request: the URLs of the checks,
 		// keyed by owner or by content, do not (url.full has no query).
@@ -286,6 +292,8 @@ func recordStep(st namedStep, cfg SchedulerConfig, waiter *storeWaiter) (fn step
 
 // ahead is how long a request's steps take at most now: the sum of their
 // attempt timeouts, which a replay must have left before its deadline.
+// All five, even for a replay that will skip the steps it did before its
+// parking: a conservative bound, the same for every replay.
 func (s *Scheduler) ahead() time.Duration {
 	var d time.Duration
 	for _, a := range s.Steps {
