@@ -1,0 +1,117 @@
+package delivery_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	json "github.com/goccy/go-json"
+
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/pipelines/delivery"
+)
+
+// onceThrottled answers the first Schedule of each delivery with a 429
+// whose Retry-After no retry budget fits (the request is parked), and
+// passes the others on.
+type onceThrottled struct {
+	delivery.Drones
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (d *onceThrottled) Schedule(ctx context.Context, id string, at delivery.Location) (string, error) {
+	d.mu.Lock()
+	first := !d.seen[id]
+	d.seen[id] = true
+	d.mu.Unlock()
+	if first {
+		return "", &flow.HTTPError{Method: http.MethodPut, URL: "/drones/" + id, Status: http.StatusTooManyRequests,
+			Wait: retryAfter, Body: "slow down"}
+	}
+	return d.Drones.Schedule(ctx, id, at)
+}
+
+// A request parked twice — at check_third_party, then, on its replay, at
+// schedule_drone — carries on its second parking the steps of both: the
+// ones its first parking carried (which its replay skipped) and the one
+// its replay did. Its second replay skips all three, and no step is
+// called more than it must be.
+func TestParkedTwiceCarriesTheStepsOfBothParkings(t *testing.T) {
+	brokers, producer, ledger, backends := parkingRig(t, payingSim)
+	backends.Drones = &onceThrottled{Drones: backends.Drones, seen: map[string]bool{}}
+	l := newStepLog(&backends, delivery.StepThirdParty)
+	p := startParking(t, brokers, producer, backends, nil)
+	if err := producer.ProduceSync(context.Background(), farRequest("requests", "twice")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p.await(t, "the request delivered", 30*time.Second, func() bool { return ledger.Live("deliveries", "twice") })
+	p.stop()
+	parked := readTopicNow(t, brokers, "parked")
+	if len(parked) != 2 {
+		t.Fatalf("%d parkings, want 2: the test proves nothing", len(parked))
+	}
+	want := [][]delivery.Step{delivery.Steps[:2], delivery.Steps[:3]}
+	for i, r := range parked {
+		var s struct {
+			Done []delivery.Step `json:"done"`
+		}
+		h := header(r, delivery.HeaderProgress)
+		if err := json.Unmarshal(h, &s); err != nil || !slices.Equal(s.Done, want[i]) {
+			t.Errorf("parking %d carries %s (%v), want the steps %v", i+1, h, err, want[i])
+		}
+	}
+	calls := map[delivery.Step]int{delivery.StepAccount: 1, delivery.StepPackage: 1, delivery.StepThirdParty: 2,
+		delivery.StepDrone: 2, delivery.StepDelivery: 1}
+	for st, n := range calls {
+		if got := l.count(st, "twice"); got != n {
+			t.Errorf("%s called %d times, want %d", st, got, n)
+		}
+	}
+	if got, _ := l.record("twice"); got.Tier != delivery.Paying || !got.ThirdParty || got.DroneID != "drone-for-twice" ||
+		!slices.Equal(got.Done, delivery.Steps[:4]) {
+		t.Errorf("delivered as %+v; want paying, a third party, drone-for-twice, four steps before it", outcome(got))
+	}
+}
+
+// A drone service may move a booking to another drone after it answered
+// (a drone grounded, a route re-planned): its booking of the delivery
+// id is what holds, as Schedule (create-or-update by delivery id) says
+// when asked again. A request parked after its drone was booked, whose
+// booking moved before its replay, must be delivered with the drone
+// booked now. Before, the replay called Schedule again and got it; now
+// it skips the step and writes the drone its parking carried.
+func TestReplayDeliversWithTheDroneBookedNow(t *testing.T) {
+	var mu sync.Mutex
+	answered := 0
+	// The first answer books drone-a; the service then moves the booking
+	// to drone-b, which every later Schedule of the delivery answers.
+	moved := func(id string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		answered++
+		if answered == 1 {
+			return "drone-a-" + id
+		}
+		return "drone-b-" + id
+	}
+	brokers, producer, ledger, backends := parkingRig(t, payingSim)
+	l := newStepLog(&backends, delivery.StepDelivery)
+	l.droneID = moved
+	p := startParking(t, brokers, producer, backends, nil)
+	if err := producer.ProduceSync(context.Background(), farRequest("requests", "moved")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p.await(t, "the request delivered", 30*time.Second, func() bool { return ledger.Live("deliveries", "moved") })
+	p.stop()
+	if n := len(readTopicNow(t, brokers, "parked")); n != 1 {
+		t.Fatalf("%d parkings, want 1: the test proves nothing", n)
+	}
+	if got, _ := l.record("moved"); got.DroneID != "drone-b-moved" {
+		t.Errorf("delivered with drone %q, want the drone booked now, drone-b-moved (schedule_drone called %d times)",
+			got.DroneID, l.count(delivery.StepDrone, "moved"))
+	}
+}
