@@ -9,9 +9,11 @@ import (
 	"time"
 
 	json "github.com/goccy/go-json"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-streams/sluice/flow"
 	"github.com/sluice-streams/sluice/pipelines/delivery"
+	kafkasink "github.com/sluice-streams/sluice/sink/kafka"
 )
 
 // onceThrottled answers the first Schedule of each delivery with a 429
@@ -113,5 +115,50 @@ func TestReplayDeliversWithTheDroneBookedNow(t *testing.T) {
 	if got, _ := l.record("moved"); got.DroneID != "drone-b-moved" {
 		t.Errorf("delivered with drone %q, want the drone booked now, drone-b-moved (schedule_drone called %d times)",
 			got.DroneID, l.count(delivery.StepDrone, "moved"))
+	}
+}
+
+// A replay back after its deadline fails before its first step, and is
+// compensated: its event lists the steps its parking carried (done
+// before the parking, never undone), with the drone they booked, in one
+// progress header; no step is called.
+func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
+	brokers, producer, _, backends := parkingRig(t, payingSim)
+	l := newStepLog(&backends, "")
+	rec := farRequest("parked", "late")
+	var r delivery.Request
+	if err := json.Unmarshal(rec.Value, &r); err != nil {
+		t.Fatal(err)
+	}
+	r.Deadline = time.Now().Add(-time.Minute)
+	rec.Value, _ = json.Marshal(r)
+	rec.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDelivery)},
+		{Key: delivery.HeaderProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party","schedule_drone"],` +
+			`"third_party":true,"tier":"paying","drone_id":"drone-for-late"}`)}}
+	if err := producer.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := startParking(t, brokers, producer, backends, nil)
+	p.await(t, "the replay compensated", 30*time.Second, func() bool { return p.stage("compensation-events").In >= 1 })
+	p.stop()
+	events := readTopicNow(t, brokers, "failures")
+	if len(events) != 1 {
+		t.Fatalf("%d compensation events, want 1", len(events))
+	}
+	headers := 0
+	for _, h := range events[0].Headers {
+		if h.Key == delivery.HeaderProgress {
+			headers++
+		}
+	}
+	c, err := delivery.DecodeEvent(events[0])
+	if err != nil || headers != 1 || !slices.Equal(c.Progress.Done, delivery.Steps[:4]) || c.Progress.DroneID != "drone-for-late" ||
+		c.Progress.Tier != delivery.Paying {
+		t.Errorf("event (%d progress headers) reads as %+v (%v); want one header, four steps, drone-for-late, paying", headers, c.Progress, err)
+	}
+	for _, st := range delivery.Steps {
+		if n := l.count(st, "late"); n != 0 {
+			t.Errorf("%s called %d times for a replay past its deadline", st, n)
+		}
 	}
 }
