@@ -162,3 +162,37 @@ func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
 		}
 	}
 }
+
+// Two copies of one request at once — a fresh one on the requests topic
+// and a replay of it carrying its steps done — end in one delivery, with
+// the drone the service booked: the fresh copy calls every step, the
+// replay only create_delivery (a PUT by delivery id, which the two share).
+func TestFreshCopyAndResumedReplayOfOneRequest(t *testing.T) {
+	brokers, producer, ledger, backends := parkingRig(t, payingSim)
+	l := newStepLog(&backends, "")
+	replay := farRequest("parked", "dup")
+	replay.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDelivery)},
+		{Key: delivery.HeaderProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party","schedule_drone"],` +
+			`"third_party":true,"tier":"paying","drone_id":"drone-for-dup"}`)}}
+	if err := producer.ProduceSync(context.Background(), farRequest("requests", "dup"), replay).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := startParking(t, brokers, producer, backends, nil)
+	p.await(t, "both copies through", 30*time.Second, func() bool { return l.count(delivery.StepDelivery, "dup") == 2 })
+	p.stop()
+	want := map[delivery.Step]int{delivery.StepAccount: 1, delivery.StepPackage: 1, delivery.StepThirdParty: 1, delivery.StepDrone: 1,
+		delivery.StepDelivery: 2}
+	for st, n := range want {
+		if got := l.count(st, "dup"); got != n {
+			t.Errorf("%s called %d times, want %d (the fresh copy once, the replay not but create_delivery)", st, got, n)
+		}
+	}
+	got, _ := l.record("dup")
+	if !ledger.Live("deliveries", "dup") || ledger.LiveCount("deliveries") != 1 || got.DroneID != "drone-for-dup" || got.Tier != delivery.Paying {
+		t.Errorf("deliveries live: %d (dup %v), delivered as %+v; want one, with drone-for-dup, paying", ledger.LiveCount("deliveries"),
+			ledger.Live("deliveries", "dup"), outcome(got))
+	}
+	if n := len(readTopicNow(t, brokers, "failures")); n != 0 {
+		t.Errorf("%d compensation events, want none", n)
+	}
+}
