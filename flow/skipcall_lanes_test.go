@@ -237,3 +237,34 @@ func TestSkipCallPanicInAKeyLetsTheKeyGoOn(t *testing.T) {
 		t.Fatalf("%d delivered, %d panics failed, stats %+v: want 19 and 1, nothing held, 10 skipped", len(out.Values()), panics.Load(), st)
 	}
 }
+
+// Messages SkipCall answers take no time: folded into the stage's
+// average call duration they make it look like a stage of no-op calls,
+// which runs its calls on its own goroutine, one after the other. A
+// replay storm that skips its steps, followed by two calls of a slow
+// service, must still run the two at once (parallelism 8): 1 s, not 2.
+// The control (the two calls alone) takes 1 s.
+func TestSkipCallDoesNotMakeSlowCallsRunOneAfterTheOther(t *testing.T) {
+	for _, skipped := range []int{0, 2000} {
+		t.Run(strconv.Itoa(skipped)+" skipped first", func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var vs []int
+				for i := range skipped {
+					vs = append(vs, -1-i)
+				}
+				vs = append(vs, 1, 2)
+				a := flow.MapAsync(8, func(_ context.Context, v int) (int, error) {
+					time.Sleep(time.Second)
+					return v, nil
+				}, flow.SkipCall(func(v int) (int, bool) { return v, v < 0 }))
+				g := stream.New()
+				stream.To(stream.Via(stream.From(g, source.Slice(vs)), a), sink.Discard[int]())
+				start := time.Now()
+				run(t, g)
+				if took := time.Since(start); took != time.Second {
+					t.Errorf("the two slow calls took %v after %d skipped messages: want 1s, run at once", took, skipped)
+				}
+			})
+		})
+	}
+}
