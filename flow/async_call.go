@@ -24,7 +24,7 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 	if a.skip != nil && j.attempts == 0 {
 		if out, ok := a.skip(j.msg.Value); ok {
 			j.out, j.err = out, nil
-			a.skipped.Add(1)
+			counts.skipped++
 			return now
 		}
 	}
@@ -197,9 +197,10 @@ func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	until := t0.Add(2 * max(chunkBudget, time.Duration(len(batch))*inlineBelow))
 	made, t := r.callChunk(batch, timed, &r.inlineCounts, t0, until)
 	el := float64(t.Sub(t0))
+	skipped := int(r.inlineCounts.skipped) // no call's time: not in the average
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
-	r.pool.observe(el, made)
+	r.pool.observe(el, made-skipped)
 	if rest := batch[made:]; len(rest) > 0 {
 		for _, j := range rest {
 			r.pool.q.push(j) // still counted in r.inFlight

@@ -60,7 +60,9 @@ func (a *Async[In, Out]) Stats() AsyncStats {
 
 // callCounts accumulates a worker's counters between two flushes, so that
 // workers do not contend on shared atomics once per call.
-type callCounts struct{ calls, failed, timeouts, refused int64 }
+// skipped counts messages SkipCall answered: no call, so not in the
+// workers' average call duration either.
+type callCounts struct{ calls, failed, timeouts, refused, skipped int64 }
 
 func (c *callCounts) flush(a interface {
 	add(c callCounts)
@@ -83,5 +85,8 @@ func (a *Async[In, Out]) add(c callCounts) {
 	}
 	if c.refused > 0 {
 		a.refused.Add(c.refused)
+	}
+	if c.skipped > 0 {
+		a.skipped.Add(c.skipped)
 	}
 }
