@@ -196,3 +196,32 @@ func TestFreshCopyAndResumedReplayOfOneRequest(t *testing.T) {
 		t.Errorf("%d compensation events, want none", n)
 	}
 }
+
+// A compensation event is no parking: one that reaches the park topic (a
+// supervisor parking its compensations on the scheduler's topic, both
+// workers given one SLUICE_RETRY_TOPIC; a dead letter of the supervisor
+// sent there with `sluice deadletters replay -to`) is the record of a
+// request being undone, and its progress header says what the failed
+// copy did, not what a replay may skip. Replayed as a request, it must
+// start from its first step (as it did before: the scheduler read no
+// progress), not book its delivery on a package and drone being undone.
+func TestCompensationEventOnTheParkTopicSkipsNoStep(t *testing.T) {
+	brokers, producer, ledger, backends := parkingRig(t, payingSim)
+	l := newStepLog(&backends, "")
+	ev := farRequest("parked", "undone")
+	ev.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDelivery)},
+		{Key: delivery.HeaderProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party","schedule_drone"],` +
+			`"third_party":true,"tier":"paying","drone_id":"drone-for-undone","stage":"create_delivery","reason":"HTTP 409 Conflict"}`)},
+		{Key: delivery.HeaderCause, Value: []byte(delivery.CauseRefused)}}
+	if err := producer.ProduceSync(context.Background(), ev).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	p := startParking(t, brokers, producer, backends, nil)
+	p.await(t, "the record replayed", 30*time.Second, func() bool { return ledger.Live("deliveries", "undone") })
+	p.stop()
+	for _, st := range delivery.Steps {
+		if got := l.count(st, "undone"); got != 1 {
+			t.Errorf("%s called %d times for a compensation event replayed from the park topic, want once", st, got)
+		}
+	}
+}
