@@ -21,12 +21,10 @@ import (
 // its send if it said it was sent (TimeoutFromSend).
 func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
 	a := r.a
-	if a.skip != nil && j.attempts == 0 {
-		if out, ok := a.skip(j.msg.Value); ok {
-			j.out, j.err = out, nil
-			counts.skipped++
-			return now
-		}
+	if j.skipped {
+		// SkipCall gave its result when it entered the stage (accept).
+		counts.skipped++
+		return now
 	}
 	j.attempts++
 	if j.attempts == 1 {

@@ -151,9 +151,12 @@ type CallInfo struct {
 // is made. Nothing that tells of the service hears of it: the Breaker
 // neither counts it nor refuses it, the limiter, adaptive timeouts, retry
 // Budget, call statistics, OnCall and OnDone see nothing, and the
-// message leaves with Attempt 0. fn runs on the stage's workers before each first attempt,
-// and must be quick; a panic in it fails the message. Its types must be
-// the stage's: Validate names the mismatch.
+// message leaves with Attempt 0. fn runs on the stage's goroutine as the
+// message enters the stage, and must be quick; a panic in it fails the
+// message. The message still takes its turn (its key's, its level's, its
+// place in input order), so that skipping changes no order; the lanes
+// count it as no call (LaneStats.Started, Busy, DesiredWorkers). Its
+// types must be the stage's: Validate names the mismatch.
 func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 	return func(o *asyncOptions) { o.skip = fn }
 }

@@ -21,7 +21,8 @@ type asyncJob[In, Out any] struct {
 	out      Out
 	err      error
 	done     bool
-	inFlight int // calls in flight when its call started
+	skipped  bool // SkipCall answered it: it makes no call
+	inFlight int  // calls in flight when its call started
 
 	attempts  int           // calls made
 	first     time.Time     // when the first call started
@@ -168,6 +169,16 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	if r.groups != nil {
 		key = r.a.key(m)
 	}
+	// Whether it needs a call is known now too, before the stage changes
+	// (a panic in SkipCall's function fails it as one in the key does):
+	// the lanes then count it as no call. It still takes its turn, its
+	// key's and its window place like any message, so that no order
+	// changes.
+	var skipOut Out
+	skip := false
+	if r.a.skip != nil {
+		skipOut, skip = r.a.skip(m.Value)
+	}
 	var j *asyncJob[In, Out]
 	if n := len(r.free); n > 0 {
 		// A recycled job: set each field rather than zero the whole struct
@@ -181,6 +192,10 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		j = new(asyncJob[In, Out])
 	}
 	j.seq, j.msg = r.nextSeq, *m
+	j.skipped = skip
+	if skip {
+		j.out = skipOut
+	}
 	if r.tracer != nil && !tracing.NotSampled(&j.msg.Envelope) {
 		j.span = r.tracer.start(j, &j.msg.Envelope)
 	}

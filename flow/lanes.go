@@ -159,7 +159,7 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 	lc := &l.c.levels[lv]
 	lc.waiting.Add(-1)
 	lc.inFlight.Add(1)
-	if j.attempts == 0 {
+	if j.attempts == 0 && !j.skipped { // a message SkipCall answered starts no call
 		lc.started.Add(1)
 		for _, m := range l.meters {
 			m.wait[lv](now.Sub(j.since).Seconds())
@@ -205,13 +205,18 @@ func (l *lanes[In, Out]) finished(j *asyncJob[In, Out]) {
 	l.running[lv]--
 	lc := &l.c.levels[lv]
 	lc.inFlight.Add(-1)
-	lc.busy.Add(int64(l.now.Sub(j.callStart)))
+	if !j.skipped {
+		lc.busy.Add(int64(l.now.Sub(j.callStart)))
+	}
 }
 
 // emitted counts j's outcome leaving the stage.
 func (l *lanes[In, Out]) emitted(j *asyncJob[In, Out]) {
 	lv := j.msg.Priority
 	l.c.levels[lv].done.Add(1)
+	if !j.skipped {
+		l.c.levels[lv].called.Add(1) // the mean call time's count
+	}
 	if len(l.meters) > 0 {
 		d := l.now.Sub(j.since).Seconds()
 		for _, m := range l.meters {

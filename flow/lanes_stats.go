@@ -26,6 +26,8 @@ type LaneStats struct {
 	// LaneScaling drain time (see LaneScaling); 0 until the level has
 	// finished a call.
 	DesiredWorkers int64
+
+	called int64 // of Done, those that made a call (the mean call time's count)
 }
 
 // LaneScaling sets how a stage with Lanes estimates each level's desired
@@ -59,10 +61,11 @@ type laneCounters struct {
 
 type laneCounter struct {
 	waiting, inFlight, started, done, busy atomic.Int64
+	called                                 atomic.Int64 // done after a call: not answered by SkipCall
 }
 
 // laneSample is what a desired-workers estimate compares with the next.
-type laneSample struct{ done, busy int64 }
+type laneSample struct{ called, busy int64 }
 
 func newLaneCounters(levels int) *laneCounters {
 	return &laneCounters{levels: make([]laneCounter, levels), prev: make([]laneSample, levels), est: make([]int64, levels)}
@@ -79,7 +82,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 	for l := range c.levels {
 		lc := &c.levels[l]
 		st[l] = LaneStats{Waiting: lc.waiting.Load(), InFlight: lc.inFlight.Load(), Started: lc.started.Load(),
-			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load())}
+			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load()), called: lc.called.Load()}
 	}
 	if drain <= 0 {
 		drain = 10 * time.Second
@@ -89,7 +92,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 	now := time.Now()
 	if el := now.Sub(c.last); c.last.IsZero() || el >= laneWindow {
 		for l := range st {
-			dDone, dBusy := st[l].Done-c.prev[l].done, int64(st[l].Busy)-c.prev[l].busy
+			dDone, dBusy := st[l].called-c.prev[l].called, int64(st[l].Busy)-c.prev[l].busy
 			if c.last.IsZero() || dDone <= 0 {
 				// No call finished in the window: keep the estimate, unless
 				// the level is idle (nothing waits, nothing runs).
@@ -106,7 +109,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 			c.est[l] = int64(math.Ceil(float64(dBusy)/float64(el) + float64(q)*mean/float64(drain)))
 		}
 		for l := range st {
-			c.prev[l] = laneSample{done: st[l].Done, busy: int64(st[l].Busy)}
+			c.prev[l] = laneSample{called: st[l].called, busy: int64(st[l].Busy)}
 		}
 		c.last = now
 	}

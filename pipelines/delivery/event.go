@@ -21,9 +21,8 @@ import (
 
 // HeaderProgress carries a failure event's steps done, as JSON:
 // {"done":["check_account",...],"third_party":true,"tier":"paying","drone_id":"..."}.
-// A parked request's record carries its steps done in it too (without
-// stage and reason), which its replay skips; on a record read from
-// anywhere but the park topic it is ignored.
+// A parked request's record carries its steps done in a header of its
+// own (HeaderParkedProgress), never this one.
 const HeaderProgress = "sluice-progress"
 
 // HeaderReencoded is on a failure event or a parked request whose record

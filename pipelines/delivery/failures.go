@@ -232,13 +232,14 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 		return stage.Loop(ctx, in, func(b *stream.Batch[stream.Failure]) (bool, error) {
 			for _, m := range b.Items {
 				if m.Topic != j.parkTopic || j.parkTopic == "" {
-					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderReencoded, HeaderCause,
+					m.Headers = kafkasink.WithoutFailureHeaders(m.Headers, HeaderProgress, HeaderParkedProgress, HeaderReencoded, HeaderCause,
 						kafkasink.HeaderReplayed, kafkasink.HeaderReplayedTo)
-				} else if m.Header(HeaderProgress) != nil {
+				} else if m.Header(HeaderParkedProgress) != nil {
 					// A replay's steps done, as it was parked: its Progress
 					// has them now, with the steps it did since, which its
-					// compensation event or its next parking carries.
-					m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool { return h.Key == HeaderProgress })
+					// compensation event (HeaderProgress) or its next
+					// parking carries.
+					m.Headers = slices.DeleteFunc(slices.Clone(m.Headers), func(h stream.Header) bool { return h.Key == HeaderParkedProgress })
 				}
 				v := judged{Failure: m.Value, parked: kafkasink.Parkings(&m.Envelope, j.parkTopic), key: string(m.Key[:min(len(m.Key), MaxIDLen)]),
 					first: firstFailure(&m), backoff: backoff(&m)}
@@ -274,7 +275,7 @@ func routeFailures(g *stream.Graph, cfg SchedulerConfig, ahead func() time.Durat
 		return
 	}
 	// A parked request is its record's bytes as they came, with the steps
-	// it did and what they found (HeaderProgress, carryProgress): its
+	// it did and what they found (HeaderParkedProgress, carryProgress): its
 	// replay goes through every step, and those done return at once. One
 	// too large for the park topic is re-encoded (compactRequest), never
 	// cut short.

@@ -49,71 +49,81 @@ func compactRequest(m *stream.Message[stream.Failure]) *kgo.Record {
 	}
 	size := inputSize(m, &Progress{Raw: raw})
 	hs := []kgo.RecordHeader{{Key: HeaderReencoded, Value: strconv.AppendInt(nil, int64(size), 10)}}
-	if state := m.Header(HeaderProgress); state != nil && len(state) <= maxCarried {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderProgress, Value: state}) // the steps done, for the replay to skip
+	if state := m.Header(HeaderParkedProgress); state != nil && len(state) <= maxCarried {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderParkedProgress, Value: state}) // the steps done, for the replay to skip
 	}
 	return &kgo.Record{Key: key, Value: b, Headers: hs}
 }
 
+// HeaderParkedProgress carries, on a parked request's record, the steps
+// it did before its parking, as JSON ({"done":["check_account",...],
+// "third_party":true,"tier":"paying"}), which its replay skips. A key of
+// its own, not a failure event's HeaderProgress: a parked request must
+// never read as a compensation event (which the supervisor would act
+// on), nor an event on the park topic as a parking whose steps are done.
+const HeaderParkedProgress = "sluice-parked-progress"
+
 // maxCarried bounds the steps done a parked request carries
-// (HeaderProgress): five step names, the third-party flag, the owner's
-// tier and a drone id take a few hundred bytes. Progress that would take
-// more (a drone service answering ids of kilobytes) is not carried: its
-// replay calls every step again, as a replay without it does, and a
-// compact parking stays within MaxParkedRecord.
+// (HeaderParkedProgress): three step names, the third-party flag and the
+// owner's tier take about a hundred bytes. A header longer than this is
+// not one the scheduler wrote.
 const maxCarried = 512
 
-// carryProgress returns hs with p's steps done in HeaderProgress, in place
-// of any such header hs had: what a parked request's replay skips
-// (resumeProgress). None if p did no step, or if they would take more than
-// maxCarried bytes.
+// carryProgress returns hs with p's steps done in HeaderParkedProgress,
+// in place of any such header hs had: what a parked request's replay
+// skips (resumeProgress). Only the steps before schedule_drone: the drone
+// step asks again (its step record, or the drone service, which answers
+// with the booking it holds now: one moved since is not delivered with
+// the drone it had), and nothing after it can have been done by a
+// request that is parked. None if p did no such step.
 func carryProgress(hs []stream.Header, p *Progress) []stream.Header {
-	hs = slices.DeleteFunc(slices.Clone(hs), func(h stream.Header) bool { return h.Key == HeaderProgress })
-	if len(p.Done) == 0 {
+	hs = slices.DeleteFunc(slices.Clone(hs), func(h stream.Header) bool { return h.Key == HeaderParkedProgress })
+	done := p.Done
+	if i := slices.Index(done, StepDrone); i >= 0 {
+		done = done[:i]
+	}
+	if len(done) == 0 {
 		return hs
 	}
-	b, err := json.Marshal(stepsDone{Done: p.Done, ThirdParty: p.ThirdParty, Tier: p.Tier, DroneID: p.DroneID})
+	b, err := json.Marshal(stepsDone{Done: done, ThirdParty: p.ThirdParty, Tier: p.Tier})
 	if err != nil || len(b) > maxCarried {
 		return hs
 	}
-	return append(hs, stream.Header{Key: HeaderProgress, Value: b})
+	return append(hs, stream.Header{Key: HeaderParkedProgress, Value: b})
 }
 
 // resumeProgress sets on p the steps done, and what they found, that
-// state (a replay's HeaderProgress, as carryProgress wrote it) says, and
-// reports whether it did. Only a replay read from the park topic is
-// resumed: the scheduler wrote that header there. A header that does not
-// decode, is longer than maxCarried, or says steps that are not the first
-// ones of the workflow in order (an unknown step, one twice, one missing
-// before another), or a drone scheduled without its id, is ignored: the
-// request is replayed from its first step, which is safe, as every step
-// but the recorded ones is idempotent and those look at their records.
+// state (a replay's HeaderParkedProgress, as carryProgress wrote it)
+// says, and reports whether it did. Only a replay read from the park
+// topic is resumed: the scheduler wrote that header there. A header that
+// does not decode, is longer than maxCarried, says steps that are not the
+// first ones of the workflow in order (an unknown step, one twice, one
+// missing before another), names schedule_drone or a drone, or carries a
+// failure's stage or reason (a failure event's, not a parking's), is
+// ignored: the request is replayed from its first step, which is safe, as
+// every step but the recorded ones is idempotent and those look at their
+// records.
 func resumeProgress(p *Progress, state []byte) bool {
 	if len(state) == 0 || len(state) > maxCarried {
 		return false
 	}
 	var done stepsDone
-	if err := json.Unmarshal(state, &done); err != nil || len(done.Done) == 0 || len(done.Done) > len(Steps) {
+	if err := json.Unmarshal(state, &done); err != nil || len(done.Done) == 0 || len(done.Done) > len(Steps) ||
+		done.DroneID != "" || done.Stage != "" || done.Reason != "" {
 		return false
 	}
 	for i, st := range done.Done {
-		if st != Steps[i] {
+		if st != Steps[i] || st == StepDrone {
 			return false
 		}
 	}
 	did := func(st Step) bool { return slices.Contains(done.Done, st) }
-	if did(StepDrone) && done.DroneID == "" {
-		return false
-	}
 	p.Done = append(p.Done[:0], done.Done...)
 	if did(StepAccount) {
 		p.Tier = done.Tier
 	}
 	if did(StepThirdParty) {
 		p.ThirdParty = done.ThirdParty
-	}
-	if did(StepDrone) {
-		p.DroneID = done.DroneID
 	}
 	return true
 }

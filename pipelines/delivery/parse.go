@@ -19,7 +19,7 @@ import (
 // it came, to be dead-lettered with its reason.
 //
 // With resume (the replays, read from the park topic, only), a record's
-// steps done (HeaderProgress, as its parking wrote them) are restored:
+// steps done (HeaderParkedProgress, as its parking wrote them) are restored:
 // the steps skip them. A request from any other source starts from its
 // first step whatever its headers say: a producer's header is no proof
 // that a step was done.
@@ -43,7 +43,7 @@ func parse(keep, resume bool, stats *LevelStats) stream.Flow[[]byte, *Progress] 
 				// Room for every step: recording one never allocates.
 				p := stream.WithValue(*m, &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: m.Value})
 				if resume {
-					resumeProgress(p.Value, m.Header(HeaderProgress))
+					resumeProgress(p.Value, m.Header(HeaderParkedProgress))
 				}
 				switch {
 				case r.Priority != nil:

@@ -61,7 +61,7 @@ func TestParkedTwiceCarriesTheStepsOfBothParkings(t *testing.T) {
 		var s struct {
 			Done []delivery.Step `json:"done"`
 		}
-		h := header(r, delivery.HeaderProgress)
+		h := header(r, delivery.HeaderParkedProgress)
 		if err := json.Unmarshal(h, &s); err != nil || !slices.Equal(s.Done, want[i]) {
 			t.Errorf("parking %d carries %s (%v), want the steps %v", i+1, h, err, want[i])
 		}
@@ -84,8 +84,9 @@ func TestParkedTwiceCarriesTheStepsOfBothParkings(t *testing.T) {
 // id is what holds, as Schedule (create-or-update by delivery id) says
 // when asked again. A request parked after its drone was booked, whose
 // booking moved before its replay, must be delivered with the drone
-// booked now. Before, the replay called Schedule again and got it; now
-// it skips the step and writes the drone its parking carried.
+// booked now: a parking carries no drone, and the replay calls Schedule
+// again (a first version carried the drone id and delivered with the
+// drone the booking had moved from).
 func TestReplayDeliversWithTheDroneBookedNow(t *testing.T) {
 	var mu sync.Mutex
 	answered := 0
@@ -132,9 +133,9 @@ func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
 	}
 	r.Deadline = time.Now().Add(-time.Minute)
 	rec.Value, _ = json.Marshal(r)
-	rec.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDelivery)},
-		{Key: delivery.HeaderProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party","schedule_drone"],` +
-			`"third_party":true,"tier":"paying","drone_id":"drone-for-late"}`)}}
+	rec.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDrone)},
+		{Key: delivery.HeaderParkedProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party"],` +
+			`"third_party":true,"tier":"paying"}`)}}
 	if err := producer.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +153,16 @@ func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
 		}
 	}
 	c, err := delivery.DecodeEvent(events[0])
-	if err != nil || headers != 1 || !slices.Equal(c.Progress.Done, delivery.Steps[:4]) || c.Progress.DroneID != "drone-for-late" ||
+	parkedHeaders := 0
+	for _, h := range events[0].Headers {
+		if h.Key == delivery.HeaderParkedProgress {
+			parkedHeaders++
+		}
+	}
+	if err != nil || headers != 1 || parkedHeaders != 0 || !slices.Equal(c.Progress.Done, delivery.Steps[:3]) || !c.Progress.ThirdParty ||
 		c.Progress.Tier != delivery.Paying {
-		t.Errorf("event (%d progress headers) reads as %+v (%v); want one header, four steps, drone-for-late, paying", headers, c.Progress, err)
+		t.Errorf("event (%d progress headers, %d of a parking) reads as %+v (%v); want one header, none of a parking, three steps, a third party, paying",
+			headers, parkedHeaders, c.Progress, err)
 	}
 	for _, st := range delivery.Steps {
 		if n := l.count(st, "late"); n != 0 {
@@ -166,25 +174,26 @@ func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
 // Two copies of one request at once — a fresh one on the requests topic
 // and a replay of it carrying its steps done — end in one delivery, with
 // the drone the service booked: the fresh copy calls every step, the
-// replay only create_delivery (a PUT by delivery id, which the two share).
+// replay only schedule_drone and create_delivery (PUTs by delivery id,
+// which the two share).
 func TestFreshCopyAndResumedReplayOfOneRequest(t *testing.T) {
 	brokers, producer, ledger, backends := parkingRig(t, payingSim)
 	l := newStepLog(&backends, "")
 	replay := farRequest("parked", "dup")
-	replay.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDelivery)},
-		{Key: delivery.HeaderProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party","schedule_drone"],` +
-			`"third_party":true,"tier":"paying","drone_id":"drone-for-dup"}`)}}
+	replay.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepDrone)},
+		{Key: delivery.HeaderParkedProgress, Value: []byte(`{"done":["check_account","create_package","check_third_party"],` +
+			`"third_party":true,"tier":"paying"}`)}}
 	if err := producer.ProduceSync(context.Background(), farRequest("requests", "dup"), replay).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	p := startParking(t, brokers, producer, backends, nil)
 	p.await(t, "both copies through", 30*time.Second, func() bool { return l.count(delivery.StepDelivery, "dup") == 2 })
 	p.stop()
-	want := map[delivery.Step]int{delivery.StepAccount: 1, delivery.StepPackage: 1, delivery.StepThirdParty: 1, delivery.StepDrone: 1,
+	want := map[delivery.Step]int{delivery.StepAccount: 1, delivery.StepPackage: 1, delivery.StepThirdParty: 1, delivery.StepDrone: 2,
 		delivery.StepDelivery: 2}
 	for st, n := range want {
 		if got := l.count(st, "dup"); got != n {
-			t.Errorf("%s called %d times, want %d (the fresh copy once, the replay not but create_delivery)", st, got, n)
+			t.Errorf("%s called %d times, want %d (the fresh copy once, the replay from schedule_drone on)", st, got, n)
 		}
 	}
 	got, _ := l.record("dup")

@@ -184,10 +184,11 @@ func runResume(t *testing.T, throttle delivery.Step, edit func(*stepLog)) (*step
 }
 
 // A request parked at a later step is replayed through the steps it did
-// before without calling their services again: the parking carries them,
-// with what they found (the owner's tier, the third-party flag, the
-// drone), and the request completes as it would have without the
-// parking, served at its tier's level. Before, only a recorded step (the
+// before schedule_drone without calling their services again: the
+// parking carries them, with what they found (the owner's tier, the
+// third-party flag), and the request completes as it would have without
+// the parking, served at its tier's level. The drone step is asked again
+// (its service answers with the booking it holds now). Before, only a recorded step (the
 // drone, with a step store) was skipped: a request throttled at the drone
 // step checked its account, created its package and asked the
 // third-party service twice.
@@ -203,15 +204,18 @@ func TestReplaySkipsTheStepsDone(t *testing.T) {
 				t.Fatalf("%d requests parked, want %d: the test proves nothing", len(parked), len(resumeIDs))
 			}
 			for _, r := range parked {
-				if header(r, delivery.HeaderProgress) == nil {
-					t.Errorf("parked %s without its steps done (%s)", r.Key, delivery.HeaderProgress)
+				if header(r, delivery.HeaderParkedProgress) == nil {
+					t.Errorf("parked %s without its steps done (%s)", r.Key, delivery.HeaderParkedProgress)
+				}
+				if header(r, delivery.HeaderProgress) != nil {
+					t.Errorf("parked %s with a failure event's header %s: it would read as one", r.Key, delivery.HeaderProgress)
 				}
 			}
 			for _, id := range resumeIDs {
 				for _, st := range delivery.Steps {
 					n := 1
-					if st == at {
-						n = 2 // throttled, then called again on the replay
+					if st == at || (st == delivery.StepDrone && at == delivery.StepDelivery) {
+						n = 2 // throttled, or the drone asked again, on the replay
 					}
 					if got := l.count(st, id); got != n {
 						t.Errorf("%s, parked at %s and replayed: %s called %d times, want %d", id, at, st, got, n)
@@ -301,7 +305,8 @@ func TestForgedProgressSkipsNoStep(t *testing.T) {
 			l := newStepLog(&backends, at)
 			p := startParking(t, brokers, producer, backends, nil)
 			rec := requestRecord("requests", "forged", "forged")
-			rec.Headers = []kgo.RecordHeader{{Key: delivery.HeaderProgress, Value: forgedProgress}}
+			rec.Headers = []kgo.RecordHeader{{Key: delivery.HeaderProgress, Value: forgedProgress},
+				{Key: delivery.HeaderParkedProgress, Value: forgedProgress}}
 			if err := producer.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
@@ -322,7 +327,7 @@ func TestForgedProgressSkipsNoStep(t *testing.T) {
 					got.DroneID, got.Tier, got.ThirdParty)
 			}
 			for _, r := range readTopicNow(t, brokers, "parked") {
-				if h := header(r, delivery.HeaderProgress); h != nil {
+				if h := header(r, delivery.HeaderParkedProgress); h != nil {
 					t.Errorf("parked at %s with progress %s: it had done nothing", at, h)
 				}
 			}
@@ -331,31 +336,40 @@ func TestForgedProgressSkipsNoStep(t *testing.T) {
 }
 
 // A replay whose progress header cannot be trusted to say what was done —
-// not JSON, a step unknown, twice or out of order, a drone without its id,
-// larger than a parking writes — is replayed from its first step; one
-// that can skips the steps it says.
+// not JSON, a step unknown, twice or out of order, the drone step or a
+// drone, a failure's stage, larger than a parking writes, or in a failure
+// event's header rather than a parking's — is replayed from its first
+// step; one that can skips the steps it says.
 func TestReplayWithABadProgressHeaderStartsOver(t *testing.T) {
 	huge, _ := json.Marshal(map[string]any{"done": []delivery.Step{delivery.StepAccount}, "tier": "paying",
 		"drone_id": strings.Repeat("d", 600)})
 	cases := []struct {
 		name, state string
 		skips       bool
+		key         string // "": HeaderParkedProgress
 	}{
-		{"as parked", `{"done":["check_account","create_package"],"tier":"paying"}`, true},
-		{"not JSON", `{"done":["check_account"`, false},
-		{"unknown step", `{"done":["check_account","launch_rocket"]}`, false},
-		{"step twice", `{"done":["check_account","check_account"]}`, false},
-		{"out of order", `{"done":["create_package"]}`, false},
-		{"drone without its id", `{"done":["check_account","create_package","check_third_party","schedule_drone"]}`, false},
-		{"oversized", string(huge), false},
+		{"as parked", `{"done":["check_account","create_package"],"tier":"paying"}`, true, ""},
+		{"an event's header", `{"done":["check_account","create_package"],"tier":"paying"}`, false, delivery.HeaderProgress},
+		{"a failure's stage", `{"done":["check_account","create_package"],"tier":"paying","stage":"check_third_party"}`, false, ""},
+		{"a drone", `{"done":["check_account","create_package","check_third_party","schedule_drone"],"drone_id":"d"}`, false, ""},
+		{"not JSON", `{"done":["check_account"`, false, ""},
+		{"unknown step", `{"done":["check_account","launch_rocket"]}`, false, ""},
+		{"step twice", `{"done":["check_account","check_account"]}`, false, ""},
+		{"out of order", `{"done":["create_package"]}`, false, ""},
+		{"drone without its id", `{"done":["check_account","create_package","check_third_party","schedule_drone"]}`, false, ""},
+		{"oversized", string(huge), false, ""},
 	}
 	brokers, producer, ledger, backends := parkingRig(t, payingSim)
 	l := newStepLog(&backends, "")
 	var recs []*kgo.Record
 	for i, c := range cases {
 		r := farRequest("parked", fmt.Sprintf("bad-%d", i))
+		key := c.key
+		if key == "" {
+			key = delivery.HeaderParkedProgress
+		}
 		r.Headers = []kgo.RecordHeader{{Key: kafkasink.HeaderStage, Value: []byte(delivery.StepThirdParty)},
-			{Key: delivery.HeaderProgress, Value: []byte(c.state)}}
+			{Key: key, Value: []byte(c.state)}}
 		recs = append(recs, r)
 	}
 	if err := producer.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
@@ -381,24 +395,30 @@ func TestReplayWithABadProgressHeaderStartsOver(t *testing.T) {
 	}
 }
 
-// A drone id too long to carry (kilobytes of a service's answer) is left
-// out of its request's parking, all the progress with it: the replay
-// calls every step again, and the request completes with its drone.
-func TestHugeDroneIDIsNotCarried(t *testing.T) {
+// A parking never carries the drone step nor its drone, whatever its id
+// (kilobytes of a service's answer here): the replay skips the three
+// steps before it, asks the drone step again, and completes with the
+// drone its service holds.
+func TestTheDroneIsNeverCarried(t *testing.T) {
 	longID := func(id string) string { return "drone-" + strings.Repeat("x", 4<<10) + "-" + id }
 	l, parked := runResume(t, delivery.StepDelivery, func(l *stepLog) { l.droneID = longID })
 	if len(parked) != len(resumeIDs) {
 		t.Fatalf("%d requests parked, want %d: the test proves nothing", len(parked), len(resumeIDs))
 	}
 	for _, r := range parked {
-		if h := header(r, delivery.HeaderProgress); h != nil {
-			t.Errorf("parked %s with %d bytes of progress: more than a parking carries", r.Key, len(h))
+		h := header(r, delivery.HeaderParkedProgress)
+		if h == nil || strings.Contains(string(h), "drone") {
+			t.Errorf("parked %s with progress %s: want the three steps before the drone's, and no drone", r.Key, capped(h))
 		}
 	}
 	for _, id := range resumeIDs {
-		for _, st := range delivery.Steps[:4] {
-			if n := l.count(st, id); n != 2 {
-				t.Errorf("%s: %s called %d times, want twice (replayed from its first step)", id, st, n)
+		for i, st := range delivery.Steps[:4] {
+			want := 1
+			if i == 3 {
+				want = 2 // asked again on the replay
+			}
+			if n := l.count(st, id); n != want {
+				t.Errorf("%s: %s called %d times, want %d", id, st, n, want)
 			}
 		}
 		if got, _ := l.record(id); got.DroneID != longID(id) {
@@ -425,7 +445,7 @@ func TestCompactParkingCarriesTheStepsDone(t *testing.T) {
 	if len(parked) != 1 || header(parked[0], delivery.HeaderReencoded) == nil {
 		t.Fatalf("%d parkings, want one in the compact form: the test proves nothing", len(parked))
 	}
-	if h := header(parked[0], delivery.HeaderProgress); h == nil {
+	if h := header(parked[0], delivery.HeaderParkedProgress); h == nil {
 		t.Errorf("compact parking without its steps done")
 	}
 	for _, st := range delivery.Steps {

@@ -18,7 +18,7 @@ import (
 // request — which is waiting for its replay, and would then be cancelled
 // under it. A parked request used to carry no progress header, and read
 // as an event naming no request (malformed, dead-lettered); the parking
-// now carries its steps done in the header an event's are in.
+// now carries its steps done, in a header of its own (HeaderParkedProgress).
 func TestParkedRequestIsNotACompensationEvent(t *testing.T) {
 	value, err := json.Marshal(delivery.Request{ID: "parked-1", Owner: "paying-1", Pickup: delivery.Location{Lat: 47.6, Lon: -122.3},
 		Dropoff: delivery.Location{Lat: 47.7, Lon: -122.3}, Size: "small", WeightKg: 1, Deadline: time.Now().Add(time.Hour)})
@@ -28,10 +28,10 @@ func TestParkedRequestIsNotACompensationEvent(t *testing.T) {
 	// The headers of a parking at check_third_party (as the scheduler's
 	// park path writes them: its failure's, its position's, its steps done).
 	headers := map[string]string{
-		kafkasink.HeaderStage:   string(delivery.StepThirdParty),
-		kafkasink.HeaderReason:  "PUT /third-party: HTTP 429 Too Many Requests",
-		kafkasink.HeaderTopic:   "delivery-requests",
-		delivery.HeaderProgress: `{"done":["check_account","create_package"],"tier":"paying"}`,
+		kafkasink.HeaderStage:         string(delivery.StepThirdParty),
+		kafkasink.HeaderReason:        "PUT /third-party: HTTP 429 Too Many Requests",
+		kafkasink.HeaderTopic:         "delivery-requests",
+		delivery.HeaderParkedProgress: `{"done":["check_account","create_package"],"tier":"paying"}`,
 	}
 	ev, err := parse(value, func(k string) []byte {
 		if v, ok := headers[k]; ok {
