@@ -64,7 +64,7 @@ type attemptCtx struct {
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done
 	err    error
-	afters map[*func()]struct{}
+	afters afterList
 
 	send *sendState // under TimeoutFromSend; nil otherwise
 }
@@ -89,11 +89,10 @@ func (a *attemptCtx) end(err error) {
 	} else {
 		close(a.done)
 	}
-	fs := a.afters
-	a.afters = nil
+	fs := a.afters.take()
 	a.mu.Unlock()
-	for f := range fs {
-		go (*f)()
+	for _, e := range fs {
+		go e.f()
 	}
 }
 
@@ -277,17 +276,12 @@ func (a *attemptCtx) AfterFunc(f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
-	if a.afters == nil {
-		a.afters = map[*func()]struct{}{}
-	}
-	a.afters[&f] = struct{}{}
+	id := a.afters.add(f)
 	a.mu.Unlock()
 	return func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		_, ok := a.afters[&f]
-		delete(a.afters, &f)
-		return ok
+		return a.afters.remove(id)
 	}
 }
 
