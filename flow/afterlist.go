@@ -14,18 +14,23 @@ type afterList struct {
 	nextID uint64
 }
 
+// afterEntry is a function to run on a goroutine of its own, or a bound
+// to end at once (SentOnWriteWithin), as the context package ends a
+// context's children: without a function to allocate for it.
 type afterEntry struct {
-	f  func()
-	id uint64
+	f     func()
+	child *boundCtx
+	id    uint64
 }
 
-// add registers f and returns its id for remove.
-func (l *afterList) add(f func()) uint64 {
+// add registers e and returns its id for remove.
+func (l *afterList) add(e afterEntry) uint64 {
 	if l.items == nil {
 		l.items = l.inline[:0]
 	}
 	l.nextID++
-	l.items = append(l.items, afterEntry{f: f, id: l.nextID})
+	e.id = l.nextID
+	l.items = append(l.items, e)
 	return l.nextID
 }
 

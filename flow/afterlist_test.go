@@ -63,9 +63,9 @@ func TestAttemptContextAfterFunc(t *testing.T) {
 func TestAfterListStaysSmall(t *testing.T) {
 	var l afterList
 	for range 1000 {
-		a := l.add(func() {})
-		b := l.add(func() {})
-		c := l.add(func() {})
+		a := l.add(afterEntry{f: func() {}})
+		b := l.add(afterEntry{f: func() {}})
+		c := l.add(afterEntry{f: func() {}})
 		if !l.remove(b) || !l.remove(a) || !l.remove(c) {
 			t.Fatal("a registered function was not found")
 		}
@@ -73,7 +73,7 @@ func TestAfterListStaysSmall(t *testing.T) {
 	if len(l.items) != 0 || cap(l.items) > 4 {
 		t.Fatalf("after 3,000 functions registered and removed: %d held, room for %d", len(l.items), cap(l.items))
 	}
-	l.add(func() {})
+	l.add(afterEntry{f: func() {}})
 	if fs := l.take(); len(fs) != 1 || l.remove(l.nextID) {
 		t.Fatalf("take: %d functions, and the list still holds them after", len(fs))
 	}

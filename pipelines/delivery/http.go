@@ -235,13 +235,16 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	// worker's, not the service's. SentOnWrite also lets the contexts
 	// derived from ctx end with the call's without a goroutine each, where
 	// a value added to the call's context (ForDelivery) hid how.
-	ctx = flow.SentOnWrite(ctx)
 	if c.timeout > 0 {
 		// From the start of the call, a wait for a connection included,
 		// to the end of the answer's body, as http.Client.Timeout counts.
+		// In a stage's call the bounds share one timer, and a call whose
+		// context ends sooner anyway gets none.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		ctx, cancel = flow.SentOnWriteWithin(ctx, c.timeout)
 		defer cancel()
+	} else {
+		ctx = flow.SentOnWrite(ctx)
 	}
 	req, err := c.newRequest(ctx, method, path, rd)
 	if err != nil {
