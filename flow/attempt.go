@@ -48,7 +48,7 @@ type attemptClock struct {
 	bounds  []*boundQueue // fromSend: the calls' bounds (SentOnWriteWithin), by length
 	wake    time.Time     // the next deadline the sweeper wakes for (zero: none)
 	stopped bool
-	kick    chan struct{} // the queue was empty and is not
+	kick    chan struct{} // a deadline came that the sweeper may sleep past (a queue was empty)
 	quit    chan struct{}
 	done    chan struct{}
 }
