@@ -24,17 +24,23 @@ import (
 // keeps the bounds too, rather than a timer each. Release it once the call
 // returned, as a CancelFunc.
 func SentOnWriteWithin(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		if a := callContextOf(ctx); a != nil {
+			if cur, ok := a.Deadline(); !ok || !cur.Before(time.Now().Add(d)) {
+				// The bound is the parent of what is derived for the
+				// request, with an AfterFunc of its own: the trace's
+				// context needs no wrapper to show the call's.
+				b := a.send.clock.bound(withSentTrace(ctx, a), a, d)
+				return b, b.release
+			}
+		}
+	}
 	sent := SentOnWrite(ctx)
 	if d <= 0 {
 		return context.WithTimeout(sent, d)
 	}
-	deadline := time.Now().Add(d)
-	if cur, ok := sent.Deadline(); ok && cur.Before(deadline) {
+	if cur, ok := sent.Deadline(); ok && cur.Before(time.Now().Add(d)) {
 		return sent, func() {}
-	}
-	if a := callContextOf(ctx); a != nil {
-		b := a.send.clock.bound(sent, a, d)
-		return b, b.release
 	}
 	return context.WithTimeout(sent, d)
 }

@@ -3,6 +3,8 @@ package flow
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -170,4 +172,29 @@ func TestSentOnWriteWithinWakesTheClockSooner(t *testing.T) {
 			t.Fatalf("a 50 ms bound ended after %v: %v", waited, ctx.Err())
 		}
 	})
+}
+
+// A request made with a bound marks its call sent once written and
+// answered at its answer, as one made with SentOnWrite's context does.
+func TestSentOnWriteWithinMarksTheCall(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	c := newAttemptClock(context.Background(), time.Minute, true, nil)
+	defer c.stop()
+	call, finish := c.start(time.Now(), 0)
+	ctx, release := SentOnWriteWithin(call, time.Minute)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	release()
+	answered := call.(*attemptCtx).answeredAt()
+	if sent := finish(); sent.IsZero() || answered.IsZero() || answered.Before(sent) {
+		t.Fatalf("sent at %v, answered at %v: the bound's request did not mark its call", sent, answered)
+	}
 }
