@@ -43,10 +43,12 @@ type attemptClock struct {
 
 	mu      sync.Mutex
 	queue   fifo[*attemptCtx]
-	byDue   byDeadline  // with adaptive timeouts, the queue: a heap by deadline
-	unsent  *attemptCtx // fromSend: calls with no deadline, linked through send.prev and send.next
+	byDue   byDeadline    // with adaptive timeouts, the queue: a heap by deadline
+	unsent  *attemptCtx   // fromSend: calls with no deadline, linked through send.prev and send.next
+	bounds  []*boundQueue // fromSend: the calls' bounds (SentOnWriteWithin), by length
+	wake    time.Time     // the next deadline the sweeper wakes for (zero: none)
 	stopped bool
-	kick    chan struct{} // the queue was empty and is not
+	kick    chan struct{} // a deadline came that the sweeper may sleep past (a queue was empty)
 	quit    chan struct{}
 	done    chan struct{}
 }
@@ -64,7 +66,7 @@ type attemptCtx struct {
 	mu     sync.Mutex
 	done   chan struct{} // made by the first Done
 	err    error
-	afters map[*func()]struct{}
+	afters afterList
 
 	send *sendState // under TimeoutFromSend; nil otherwise
 }
@@ -89,11 +91,14 @@ func (a *attemptCtx) end(err error) {
 	} else {
 		close(a.done)
 	}
-	fs := a.afters
-	a.afters = nil
+	fs := a.afters.take()
 	a.mu.Unlock()
-	for f := range fs {
-		go (*f)()
+	for _, e := range fs {
+		if e.child != nil {
+			e.child.end(err)
+			continue
+		}
+		go e.f()
 	}
 }
 
@@ -277,18 +282,34 @@ func (a *attemptCtx) AfterFunc(f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
-	if a.afters == nil {
-		a.afters = map[*func()]struct{}{}
-	}
-	a.afters[&f] = struct{}{}
+	id := a.afters.add(afterEntry{f: f})
 	a.mu.Unlock()
 	return func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		_, ok := a.afters[&f]
-		delete(a.afters, &f)
-		return ok
+		return a.afters.remove(id)
 	}
+}
+
+// addChild registers b to end when a does, with a's error, or at once if
+// a ended; it returns the id for removeAfter, 0 if a had ended.
+func (a *attemptCtx) addChild(b *boundCtx) uint64 {
+	a.mu.Lock()
+	if err := a.err; err != nil {
+		a.mu.Unlock()
+		b.end(err)
+		return 0
+	}
+	id := a.afters.add(afterEntry{child: b})
+	a.mu.Unlock()
+	return id
+}
+
+// removeAfter takes what was registered as id out, if a has not ended.
+func (a *attemptCtx) removeAfter(id uint64) {
+	a.mu.Lock()
+	a.afters.remove(id)
+	a.mu.Unlock()
 }
 
 // run cancels the calls whose deadline passed, sleeping until the oldest
@@ -336,9 +357,11 @@ func (c *attemptClock) run() {
 }
 
 // sweep drops the calls that returned and times out those past their
-// deadline, from the oldest on; it returns the next deadline to wake for.
+// deadline, from the oldest on, and likewise the calls' bounds
+// (SentOnWriteWithin); it returns the next deadline to wake for.
 func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 	var expired []*attemptCtx
+	var next time.Time
 	c.mu.Lock()
 	for c.qlen() > 0 {
 		a := c.qhead()
@@ -347,15 +370,24 @@ func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 			continue
 		}
 		if a.deadline.After(now) {
-			c.mu.Unlock()
-			c.timeOut(expired)
-			return a.deadline, true
+			next = a.deadline
+			break
 		}
 		expired = append(expired, c.qpop())
 	}
+	var bounds []*boundCtx
+	if len(c.bounds) > 0 {
+		var bnext time.Time
+		bounds, bnext = c.sweepBounds(now, nil)
+		if !bnext.IsZero() && (next.IsZero() || bnext.Before(next)) {
+			next = bnext
+		}
+	}
+	c.wake = next
 	c.mu.Unlock()
 	c.timeOut(expired)
-	return time.Time{}, false
+	endBounds(bounds)
+	return next, !next.IsZero()
 }
 
 func (c *attemptClock) timeOut(expired []*attemptCtx) {

@@ -41,7 +41,25 @@ func SentOnWrite(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+	traced := withSentTrace(ctx, s)
+	if _, ok := ctx.(afterFuncer); ok {
+		return keepAfterFunc(traced, ctx)
+	}
+	// ctx wraps the call's context (a value added to it): the call's
+	// AfterFunc serves if ctx ends exactly when the call's context does,
+	// which their shared Done channel says. A context between them that
+	// may end on its own has a Done of its own.
+	if af, ok := s.(afterFuncer); ok {
+		if c, ok := s.(context.Context); ok && ctx.Done() == c.Done() {
+			return afterFuncCtx{traced, af}
+		}
+	}
+	return traced
+}
+
+// withSentTrace returns ctx with the trace of SentOnWrite, which marks s.
+func withSentTrace(ctx context.Context, s sender) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil {
 				s.markSent()
@@ -56,19 +74,6 @@ func SentOnWrite(ctx context.Context) context.Context {
 			return nil
 		},
 	})
-	if _, ok := ctx.(afterFuncer); ok {
-		return keepAfterFunc(traced, ctx)
-	}
-	// ctx wraps the call's context (a value added to it): the call's
-	// AfterFunc serves if ctx ends exactly when the call's context does,
-	// which their shared Done channel says. A context between them that
-	// may end on its own has a Done of its own.
-	if af, ok := s.(afterFuncer); ok {
-		if c, ok := s.(context.Context); ok && ctx.Done() == c.Done() {
-			return afterFuncCtx{traced, af}
-		}
-	}
-	return traced
 }
 
 // afterFuncer is what the context package looks for in a parent it does

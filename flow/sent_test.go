@@ -340,6 +340,15 @@ func TestSentOnWriteDerivesWithoutAGoroutine(t *testing.T) {
 	t.Run("with a value", func(t *testing.T) {
 		derivesWithoutAGoroutine(t, func(ctx context.Context) context.Context { return context.WithValue(ctx, requestIDKey{}, "id") })
 	})
+	// Bounded as an HTTP client's timeout bounds a call (SentOnWriteWithin),
+	// the bound released once the call returns.
+	t.Run("bounded", func(t *testing.T) {
+		derivesWithoutAGoroutine(t, func(ctx context.Context) context.Context {
+			bounded, release := flow.SentOnWriteWithin(context.WithValue(ctx, requestIDKey{}, "id"), time.Minute)
+			context.AfterFunc(ctx, release)
+			return bounded
+		})
+	})
 }
 
 // requestIDKey keys a value a call adds to its context.

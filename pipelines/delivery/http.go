@@ -158,7 +158,7 @@ func HTTPBackends(base string, client *http.Client) Backends {
 	traced := *client
 	traced.Transport = flow.TracedTransport(client.Transport)
 	traced.Timeout = 0
-	c := &httpClient{base: base, cl: &traced, timeout: client.Timeout}
+	c := &httpClient{base: base, cl: &traced, timeout: client.Timeout, baseURL: parseBase(base)}
 	rt := client.Transport
 	if rt == nil {
 		// What the client sends through: a program may have replaced it
@@ -198,6 +198,7 @@ func NewHTTPClient(inFlight int) *http.Client {
 
 type httpClient struct {
 	base    string
+	baseURL *url.URL // base parsed once, if a path may be appended to it (parseBase)
 	cl      *http.Client
 	timeout time.Duration // the caller's client's Timeout (0: none)
 	// sharedHeader: every request carries jsonHeader itself, which nothing
@@ -234,15 +235,18 @@ func (c *httpClient) do(ctx context.Context, method, path string, body, out any)
 	// worker's, not the service's. SentOnWrite also lets the contexts
 	// derived from ctx end with the call's without a goroutine each, where
 	// a value added to the call's context (ForDelivery) hid how.
-	ctx = flow.SentOnWrite(ctx)
 	if c.timeout > 0 {
 		// From the start of the call, a wait for a connection included,
 		// to the end of the answer's body, as http.Client.Timeout counts.
+		// In a stage's call the bounds share one timer, and a call whose
+		// context ends sooner anyway gets none.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		ctx, cancel = flow.SentOnWriteWithin(ctx, c.timeout)
 		defer cancel()
+	} else {
+		ctx = flow.SentOnWrite(ctx)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := c.newRequest(ctx, method, path, rd)
 	if err != nil {
 		return err
 	}

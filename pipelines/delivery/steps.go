@@ -274,36 +274,50 @@ func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
 
 // do queues op and waits for its batch.
 func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
-	op.err = make(chan error, 1)
+	answer := answers.Get().(chan error)
+	op.err = answer
 	ops := s.ops[maphash.String(s.seed, op.key)%uint64(len(s.ops))]
 	select {
 	case <-s.stop:
+		answers.Put(answer) // never queued: nobody answers on it
 		return errStepsClosed
 	default:
 	}
 	select {
 	case ops <- op:
 	case <-ctx.Done():
+		answers.Put(answer)
 		return ctx.Err()
 	case <-s.stop:
+		answers.Put(answer)
 		return errStepsClosed
 	}
 	select {
 	case err := <-op.err:
+		answers.Put(answer) // its one answer taken: empty, and nobody sends on it again
 		return err
 	case <-ctx.Done():
+		// The batcher answers later, on this channel: it is not reused,
+		// or that answer would reach another operation.
 		return ctx.Err()
 	case <-s.closed:
 		// Every batcher has answered what it took and what was queued
 		// when it stopped; an operation queued after that gets no answer.
 		select {
 		case err := <-op.err:
+			answers.Put(answer)
 			return err
 		default:
 			return errStepsClosed
 		}
 	}
 }
+
+// answers are the channels operations wait for their answer on, reused:
+// a channel made per operation was one of a step's allocations. A channel
+// goes back only once empty with no answer to come (the operation's one
+// answer taken, or the operation never queued).
+var answers = sync.Pool{New: func() any { return make(chan error, 1) }}
 
 // errStepsClosed fails an operation on a closed step store.
 var errStepsClosed = errors.New("step store closed")

@@ -288,3 +288,55 @@ func TestRedisStepsBeginFreshIsOneCommand(t *testing.T) {
 		t.Fatalf("a started step: %+v %v, want started by a some 20 ms ago", got, err)
 	}
 }
+
+// An operation that gave up waiting for its batch (its context ended)
+// is answered later all the same: that answer reaches no other
+// operation. The operations after it, of the same key and so of the same
+// batcher, each get their own answer.
+func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
+	cl.AddHook(h)
+	s := delivery.NewRedisSteps(cl, time.Minute)
+	defer s.Close()
+	var release sync.Once
+	defer release.Do(func() { close(h.release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	gaveUp, giveUp := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(gaveUp, "late", delivery.StepDrone, "m1")
+		first <- err
+	}()
+	select {
+	case <-h.held:
+	case <-ctx.Done():
+		t.Fatal("the first Begin sent no pipeline")
+	}
+	giveUp()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Begin that gave up: %v", err)
+	}
+	// The next operations queue behind the held batch, whose answer to
+	// the first is still to come.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		release.Do(func() { close(h.release) })
+	}()
+	st, err := s.Begin(ctx, "late", delivery.StepDrone, "m2")
+	if err != nil || st.StartedBy != "m1" {
+		t.Fatalf("Begin after the first's: %+v %v, want started by m1 (the first's command ran)", st, err)
+	}
+	if err := s.Record(ctx, "late", delivery.StepDrone, "drone-9"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		st, err := s.Begin(ctx, "late", delivery.StepDrone, fmt.Sprintf("m-%d", i))
+		if err != nil || !st.Done || st.Value != "drone-9" {
+			t.Fatalf("Begin %d after the record: %+v %v", i, st, err)
+		}
+	}
+}
