@@ -268,6 +268,10 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 		b.Fatal(err)
 	}
 	rss := w.PeakRSS()
+	var calls, timeouts, parked float64
+	if impl == "sluice" {
+		calls, timeouts, parked = sluiceWasted(b, w)
+	}
 	cpu := w.Stop(syscall.SIGTERM)
 	b.Logf("%s", sum)
 	deliverable := float64(max(1, sum.Deliverable))
@@ -284,7 +288,36 @@ func compareRun(b *testing.B, s *deployment.System, impl, hw string, rate float6
 	b.ReportMetric(float64(sum.Lost), "lost")
 	b.ReportMetric(float64(sum.Twice-before.Twice()), "twice")
 	b.ReportMetric(float64(sum.LeftoverAfterUndo), "left")
+	if impl == "sluice" {
+		n := math.Max(1, float64(sent.Total()))
+		b.ReportMetric(calls/n, "step_calls/req")
+		b.ReportMetric(timeouts/n, "step_timeouts/req")
+		b.ReportMetric(parked/n, "parked/req")
+	}
 	return run
+}
+
+// sluiceWasted reads from the sluice scheduler's metrics the calls its
+// five steps made, those cut by their attempt's timeout, and the requests
+// it parked: where work is done again.
+func sluiceWasted(b *testing.B, w *deployed.Worker) (calls, timeouts, parked float64) {
+	b.Helper()
+	for _, st := range []string{"check_account", "create_package", "check_third_party", "schedule_drone", "create_delivery"} {
+		c, err := w.Counter("sluice_async_calls_total", map[string]string{"stage": st})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, err := w.Counter("sluice_async_calls_total", map[string]string{"stage": st, "result": "timeout"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		calls, timeouts = calls+c, timeouts+t
+	}
+	parked, err := w.Counter("sluice_stage_settled_total", map[string]string{"outcome": "parked"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return calls, timeouts, parked
 }
 
 // startCompared starts a fresh incarnation of impl as the scheduler,

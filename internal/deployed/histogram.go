@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -15,13 +16,7 @@ type Histogram map[float64]float64
 
 // Scrape reads the histogram name from the incarnation's /metrics.
 func (w *Worker) Scrape(name string) (Histogram, error) {
-	resp, err := http.Get("http://" + w.Listen + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := w.families()
 	if err != nil {
 		return nil, err
 	}
@@ -75,4 +70,39 @@ func (h Histogram) Quantile(q float64) float64 {
 		lo, below = b, c
 	}
 	return lo
+}
+
+// Counter reads the sum of the counter name's series from the
+// incarnation's /metrics whose labels include every pair of match.
+func (w *Worker) Counter(name string, match map[string]string) (float64, error) {
+	fams, err := w.families()
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, m := range fams[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		ok := true
+		for k, v := range match {
+			ok = ok && got[k] == v
+		}
+		if ok {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum, nil
+}
+
+// families reads the incarnation's /metrics.
+func (w *Worker) families() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get("http://" + w.Listen + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(resp.Body)
 }
