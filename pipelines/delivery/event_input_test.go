@@ -57,12 +57,7 @@ func TestInheritedProgressHeaderDoesNotBreakTheEvent(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("%d failure events, want 1", len(evs))
 	}
-	n := 0
-	for _, h := range evs[0].Headers {
-		if h.Key == delivery.HeaderProgress {
-			n++
-		}
-	}
+	n := headers(evs[0], delivery.HeaderProgress)
 	first := func(k string) []byte { return header(evs[0], k) } // what the supervisor's m.Header does
 	if _, err := delivery.DecodeCompensation(evs[0].Value, first); err != nil || n != 1 {
 		t.Fatalf("the event has %d %s headers; the supervisor cannot decode it: %v", n, delivery.HeaderProgress, err)

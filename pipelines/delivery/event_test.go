@@ -39,6 +39,17 @@ func header(r *kgo.Record, key string) []byte {
 	return nil
 }
 
+// headers counts r's headers named key.
+func headers(r *kgo.Record, key string) int {
+	n := 0
+	for _, h := range r.Headers {
+		if h.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
 // Every dead letter and failure event carries the request's record as it
 // came — value byte for byte, key, headers — with the failure in headers;
 // the scheduler's state (the steps done) goes beside it in a header of its

@@ -146,23 +146,13 @@ func TestLateResumedReplayIsCompensatedForItsStepsDone(t *testing.T) {
 	if len(events) != 1 {
 		t.Fatalf("%d compensation events, want 1", len(events))
 	}
-	headers := 0
-	for _, h := range events[0].Headers {
-		if h.Key == delivery.HeaderProgress {
-			headers++
-		}
-	}
+	progress := headers(events[0], delivery.HeaderProgress)
 	c, err := delivery.DecodeEvent(events[0])
-	parkedHeaders := 0
-	for _, h := range events[0].Headers {
-		if h.Key == delivery.HeaderParkedProgress {
-			parkedHeaders++
-		}
-	}
-	if err != nil || headers != 1 || parkedHeaders != 0 || !slices.Equal(c.Progress.Done, delivery.Steps[:3]) || !c.Progress.ThirdParty ||
+	parkedHeaders := headers(events[0], delivery.HeaderParkedProgress)
+	if err != nil || progress != 1 || parkedHeaders != 0 || !slices.Equal(c.Progress.Done, delivery.Steps[:3]) || !c.Progress.ThirdParty ||
 		c.Progress.Tier != delivery.Paying {
 		t.Errorf("event (%d progress headers, %d of a parking) reads as %+v (%v); want one header, none of a parking, three steps, a third party, paying",
-			headers, parkedHeaders, c.Progress, err)
+			progress, parkedHeaders, c.Progress, err)
 	}
 	for _, st := range delivery.Steps {
 		if n := l.count(st, "late"); n != 0 {

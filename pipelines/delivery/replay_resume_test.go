@@ -268,17 +268,12 @@ func TestCompensatedReplayListsTheStepsDoneBeforeItsParking(t *testing.T) {
 	if len(events) != 1 {
 		t.Fatalf("%d compensation events, want 1", len(events))
 	}
-	headers := 0
-	for _, h := range events[0].Headers {
-		if h.Key == delivery.HeaderProgress {
-			headers++
-		}
-	}
+	progress := headers(events[0], delivery.HeaderProgress)
 	c, err := delivery.DecodeEvent(events[0])
 	want := []delivery.Step{delivery.StepAccount, delivery.StepPackage, delivery.StepThirdParty}
-	if err != nil || headers != 1 || !slices.Equal(c.Progress.Done, want) || c.Progress.Tier != delivery.Paying {
+	if err != nil || progress != 1 || !slices.Equal(c.Progress.Done, want) || c.Progress.Tier != delivery.Paying {
 		t.Errorf("compensation event (%d progress headers) reads as steps done %v, tier %q (%v); want one header, %v, paying",
-			headers, c.Progress.Done, c.Progress.Tier, err, want)
+			progress, c.Progress.Done, c.Progress.Tier, err, want)
 	}
 	if n := l.count(delivery.StepAccount, "north"); n != 1 {
 		t.Errorf("account checked %d times, want once", n)
