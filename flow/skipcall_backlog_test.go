@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,4 +65,43 @@ func TestSkipCallWaitingMessagesAreNoBacklogOfCalls(t *testing.T) {
 	if desired[true] != desired[false] {
 		t.Errorf("with 20 skipped messages waiting: %d desired workers, want %d as without them", desired[true], desired[false])
 	}
+}
+
+// A stage stopped while calls run and messages wait, some of them
+// answered by SkipCall: its lanes hold nothing once its run returned,
+// the calls cut are the calls started, and no skipped message counts as
+// one.
+func TestSkipCallLanesAfterAStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var vs []int
+		for i := range 4 {
+			vs = append(vs, i, -1-i) // a call, then a message that needs no call
+		}
+		var entered atomic.Int64
+		a := flow.MapAsync(2, func(ctx context.Context, v int) (int, error) {
+			entered.Add(1)
+			<-ctx.Done()
+			return 0, ctx.Err()
+		}, flow.Window(64), flow.Lanes(backpressure.StrictPriority(3)), flow.LaneScaling(2*time.Second, nil),
+			flow.SkipCall(func(v int) (int, bool) { return v, v < 0 }))
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, valuesAt0(vs)), a), sink.Discard[int]())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- g.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		st := a.Stats().Levels[0]
+		// In order 0, -1, 1, -2, ... at parallelism 2: call 0 runs, -1 is
+		// answered, call 1 runs; the rest wait.
+		if st.Started != 2 || st.InFlight != 2 || st.Waiting != 5 {
+			t.Fatalf("before the stop: %+v, want 2 calls started and running, 5 messages waiting", st)
+		}
+		cancel()
+		<-done
+		st = a.Stats().Levels[0]
+		if st.Waiting != 0 || st.InFlight != 0 || st.Started != entered.Load() || a.Stats().InFlight != 0 || a.Stats().Waiting != 0 {
+			t.Errorf("after the stop: %+v (stage %+v), want nothing waiting or in flight, %d calls started", st, a.Stats(), entered.Load())
+		}
+	})
 }
