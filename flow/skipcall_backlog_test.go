@@ -2,6 +2,9 @@ package flow_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -104,4 +107,45 @@ func TestSkipCallLanesAfterAStop(t *testing.T) {
 			t.Errorf("after the stop: %+v (stage %+v), want nothing waiting or in flight, %d calls started", st, a.Stats(), entered.Load())
 		}
 	})
+}
+
+// In input order (InOrder), with a window smaller than the input, where
+// SkipCall panics for some messages and answers others: the messages
+// that panicked fail, every other leaves in input order, and the reorder
+// buffer is not left waiting for a place the failed ones never took.
+func TestSkipCallPanicsInOrderKeepTheOthersInOrder(t *testing.T) {
+	a := flow.MapAsync(4, func(_ context.Context, x int) (int, error) {
+		time.Sleep(time.Duration(x%3) * time.Millisecond) // calls end out of order
+		return x, nil
+	}, flow.InOrder(), flow.Window(8), flow.Lanes(backpressure.StrictPriority(2)),
+		flow.SkipCall(func(x int) (int, bool) {
+			if x%10 == 3 {
+				panic("bad skip")
+			}
+			return x, x%4 == 0
+		}))
+	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
+	out := sink.Collect[int]()
+	stream.To(stream.Via(stream.From(g, valuesAt0(ints(200))), a), out)
+	var panics atomic.Int64
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		var pe *stream.PanicError
+		if errors.As(m.Value.Err, &pe) {
+			panics.Add(1)
+		}
+		return nil
+	}))
+	run(t, g)
+	var want []int
+	for x := range 200 {
+		if x%10 != 3 {
+			want = append(want, x)
+		}
+	}
+	if got := out.Values(); !slices.Equal(got, want) || panics.Load() != 20 {
+		t.Fatalf("got %v and %d panics failed, want %v and 20", got, panics.Load(), want)
+	}
+	if st := a.Stats(); st.Skipped != 50 || st.Calls != 130 || st.InFlight != 0 || st.Waiting != 0 {
+		t.Fatalf("stats %+v: want 50 skipped, 130 calls, nothing held", st)
+	}
 }
