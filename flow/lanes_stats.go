@@ -27,7 +27,8 @@ type LaneStats struct {
 	// finished a call.
 	DesiredWorkers int64
 
-	called int64 // of Done, those that made a call (the mean call time's count)
+	called   int64 // of Done, those that made a call (the mean call time's count)
+	skipping int64 // of Waiting, those SkipCall answered: no call's time to drain
 }
 
 // LaneScaling sets how a stage with Lanes estimates each level's desired
@@ -38,7 +39,8 @@ type LaneStats struct {
 //
 //	desired = ceil(busy time per second + backlog × mean call time / drain)
 //
-// The backlog is the level's queue in the stage plus, if backlog is
+// The backlog is the level's queue in the stage (less the messages
+// SkipCall answered, which need no call) plus, if backlog is
 // given, backlog(level): what waits for the level upstream, not yet in
 // the stage (a priority source's level: its source's Lag, the records not
 // fetched yet, and what it has queued). Default: drain 10 s, the stage's
@@ -62,6 +64,7 @@ type laneCounters struct {
 type laneCounter struct {
 	waiting, inFlight, started, done, busy atomic.Int64
 	called                                 atomic.Int64 // done after a call: not answered by SkipCall
+	skipping                               atomic.Int64 // waiting, answered by SkipCall: no backlog of calls
 }
 
 // laneSample is what a desired-workers estimate compares with the next.
@@ -82,7 +85,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 	for l := range c.levels {
 		lc := &c.levels[l]
 		st[l] = LaneStats{Waiting: lc.waiting.Load(), InFlight: lc.inFlight.Load(), Started: lc.started.Load(),
-			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load()), called: lc.called.Load()}
+			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load()), called: lc.called.Load(), skipping: lc.skipping.Load()}
 	}
 	if drain <= 0 {
 		drain = 10 * time.Second
@@ -101,7 +104,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 				}
 				continue
 			}
-			q := st[l].Waiting
+			q := max(0, st[l].Waiting-st[l].skipping)
 			if backlog != nil {
 				q += max(0, backlog(l))
 			}

@@ -153,9 +153,13 @@ func (c *attemptClock) bound(parent context.Context, a *attemptCtx, d time.Durat
 
 // sweepBounds takes the bounds past their deadline out of their queues,
 // drops those released, and returns the next deadline (zero if none).
+// A queue left empty goes too: calls bounded by what is left of a budget
+// ask for a bound of another length each time, and a queue kept per
+// length ever asked for would grow with every call.
 // Called with c.mu held.
 func (c *attemptClock) sweepBounds(now time.Time, expired []*boundCtx) ([]*boundCtx, time.Time) {
 	var next time.Time
+	kept := c.bounds[:0]
 	for _, bq := range c.bounds {
 		for bq.q.len() > 0 {
 			b := bq.q.items[bq.q.head]
@@ -171,7 +175,12 @@ func (c *attemptClock) sweepBounds(now time.Time, expired []*boundCtx) ([]*bound
 			}
 			expired = append(expired, bq.q.pop())
 		}
+		if bq.q.len() > 0 {
+			kept = append(kept, bq)
+		}
 	}
+	clear(c.bounds[len(kept):])
+	c.bounds = kept
 	return expired, next
 }
 
