@@ -19,7 +19,7 @@ import (
 // not know (a tracing wrapper is one).
 //
 // It costs less than WithTimeout: where ctx already ends by d from now
-// (its deadline is earlier), ctx needs no bound and gets none; in a call
+// (its deadline is earlier), it needs no bound and gets no timer; in a call
 // of a stage with TimeoutFromSend, the stage's clock of attempt timeouts
 // keeps the bounds too, rather than a timer each. Release it once the call
 // returned, as a CancelFunc.
@@ -40,7 +40,7 @@ func SentOnWriteWithin(ctx context.Context, d time.Duration) (context.Context, c
 		return context.WithTimeout(sent, d)
 	}
 	if cur, ok := sent.Deadline(); ok && cur.Before(time.Now().Add(d)) {
-		return sent, func() {}
+		return context.WithCancel(sent) // no bound, but it ends once released
 	}
 	return context.WithTimeout(sent, d)
 }

@@ -137,9 +137,12 @@ func TestSentOnWriteWithinElsewhere(t *testing.T) {
 		call, finish := c.start(time.Now(), 0)
 		defer finish()
 		ctx, release := SentOnWriteWithin(call, time.Second)
-		defer release()
-		if ctx != call {
-			t.Fatalf("a call that ends in 20 ms bounded to 1 s: %T, want its own context", ctx)
+		if dl, _ := ctx.Deadline(); !dl.Equal(func() time.Time { d, _ := call.Deadline(); return d }()) {
+			t.Fatalf("a call that ends in 20 ms bounded to 1 s: deadline %v, want the call's", dl)
+		}
+		release()
+		if !errors.Is(ctx.Err(), context.Canceled) || call.Err() != nil {
+			t.Fatalf("released: %v (the call: %v), want Canceled and the call going on", ctx.Err(), call.Err())
 		}
 
 		start := time.Now()
