@@ -103,12 +103,12 @@ bench-sensors:
 
 # The delivery system deployed: every part a process of its own, a real
 # redis-server (needs redis-server installed), steady rates, a burst, kills,
-# a Redis outage, and services answering 500, slow, or down (about 19
+# a Redis outage, and services answering 500, slow, or down (about 22
 # minutes; one scenario alone: make bench-delivery-deployed
 # SCENARIO=services_down). SCENARIO=compare runs a scheduler written by
 # hand without sluice (benchmarks/handwritten/scheduler) and sluice's,
-# taking turns, on the same processes at 500, 1,000 and 3,000 requests/s
-# and draining a backlog (about 5 minutes; SLUICE_DEPLOYED_LOAD=5s
+# each pair in both orders, on the same processes at 500, 1,000 and 3,000
+# requests/s and draining a backlog (about 8 minutes; SLUICE_DEPLOYED_LOAD=5s
 # shortens each load).
 SCENARIO ?=
 bench-delivery-deployed:

@@ -93,7 +93,7 @@ import (
 // rate of burst_2x, sigkill, redis_outage and the three faults;
 // SLUICE_DEPLOYED_BIN a sluice binary to run instead of this tree's (built
 // from another commit, to compare). `make bench-delivery-deployed` runs it
-// (about 19 minutes with compare; SCENARIO=services_down runs one).
+// (about 22 minutes with compare; SCENARIO=services_down runs one).
 func BenchmarkDeliveryDeployed(b *testing.B) {
 	bin := os.Getenv("SLUICE_DEPLOYED_BIN") // a sluice binary built elsewhere (another commit), to compare
 	if bin == "" {
