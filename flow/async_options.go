@@ -94,8 +94,10 @@ func CallTimeout(d time.Duration) AsyncOption { return func(o *asyncOptions) { o
 // A call that never says it was sent has no attempt timeout: it runs until
 // it returns or the pipeline stops (its context ends then, as every call's
 // does), and its latency is measured from its start. Bound what it does
-// before sending by other means if that needs a bound (a dial timeout, the
-// HTTP client's Timeout).
+// before sending by other means if that needs a bound: SentOnWriteWithin
+// for an HTTP call (a bound of the whole call, which the stage's clock
+// keeps; an http.Client's Timeout does the same at the cost of two
+// goroutines a request when its transport is a wrapper), a dial timeout.
 //
 // Default: off, the clock starts when the call starts: a call must say
 // when it sent for this option to be safe, and one that does not would
@@ -155,8 +157,10 @@ type CallInfo struct {
 // message enters the stage, and must be quick; a panic in it fails the
 // message. The message still takes its turn (its key's, its level's, its
 // place in input order), so that skipping changes no order; the lanes
-// count it as no call (LaneStats.Started, Busy, DesiredWorkers). Its
-// types must be the stage's: Validate names the mismatch.
+// count it as no call (LaneStats.Started, Busy, DesiredWorkers), though
+// Waiting and InFlight hold it while it passes. Its types must be the
+// stage's, which the compiler cannot check (options are not typed by
+// the stage): Validate, and the graph's start, name the mismatch.
 func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 	return func(o *asyncOptions) { o.skip = fn }
 }
