@@ -2,7 +2,6 @@ package flow_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -40,26 +39,8 @@ func TestSkipCallWaitingMessagesAreNoBacklogOfCalls(t *testing.T) {
 					vs = append(vs, -1-i) // negative: needs no call
 				}
 			}
-			a := flow.MapAsync(2, func(_ context.Context, v int) (int, error) {
-				time.Sleep(time.Second)
-				return v, nil
-			}, flow.Window(64), flow.Lanes(backpressure.StrictPriority(3)), flow.LaneScaling(2*time.Second, nil),
-				flow.SkipCall(func(v int) (int, bool) { return v, v < 0 }))
-			g := stream.New()
-			stream.To(stream.Via(stream.From(g, valuesAt0(vs)), a), sink.Discard[int]())
-			done := make(chan error)
-			go func() { done <- g.Run(context.Background()) }()
-			at := func(d time.Duration) []flow.LaneStats {
-				time.Sleep(d)
-				synctest.Wait()
-				return a.Stats().Levels
-			}
-			at(500 * time.Millisecond)
-			st := at(2 * time.Second)
-			desired[skips] = st[0].DesiredWorkers
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
+			sts, _ := skipLanes(t, vs, 500*time.Millisecond, 2500*time.Millisecond) // the estimate's window from 0.5 s
+			desired[skips] = sts[1][0].DesiredWorkers
 		})
 	}
 	if desired[false] != 3 {
@@ -127,14 +108,7 @@ func TestSkipCallPanicsInOrderKeepTheOthersInOrder(t *testing.T) {
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
 	out := sink.Collect[int]()
 	stream.To(stream.Via(stream.From(g, valuesAt0(ints(200))), a), out)
-	var panics atomic.Int64
-	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
-		var pe *stream.PanicError
-		if errors.As(m.Value.Err, &pe) {
-			panics.Add(1)
-		}
-		return nil
-	}))
+	panics := countPanics(g, nil)
 	run(t, g)
 	var want []int
 	for x := range 200 {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,29 +63,11 @@ func TestSkipCallLeavesTheLanesEstimatesToTheCalls(t *testing.T) {
 				for i := range 20 {
 					vs = append(vs, 100+i)
 				}
-				a := flow.MapAsync(2, func(_ context.Context, v int) (int, error) {
-					time.Sleep(time.Second)
-					return v, nil
-				}, flow.Window(64), flow.Lanes(backpressure.StrictPriority(3)), flow.LaneScaling(2*time.Second, nil),
-					flow.SkipCall(func(v int) (int, bool) { return v, v < 0 }))
-				g := stream.New()
-				stream.To(stream.Via(stream.From(g, valuesAt0(vs)), a), sink.Discard[int]())
-				done := make(chan error)
-				go func() { done <- g.Run(context.Background()) }()
-				at := func(d time.Duration) []flow.LaneStats {
-					time.Sleep(d)
-					synctest.Wait()
-					return a.Stats().Levels
-				}
-				at(500 * time.Millisecond)
-				st := at(2 * time.Second)
-				if st[0].InFlight != 2 || st[0].Waiting != 18 || st[0].DesiredWorkers != 11 {
+				sts, a := skipLanes(t, vs, 500*time.Millisecond, 2500*time.Millisecond) // the estimate's window from 0.5 s
+				if st := sts[1]; st[0].InFlight != 2 || st[0].Waiting != 18 || st[0].DesiredWorkers != 11 {
 					t.Errorf("at 2.5 s: %+v; want 2 calls running, 18 waiting, 11 desired workers", st[0])
 				}
-				if err := <-done; err != nil {
-					t.Fatal(err)
-				}
-				st = a.Stats().Levels
+				st := a.Stats().Levels
 				if st[0].Started != 24 || st[0].Busy != 24*time.Second || st[0].InFlight != 0 || st[0].Waiting != 0 {
 					t.Errorf("at the end: %+v; want 24 calls started, 24 s busy, nothing in flight or waiting", st[0])
 				}
@@ -223,14 +204,7 @@ func TestSkipCallPanicInAKeyLetsTheKeyGoOn(t *testing.T) {
 	g := stream.New(stream.WithLogger(slog.New(slog.DiscardHandler)))
 	out := sink.Collect[int]()
 	stream.To(stream.Via(stream.From(g, source.Slice(ints(20))), a), out)
-	var panics atomic.Int64
-	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
-		var pe *stream.PanicError
-		if errors.As(m.Value.Err, &pe) && m.Value.Value == 7 {
-			panics.Add(1)
-		}
-		return nil
-	}))
+	panics := countPanics(g, func(v any) bool { return v == 7 })
 	run(t, g)
 	st := a.Stats()
 	if len(out.Values()) != 19 || panics.Load() != 1 || st.InFlight != 0 || st.Waiting != 0 || st.Skipped != 10 {

@@ -117,14 +117,7 @@ func TestSkipCallPanicFailsTheMessage(t *testing.T) {
 	g := stream.New()
 	out := sink.Collect[int]()
 	stream.To(stream.Via(stream.From(g, source.Slice(ints(20))), a), out)
-	var perr atomic.Int64
-	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
-		var pe *stream.PanicError
-		if errors.As(m.Value.Err, &pe) {
-			perr.Add(1)
-		}
-		return nil
-	}))
+	perr := countPanics(g, nil)
 	run(t, g)
 	if len(out.Values()) != 19 || perr.Load() != 1 {
 		t.Fatalf("%d delivered, %d panics failed: want 19 and 1", len(out.Values()), perr.Load())
@@ -146,4 +139,47 @@ func TestSkipCallOfOtherTypesIsRefused(t *testing.T) {
 		flow.SkipCall(func(x int) (string, bool) { return "", false })).Validate(); err != nil {
 		t.Fatalf("Validate with matching types: %v", err)
 	}
+}
+
+// countPanics counts the failures of g that are panics (and, if only is
+// given, of the messages it accepts).
+func countPanics(g *stream.Graph, only func(v any) bool) *atomic.Int64 {
+	var n atomic.Int64
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		var pe *stream.PanicError
+		if errors.As(m.Value.Err, &pe) && (only == nil || only(m.Value.Value)) {
+			n.Add(1)
+		}
+		return nil
+	}))
+	return &n
+}
+
+// skipLanes runs vs, all at level 0, through a stage of 2 slots whose
+// calls sleep 1 s and whose negative values SkipCall answers (lanes of 3
+// levels, LaneScaling drain 2 s): it returns the stage's lane stats at
+// each of the times after the start (synctest's), and the stage.
+func skipLanes(t *testing.T, vs []int, at ...time.Duration) ([][]flow.LaneStats, *flow.Async[int, int]) {
+	t.Helper()
+	a := flow.MapAsync(2, func(_ context.Context, v int) (int, error) {
+		time.Sleep(time.Second)
+		return v, nil
+	}, flow.Window(64), flow.Lanes(backpressure.StrictPriority(3)), flow.LaneScaling(2*time.Second, nil),
+		flow.SkipCall(func(v int) (int, bool) { return v, v < 0 }))
+	g := stream.New()
+	stream.To(stream.Via(stream.From(g, valuesAt0(vs)), a), sink.Discard[int]())
+	done := make(chan error)
+	go func() { done <- g.Run(context.Background()) }()
+	var sts [][]flow.LaneStats
+	var slept time.Duration
+	for _, d := range at {
+		time.Sleep(d - slept)
+		slept = d
+		synctest.Wait()
+		sts = append(sts, a.Stats().Levels)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return sts, a
 }

@@ -136,16 +136,7 @@ func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
 	defer release.Do(func() { close(h.release) }) // before Close, on a failure
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Begin(ctx, "held", delivery.StepDrone, "m")
-		first <- err
-	}()
-	select {
-	case <-h.held:
-	case <-ctx.Done():
-		t.Fatal("the first Begin sent no pipeline")
-	}
+	first := beginHeld(t, s, h.held, ctx, ctx, "held", "m")
 	// Sixteen other requests: some have their keys in another batcher.
 	done := make(chan error, 16)
 	for i := range 16 {
@@ -306,16 +297,7 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 	defer cancel()
 
 	gaveUp, giveUp := context.WithCancel(ctx)
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Begin(gaveUp, "late", delivery.StepDrone, "m1")
-		first <- err
-	}()
-	select {
-	case <-h.held:
-	case <-ctx.Done():
-		t.Fatal("the first Begin sent no pipeline")
-	}
+	first := beginHeld(t, s, h.held, ctx, gaveUp, "late", "m1")
 	giveUp()
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the Begin that gave up: %v", err)
@@ -339,4 +321,22 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 			t.Fatalf("Begin %d after the record: %+v %v", i, st, err)
 		}
 	}
+}
+
+// beginHeld starts a Begin of id's drone step with mark, under begin, and
+// waits (at most until ctx ends) for its pipeline to be held; it returns
+// the Begin's outcome to come.
+func beginHeld(t *testing.T, s *delivery.RedisSteps, held <-chan struct{}, ctx, begin context.Context, id, mark string) <-chan error {
+	t.Helper()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Begin(begin, id, delivery.StepDrone, mark)
+		first <- err
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the first Begin sent no pipeline")
+	}
+	return first
 }
