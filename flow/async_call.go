@@ -21,11 +21,6 @@ import (
 // its send if it said it was sent (TimeoutFromSend).
 func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callCounts, now time.Time) (end time.Time) {
 	a := r.a
-	if j.skipped {
-		// SkipCall gave its result when it entered the stage (accept).
-		counts.skipped++
-		return now
-	}
 	j.attempts++
 	if j.attempts == 1 {
 		j.first = now
@@ -195,10 +190,9 @@ func (r *asyncRun[In, Out]) runInline(n, limit int) {
 	until := t0.Add(2 * max(chunkBudget, time.Duration(len(batch))*inlineBelow))
 	made, t := r.callChunk(batch, timed, &r.inlineCounts, t0, until)
 	el := float64(t.Sub(t0))
-	skipped := int(r.inlineCounts.skipped) // no call's time: not in the average
 	r.inlineCounts.flush(r.a)
 	r.pool.mu.Lock()
-	r.pool.observe(el, made-skipped)
+	r.pool.observe(el, made)
 	if rest := batch[made:]; len(rest) > 0 {
 		for _, j := range rest {
 			r.pool.q.push(j) // still counted in r.inFlight

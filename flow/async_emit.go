@@ -22,6 +22,15 @@ func (r *asyncRun[In, Out]) complete() (int, error) {
 			r.lanes.finished(j)
 		}
 	}
+	if n := len(r.skipping); n > 0 {
+		// Answered by SkipCall, never called nor counted in flight: done
+		// with the calls. A key one of them frees may let another such
+		// job go (letGo), which the next round completes.
+		r.a.skipped.Add(int64(n))
+		done = append(done, r.skipping...)
+		clear(r.skipping)
+		r.skipping = r.skipping[:0]
+	}
 	// i == len(done): the jobs are handled, emit what the reorder ring
 	// lets go. completeFrom returns past that when all is done.
 	for i := 0; i <= len(done); {
@@ -45,7 +54,7 @@ func (r *asyncRun[In, Out]) completeJob(j *asyncJob[In, Out]) error {
 	if r.groups != nil {
 		g := r.groups[j.key]
 		if g.waiting.len() > 0 {
-			r.pushReady(g.waiting.pop())
+			r.letGo(g.waiting.pop())
 		} else if g.running--; g.running == 0 {
 			delete(r.groups, j.key)
 			if len(r.freeGroups) < r.a.o.window {

@@ -155,12 +155,15 @@ type CallInfo struct {
 // Budget, call statistics, OnCall and OnDone see nothing, and the
 // message leaves with Attempt 0. fn runs on the stage's goroutine as the
 // message enters the stage, and must be quick; a panic in it fails the
-// message. The message still takes its turn (its key's, its level's, its
-// place in input order), so that skipping changes no order; the lanes
-// count it as no call (LaneStats.Started, Busy, DesiredWorkers), though
-// Waiting and InFlight hold it while it passes. Its types must be the
-// stage's, which the compiler cannot check (options are not typed by
-// the stage): Validate, and the graph's start, name the mismatch.
+// message. Needing no call, the message waits for no call slot: it
+// leaves at once, ahead of the calls waiting for one (a higher level's
+// too: it takes nothing from them), except that it still takes its key's
+// turn (ByMessageKey, MaxPerPartition) and, InOrder, its place in input
+// order, so that skipping changes no order that is kept. The lanes count
+// it only in Done (not in Waiting, InFlight, Started, Busy or
+// DesiredWorkers). Its types must be the stage's, which the compiler
+// cannot check (options are not typed by the stage): Validate, and the
+// graph's start, name the mismatch.
 func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 	return func(o *asyncOptions) { o.skip = fn }
 }

@@ -56,6 +56,9 @@ type asyncRun[In, Out any] struct {
 	nextSeq  int64
 	ready    fifo[*asyncJob[In, Out]]
 	lanes    *lanes[In, Out] // the ready queue instead of ready, with Lanes
+	// skipping are the jobs SkipCall answered whose key let them go: they
+	// need no slot, and complete in the stage's round that took them.
+	skipping []*asyncJob[In, Out]
 	groups   map[string]*keyGroup[In, Out]
 	groupCap int
 	// freeGroups are key groups whose key has nothing in the stage, kept
@@ -170,10 +173,10 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		key = r.a.key(m)
 	}
 	// Whether it needs a call is known now too, before the stage changes
-	// (a panic in SkipCall's function fails it as one in the key does):
-	// the lanes then count it as no call. It still takes its turn, its
-	// key's and its window place like any message, so that no order
-	// changes.
+	// (a panic in SkipCall's function fails it as one in the key does).
+	// It needs no call slot, so it waits for none (see letGo), but it
+	// takes its key's turn and its window place like any message, so that
+	// no key's order, nor the input order InOrder, changes.
 	var skipOut Out
 	skip := false
 	if r.a.skip != nil {
@@ -208,7 +211,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		r.lanes.arrived(j)
 	}
 	if r.groups == nil {
-		r.pushReady(j)
+		r.letGo(j)
 		return
 	}
 	j.key = key
@@ -223,7 +226,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	}
 	if g.running < r.groupCap {
 		g.running++
-		r.pushReady(j)
+		r.letGo(j)
 	} else {
 		g.waiting.push(j)
 	}
@@ -272,6 +275,18 @@ func (r *asyncRun[In, Out]) start() {
 	r.pool.mu.Unlock()
 	clear(js)
 	r.starting = js[:0]
+}
+
+// letGo takes a job whose key lets it go: queued for a call slot, or, if
+// SkipCall answered it, to complete in this round without one. A message
+// that needs no call does not wait behind the calls queued for a slot
+// (nor behind a higher level's: it takes no slot from them).
+func (r *asyncRun[In, Out]) letGo(j *asyncJob[In, Out]) {
+	if j.skipped {
+		r.skipping = append(r.skipping, j)
+		return
+	}
+	r.pushReady(j)
 }
 
 // pushReady queues a job ready to be called.

@@ -60,9 +60,7 @@ func (a *Async[In, Out]) Stats() AsyncStats {
 
 // callCounts accumulates a worker's counters between two flushes, so that
 // workers do not contend on shared atomics once per call.
-// skipped counts messages SkipCall answered: no call, so not in the
-// workers' average call duration either.
-type callCounts struct{ calls, failed, timeouts, refused, skipped int64 }
+type callCounts struct{ calls, failed, timeouts, refused int64 }
 
 func (c *callCounts) flush(a interface {
 	add(c callCounts)
@@ -85,8 +83,5 @@ func (a *Async[In, Out]) add(c callCounts) {
 	}
 	if c.refused > 0 {
 		a.refused.Add(c.refused)
-	}
-	if c.skipped > 0 {
-		a.skipped.Add(c.skipped)
 	}
 }

@@ -241,11 +241,10 @@ func (w *workers[In, Out]) work() {
 			until = t0.Add(2 * chunkBudget)
 		}
 		made, t := w.r.callChunk(batch, timed, &counts, t0, until)
-		skipped := int(counts.skipped) // of the jobs made: they took no call's time
 		counts.flush(w.r.a)
 		lastNs, lastN = 0, 0
 		if measure {
-			lastNs, lastN = float64(t.Sub(t0)), made-skipped
+			lastNs, lastN = float64(t.Sub(t0)), made
 		}
 		if made < len(batch) {
 			// The calls turned slow: the rest of the chunk goes back to

@@ -118,9 +118,6 @@ func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
 	l.q[j.msg.Priority].push(j)
 	l.n++
 	l.c.levels[j.msg.Priority].waiting.Add(1)
-	if j.skipped {
-		l.c.levels[j.msg.Priority].skipping.Add(1)
-	}
 }
 
 // pop takes the next job to start when free slots are free under limit:
@@ -161,11 +158,8 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 	l.running[lv]++
 	lc := &l.c.levels[lv]
 	lc.waiting.Add(-1)
-	if j.skipped {
-		lc.skipping.Add(-1)
-	}
 	lc.inFlight.Add(1)
-	if j.attempts == 0 && !j.skipped { // a message SkipCall answered starts no call
+	if j.attempts == 0 {
 		lc.started.Add(1)
 		for _, m := range l.meters {
 			m.wait[lv](now.Sub(j.since).Seconds())
@@ -211,9 +205,7 @@ func (l *lanes[In, Out]) finished(j *asyncJob[In, Out]) {
 	l.running[lv]--
 	lc := &l.c.levels[lv]
 	lc.inFlight.Add(-1)
-	if !j.skipped {
-		lc.busy.Add(int64(l.now.Sub(j.callStart)))
-	}
+	lc.busy.Add(int64(l.now.Sub(j.callStart)))
 }
 
 // emitted counts j's outcome leaving the stage.
@@ -236,7 +228,6 @@ func (l *lanes[In, Out]) emitted(j *asyncJob[In, Out]) {
 func (l *lanes[In, Out]) stopped() {
 	for lv := range l.c.levels {
 		l.c.levels[lv].waiting.Store(0)
-		l.c.levels[lv].skipping.Store(0)
 		l.c.levels[lv].inFlight.Store(0)
 	}
 }

@@ -27,8 +27,7 @@ type LaneStats struct {
 	// finished a call.
 	DesiredWorkers int64
 
-	called   int64 // of Done, those that made a call (the mean call time's count)
-	skipping int64 // of Waiting, those SkipCall answered: no call's time to drain
+	called int64 // of Done, those that made a call (the mean call time's count)
 }
 
 // LaneScaling sets how a stage with Lanes estimates each level's desired
@@ -64,7 +63,6 @@ type laneCounters struct {
 type laneCounter struct {
 	waiting, inFlight, started, done, busy atomic.Int64
 	called                                 atomic.Int64 // done after a call: not answered by SkipCall
-	skipping                               atomic.Int64 // waiting, answered by SkipCall: no backlog of calls
 }
 
 // laneSample is what a desired-workers estimate compares with the next.
@@ -85,7 +83,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 	for l := range c.levels {
 		lc := &c.levels[l]
 		st[l] = LaneStats{Waiting: lc.waiting.Load(), InFlight: lc.inFlight.Load(), Started: lc.started.Load(),
-			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load()), called: lc.called.Load(), skipping: lc.skipping.Load()}
+			Done: lc.done.Load(), Busy: time.Duration(lc.busy.Load()), called: lc.called.Load()}
 	}
 	if drain <= 0 {
 		drain = 10 * time.Second
@@ -104,7 +102,7 @@ func (c *laneCounters) stats(drain time.Duration, backlog func(int) int64) []Lan
 				}
 				continue
 			}
-			q := max(0, st[l].Waiting-st[l].skipping)
+			q := st[l].Waiting
 			if backlog != nil {
 				q += max(0, backlog(l))
 			}

@@ -76,10 +76,10 @@ func TestSkipCallLanesAfterAStop(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		st := a.Stats().Levels[0]
-		// In order 0, -1, 1, -2, ... at parallelism 2: call 0 runs, -1 is
-		// answered, call 1 runs; the rest wait.
-		if st.Started != 2 || st.InFlight != 2 || st.Waiting != 5 {
-			t.Fatalf("before the stop: %+v, want 2 calls started and running, 5 messages waiting", st)
+		// In order 0, -1, 1, -2, ... at parallelism 2: calls 0 and 1 run,
+		// 2 and 3 wait, and -1 to -4, which need no slot, are out.
+		if st.Started != 2 || st.InFlight != 2 || st.Waiting != 2 || st.Done != 4 {
+			t.Fatalf("before the stop: %+v, want 2 calls started and running, 2 waiting, the 4 skipped done", st)
 		}
 		cancel()
 		<-done
