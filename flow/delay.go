@@ -33,7 +33,8 @@ const DelayWindow = 4096
 // back the partition's messages of a later assignment.
 //
 // Options: Recheck asks due again, for every message held, when told to
-// (a replay made due early because its cause is gone).
+// (a replay made due early because its cause is gone); AnyOrder lets each
+// message go when due, whatever its partition's order.
 func Delay[T any](due func(e *stream.Envelope) time.Time, opts ...DelayOption) stream.Flow[T, T] {
 	f := &delayFlow[T]{due: due}
 	for _, o := range opts {
@@ -46,14 +47,22 @@ func Delay[T any](due func(e *stream.Envelope) time.Time, opts ...DelayOption) s
 type DelayOption func(*delayOptions)
 
 type delayOptions struct {
-	recheck <-chan struct{}
+	recheck  <-chan struct{}
+	anyOrder bool
 }
+
+// AnyOrder lets each message go on as soon as it is due, whatever its
+// partition's order: a message due later holds back none behind it. For
+// messages whose order means nothing, and whose times differ: the
+// replays of independent requests, parked for a Retry-After of a second
+// beside others parked for minutes. Default: each partition in order.
+func AnyOrder() DelayOption { return func(o *delayOptions) { o.anyOrder = true } }
 
 // Recheck makes Delay ask due again, for every message it holds, each
 // time ch receives: a due function that consults something besides the
 // envelope (has the service this parked message failed on recovered
 // since?) can then bring messages forward, and they go on at once,
-// partitions still in order. Messages read later are asked when they
+// partitions still in order (unless AnyOrder). Messages read later are asked when they
 // arrive, as always. A panic in due while rechecking keeps the message's
 // time. Closing ch asks once more, then no more. Default: due is asked
 // once per message.
@@ -192,7 +201,7 @@ func (r *delayRun[T]) hold(ctx context.Context, m *stream.Message[T]) error {
 	due := r.f.due(&m.Envelope)
 	k := partitionKey{m.Topic, m.Partition}
 	q := r.queues[k]
-	if len(q) == 0 && !due.After(time.Now()) {
+	if (len(q) == 0 || r.f.opts.anyOrder) && !due.After(time.Now()) {
 		return r.out.Send(ctx, *m)
 	}
 	if r.draining {
@@ -269,9 +278,12 @@ func (r *delayRun[T]) safeDue(e *stream.Envelope, was time.Time) (at time.Time) 
 }
 
 // release sends every message that is due and at the head of its
-// partition's queue, and returns when the next one is due (zero: none
-// waits).
+// partition's queue (with AnyOrder, every message due), and returns when
+// the next one is due (zero: none waits).
 func (r *delayRun[T]) release(ctx context.Context, now time.Time) (next time.Time, err error) {
+	if r.f.opts.anyOrder {
+		return r.releaseDue(ctx, now)
+	}
 	for k, q := range r.queues {
 		i := 0
 		for ; i < len(q); i++ {
@@ -295,6 +307,36 @@ func (r *delayRun[T]) release(ctx context.Context, now time.Time) (next time.Tim
 		r.queues[k] = q[i:]
 		if d := q[i].due; next.IsZero() || d.Before(next) {
 			next = d
+		}
+	}
+	return next, nil
+}
+
+// releaseDue is release with AnyOrder: every message due goes, wherever
+// it waits in its partition's queue; the others keep their order.
+func (r *delayRun[T]) releaseDue(ctx context.Context, now time.Time) (next time.Time, err error) {
+	for k, q := range r.queues {
+		kept := q[:0]
+		for _, w := range q {
+			switch {
+			case gone(&w.m): // let go of, due or not
+			case w.due.After(now):
+				kept = append(kept, w)
+				if next.IsZero() || w.due.Before(next) {
+					next = w.due
+				}
+			default:
+				if err := r.out.Send(ctx, w.m); err != nil {
+					return time.Time{}, err // the run ends
+				}
+			}
+		}
+		r.held -= len(q) - len(kept)
+		clear(q[len(kept):])
+		if len(kept) == 0 {
+			delete(r.queues, k)
+		} else {
+			r.queues[k] = kept
 		}
 	}
 	return next, nil

@@ -360,3 +360,34 @@ func TestDelayRecheckClosedChannelDoesNotSpin(t *testing.T) {
 		t.Fatalf("due asked %d times for one message held: want its arrival and at most one recheck", n)
 	}
 }
+
+// With AnyOrder a message due later holds back nothing: each goes on at
+// its own time, in its partition too.
+func TestDelayAnyOrderLetsEachGoWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		msg := func(partition int32, v int, due time.Duration) stream.Message[int] {
+			m := stream.NewMessage(v, stream.Handle{})
+			m.Topic, m.Partition, m.Timestamp = "retry", partition, start.Add(due)
+			return m
+		}
+		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+			for _, m := range []stream.Message[int]{msg(0, 1, 10*time.Minute), msg(0, 2, 0), msg(0, 3, 2*time.Second),
+				msg(0, 4, time.Second), msg(1, 5, 3*time.Second), msg(1, 6, time.Second)} {
+				if err := out.Send(ctx, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		at := map[int]time.Duration{}
+		g := stream.New()
+		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }, flow.AnyOrder()))
+		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
+		run(t, g)
+		want := map[int]time.Duration{1: 10 * time.Minute, 2: 0, 3: 2 * time.Second, 4: time.Second, 5: 3 * time.Second, 6: time.Second}
+		if !maps.Equal(at, want) {
+			t.Fatalf("released at %v, want %v (each at its own time)", at, want)
+		}
+	})
+}

@@ -115,9 +115,9 @@ func replayAfter(v *judged, now time.Time) time.Duration {
 		return v.backoff
 	}
 	// Not capped by MaxReplayDelay: a replay before what the service asked
-	// would meet its refusal again, and spend a parking on it. (Its
-	// partition's later replays wait behind it meanwhile; the deadline
-	// still bounds it.)
+	// would meet its refusal again, and spend a parking on it. (The
+	// deadline still bounds it; the replays behind it in its partition do
+	// not wait for it: flow.AnyOrder.)
 	return wait + time.Duration(rand.Float64()*0.2*float64(wait))
 }
 

@@ -76,8 +76,8 @@ func fitReserve(reserve []int, parallelism int) []int {
 
 // lateReplays fails a replay, read from the park topic, that came back
 // after its deadline: the judge parks a request only while its replay can
-// complete in time, but a replay partition is released in order, and one
-// due later ahead of it in its partition may hold it back past its time.
+// complete in time, but a replay may be read late: the scheduler was
+// down, or behind on the park topic.
 // Such a replay fails (ErrDeadline, for good) before its first step — no
 // call is made, and no breaker counts it — and is compensated, rather than
 // scheduled late. One back before its deadline goes on, however little

@@ -124,7 +124,11 @@ func readRequests(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.
 // back past its deadline fails.
 func readReplays(g *stream.Graph, cfg SchedulerConfig, recovered *backpressure.Recovery) stream.Stream[*Progress] {
 	replays := stream.From(g, cfg.Replay, stream.Name("replays"))
-	due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(recovered.At), flow.Recheck(recovered.C())),
+	// Each replay comes back at its time: a throttled request's, a
+	// second after its parking, is not held behind one parked again for
+	// longer in its partition (the requests are independent; copies of
+	// one are told apart by the steps' records and the outcome checks).
+	due := stream.Via(replays, flow.Delay[[]byte](kafkasink.ReplayDue(recovered.At), flow.Recheck(recovered.C()), flow.AnyOrder()),
 		stream.Name("replay-delay"))
 	if cfg.Levels != nil {
 		// A replay has no topic of a level: Normal, until its own

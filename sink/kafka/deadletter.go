@@ -176,7 +176,8 @@ func NewParking(cl Producer, topic string, replayAfter time.Duration, opts ...Pa
 //
 // A topic read with flow.Delay(ReplayAt) replays in record order: a
 // record due later holds back the records behind it in its partition, so
-// with delays that differ the later ones set the pace.
+// with delays that differ the later ones set the pace; with
+// flow.AnyOrder each record goes at its own time.
 func NewParkingFunc(cl Producer, topic string, replayAfter func(m *stream.Message[stream.Failure]) time.Duration,
 	opts ...ParkingOption) *Sink[stream.Failure] {
 	var p parking
