@@ -22,6 +22,7 @@ type Async[In, Out any] struct {
 	parallelism int
 	fn          func(context.Context, In) (Out, error)
 	skip        func(In) (Out, bool) // SkipCall's
+	first       func(In) bool        // ServeFirst's
 	o           asyncOptions
 	key         func(*stream.Message[In]) string
 	err         error
@@ -67,6 +68,14 @@ func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, e
 				a.o.skip, reflect.TypeFor[In](), reflect.TypeFor[Out]())}
 		}
 		a.skip = skip
+	}
+	if a.o.first != nil {
+		first, ok := a.o.first.(func(In) bool)
+		if !ok {
+			a.err = &stream.ConfigError{Stage: "map-async", Argument: "ServeFirst", Reason: fmt.Sprintf("is a %T, the stage needs a func(%v) bool",
+				a.o.first, reflect.TypeFor[In]())}
+		}
+		a.first = first
 	}
 	if k := a.o.keyFn; k != nil {
 		a.key = func(m *stream.Message[In]) string { return k(&m.Envelope) }

@@ -39,6 +39,7 @@ type asyncOptions struct {
 	laneDrain    time.Duration
 	laneBacklog  func(level int) int64
 	skip         any // SkipCall's func(In) (Out, bool), checked by MapAsync
+	first        any // ServeFirst's func(In) bool, checked by MapAsync
 }
 
 // InOrder emits results in input order (Akka's mapAsync): calls still run
@@ -166,6 +167,21 @@ type CallInfo struct {
 // graph's start, name the mismatch.
 func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 	return func(o *asyncOptions) { o.skip = fn }
+}
+
+// ServeFirst calls the messages fn picks before the others waiting for a
+// call slot (with Lanes, before the others waiting at their level, never
+// before a higher level's), in their arrival order: messages that have
+// waited their turn once already, such as requests replayed after a
+// parking, which would otherwise wait again behind a whole window of
+// fresh ones. They still wait for their key (ByMessageKey,
+// MaxPerPartition), and InOrder still emits in input order. fn runs on
+// the stage's goroutine as the message enters the stage, and must be
+// quick; a panic in it fails the message. Its type must take the stage's
+// input, which the compiler cannot check: Validate, and the graph's
+// start, name the mismatch. Default: every message in arrival order.
+func ServeFirst[In any](fn func(In) bool) AsyncOption {
+	return func(o *asyncOptions) { o.first = fn }
 }
 
 // Retry retries calls that fail transiently (the policy's Classify: its

@@ -22,6 +22,7 @@ type asyncJob[In, Out any] struct {
 	err      error
 	done     bool
 	skipped  bool // SkipCall answered it: it makes no call
+	ahead    bool // ServeFirst picked it: it waits for a slot ahead of the others
 	inFlight int  // calls in flight when its call started
 
 	attempts  int           // calls made
@@ -51,11 +52,12 @@ type asyncRun[In, Out any] struct {
 	ctx, callsCtx context.Context
 	pool          *workers[In, Out]
 
-	held     int // jobs accepted and not yet emitted
-	inFlight int // jobs handed to the workers (queued or called) or run inline, not yet complete
-	nextSeq  int64
-	ready    fifo[*asyncJob[In, Out]]
-	lanes    *lanes[In, Out] // the ready queue instead of ready, with Lanes
+	held       int // jobs accepted and not yet emitted
+	inFlight   int // jobs handed to the workers (queued or called) or run inline, not yet complete
+	nextSeq    int64
+	ready      fifo[*asyncJob[In, Out]]
+	readyAhead fifo[*asyncJob[In, Out]] // ServeFirst's, called before ready's
+	lanes      *lanes[In, Out]          // the ready queue instead of ready, with Lanes
 	// skipping are the jobs SkipCall answered whose key let them go: they
 	// need no slot, and complete in the stage's round that took them.
 	skipping []*asyncJob[In, Out]
@@ -182,6 +184,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 	if r.a.skip != nil {
 		skipOut, skip = r.a.skip(m.Value)
 	}
+	ahead := r.a.first != nil && !skip && r.a.first(m.Value)
 	var j *asyncJob[In, Out]
 	if n := len(r.free); n > 0 {
 		// A recycled job: set each field rather than zero the whole struct
@@ -195,7 +198,7 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 		j = new(asyncJob[In, Out])
 	}
 	j.seq, j.msg = r.nextSeq, *m
-	j.skipped = skip
+	j.skipped, j.ahead = skip, ahead
 	if skip {
 		j.out = skipOut
 	}
@@ -233,13 +236,16 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 }
 
 // start hands the ready jobs to the workers, which run them within the
-// limit (see workers). With Lanes it hands no more than may run now: the
-// lanes choose which level goes next when a slot is free.
+// limit (see workers). With Lanes or ServeFirst it hands no more than may
+// run now: the lanes choose which level goes next when a slot is free,
+// and a message ServeFirst picks goes ahead of those not handed yet.
 func (r *asyncRun[In, Out]) start() {
 	limit := r.a.currentLimit()
 	raised := int64(limit) > r.a.limit.Swap(int64(limit))
 	n := r.readyLen()
-	if r.lanes != nil {
+	if r.lanes != nil || r.a.first != nil {
+		// Only what may run now: the rest waits here, where the next
+		// free slot can still go to a level's turn or to ServeFirst's.
 		n = min(n, limit-r.inFlight)
 	}
 	if n <= 0 {
@@ -295,6 +301,10 @@ func (r *asyncRun[In, Out]) pushReady(j *asyncJob[In, Out]) {
 		r.lanes.push(j)
 		return
 	}
+	if j.ahead {
+		r.readyAhead.push(j)
+		return
+	}
 	r.ready.push(j)
 }
 
@@ -303,14 +313,18 @@ func (r *asyncRun[In, Out]) readyLen() int {
 	if r.lanes != nil {
 		return r.lanes.n
 	}
-	return r.ready.len()
+	return r.readyAhead.len() + r.ready.len()
 }
 
 // popReady takes the next job to call when a slot is free under limit
-// (at least one): the oldest, or with Lanes the one its level's turn says.
+// (at least one): the oldest (ServeFirst's first), or with Lanes the one its
+// level's turn says.
 func (r *asyncRun[In, Out]) popReady(limit int) *asyncJob[In, Out] {
 	if r.lanes != nil {
 		return r.lanes.pop(limit-r.inFlight, limit)
+	}
+	if r.readyAhead.len() > 0 {
+		return r.readyAhead.pop()
 	}
 	return r.ready.pop()
 }

@@ -71,6 +71,7 @@ type lanes[In, Out any] struct {
 	cfg     *laneConfig
 	pk      *backpressure.Picker
 	q       []fifo[*asyncJob[In, Out]]
+	ahead   []fifo[*asyncJob[In, Out]] // ServeFirst's, served before q at their level
 	running []int
 	since   []int64 // scratch for the picker
 	// reserve is the reservations fitted to the limit they were last
@@ -90,7 +91,7 @@ func (l *lanes[In, Out]) tick() { l.now = time.Now() }
 
 func newLanes[In, Out any](c *laneConfig, ms *[]asyncMeter) *lanes[In, Out] {
 	n := c.p.Levels()
-	l := &lanes[In, Out]{cfg: c, pk: c.p.NewPicker(), q: make([]fifo[*asyncJob[In, Out]], n),
+	l := &lanes[In, Out]{cfg: c, pk: c.p.NewPicker(), q: make([]fifo[*asyncJob[In, Out]], n), ahead: make([]fifo[*asyncJob[In, Out]], n),
 		running: make([]int, n), since: make([]int64, n), c: c.counters, fitted: -1}
 	if len(c.reserve) > 0 {
 		l.reserve = make([]int, n)
@@ -115,7 +116,11 @@ func (l *lanes[In, Out]) arrived(j *asyncJob[In, Out]) {
 }
 
 func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
-	l.q[j.msg.Priority].push(j)
+	if j.ahead {
+		l.ahead[j.msg.Priority].push(j)
+	} else {
+		l.q[j.msg.Priority].push(j)
+	}
 	l.n++
 	l.c.levels[j.msg.Priority].waiting.Add(1)
 }
@@ -132,13 +137,13 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 	now := l.now
 	owed := 0 // slots kept for waiting levels below their reservation
 	for lv := range l.q {
-		if l.q[lv].len() > 0 {
+		if l.waitingAt(lv) > 0 {
 			owed += l.kept(lv)
 		}
 	}
 	for lv := range l.q {
 		l.since[lv] = backpressure.NotReady
-		if l.q[lv].len() == 0 {
+		if l.waitingAt(lv) == 0 {
 			continue
 		}
 		// Allowed: within its own reservation, or a slot is left once the
@@ -148,12 +153,12 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 		if l.kept(lv) > 0 || free-owed > 0 {
 			l.since[lv] = 1 // ready; without aging no time is compared
 			if l.pk.Ages() {
-				l.since[lv] = l.q[lv].items[l.q[lv].head].since.UnixNano()
+				l.since[lv] = l.next(lv).items[l.next(lv).head].since.UnixNano()
 			}
 		}
 	}
 	lv := l.pk.Pick(l.since, now.UnixNano())
-	j := l.q[lv].pop()
+	j := l.next(lv).pop()
 	l.n--
 	l.running[lv]++
 	lc := &l.c.levels[lv]
@@ -167,6 +172,17 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 	}
 	j.callStart = now
 	return j
+}
+
+// waitingAt is how many jobs of level lv wait for a slot.
+func (l *lanes[In, Out]) waitingAt(lv int) int { return l.ahead[lv].len() + l.q[lv].len() }
+
+// next is the queue level lv's next job comes from: ServeFirst's first.
+func (l *lanes[In, Out]) next(lv int) *fifo[*asyncJob[In, Out]] {
+	if l.ahead[lv].len() > 0 {
+		return &l.ahead[lv]
+	}
+	return &l.q[lv]
 }
 
 // kept is how many slots level lv's reservation still keeps for it.

@@ -143,6 +143,9 @@ type Progress struct {
 	// unanswered, so that its own mark does not make a retry call again.
 	mark    string
 	unknown Step
+	// replayed: read back from the park topic, it waited its turn at the
+	// steps once already (flow.ServeFirst).
+	replayed bool
 }
 
 // Compensation is the failure event the supervisor acts on: the request,

@@ -43,6 +43,7 @@ func parse(keep, resume bool, stats *LevelStats) stream.Flow[[]byte, *Progress] 
 				// Room for every step: recording one never allocates.
 				p := stream.WithValue(*m, &Progress{Request: r, Done: make([]Step, 0, len(Steps)), Raw: m.Value})
 				if resume {
+					p.Value.replayed = true
 					resumeProgress(p.Value, m.Header(HeaderParkedProgress))
 				}
 				switch {

@@ -253,6 +253,11 @@ func (sch *Scheduler) newStep(st namedStep, cfg SchedulerConfig, waiter *storeWa
 	// on p. Its service hears nothing of it, nor does its breaker, which
 	// lets it pass while refusing the calls.
 	aopts = append(aopts, flow.SkipCall(func(p *Progress) (*Progress, bool) { return p, slices.Contains(p.Done, step) }))
+	// A replay waited its turn at the steps before its parking, and its
+	// Retry-After since: it is called before the fresh requests waiting
+	// at its level, not behind a whole window of them (paying first
+	// still holds: a level above it goes before it).
+	aopts = append(aopts, flow.ServeFirst(func(p *Progress) bool { return p.replayed }))
 	call := func(ctx context.Context, p *Progress) (*Progress, error) {
 		// The step's span names the request: the URLs of the checks,
 		// keyed by owner or by content, do not (url.full has no query).

@@ -1,0 +1,113 @@
+package flow_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-streams/sluice/backpressure"
+	"github.com/sluice-streams/sluice/flow"
+	"github.com/sluice-streams/sluice/sink"
+	"github.com/sluice-streams/sluice/stream"
+)
+
+// levelsOf sends vs, each at the level levelOf gives and keyed by itself,
+// the first on its own, the others once started is closed, in two
+// batches: up to 5, and after.
+func levelsOf(vs []int, levelOf func(int) uint8, started <-chan struct{}) stream.Source[int] {
+	return stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		for i, v := range vs {
+			m := stream.NewMessage(v, stream.Handle{})
+			m.Priority, m.Key = levelOf(v), []byte{byte(v)}
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+			if i == 0 || v == 5 {
+				if err := out.Flush(ctx); err != nil {
+					return err
+				}
+			}
+			if i == 0 {
+				<-started
+			}
+			if v == 5 {
+				time.Sleep(time.Millisecond) // the stage takes in the first batch
+			}
+		}
+		return nil
+	})
+}
+
+// Messages ServeFirst picks (a replay that waited its turn once already)
+// are called before the others waiting at their level, in their arrival
+// order, and never before a higher level's: one slot, held by 0's call
+// while 1 to 5 arrive, then 6 to 9, which are picked. Without lanes they go before
+// every other message waiting; with lanes, 1 and 2 are level 0, the
+// rest level 1.
+func TestServeFirstGoesAheadOfItsLevel(t *testing.T) {
+	picked := func(v int) bool { return v >= 6 }
+	cases := []struct {
+		name string
+		opts []flow.AsyncOption
+		want []int
+	}{
+		{"unordered", nil, []int{0, 6, 7, 8, 9, 1, 2, 3, 4, 5}},
+		{"keyed", []flow.AsyncOption{flow.ByMessageKey()}, []int{0, 6, 7, 8, 9, 1, 2, 3, 4, 5}},
+		{"lanes", []flow.AsyncOption{flow.Lanes(backpressure.StrictPriority(2))}, []int{0, 1, 2, 6, 7, 8, 9, 3, 4, 5}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release, started := make(chan struct{}), make(chan struct{})
+				var mu sync.Mutex
+				var order []int
+				opts := append([]flow.AsyncOption{flow.Window(16), flow.ServeFirst(picked)}, c.opts...)
+				a := flow.MapAsync(1, func(ctx context.Context, x int) (int, error) {
+					mu.Lock()
+					order = append(order, x)
+					mu.Unlock()
+					if x == 0 {
+						close(started)
+						<-release
+					}
+					return x, nil
+				}, opts...)
+				g := stream.New()
+				levelOf := func(v int) uint8 {
+					if v <= 2 {
+						return 0
+					}
+					return 1
+				}
+				stream.To(stream.Via(stream.From(g, levelsOf([]int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, levelOf, started)), a), sink.Discard[int]())
+				done := make(chan error, 1)
+				go func() { done <- g.Run(context.Background()) }()
+				time.Sleep(time.Second)
+				synctest.Wait() // 0 holds the slot, the others wait
+				close(release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(order, c.want) {
+					t.Errorf("called in the order %v, want %v", order, c.want)
+				}
+			})
+		})
+	}
+}
+
+// ServeFirst's function must take the stage's input: the graph refuses to
+// start otherwise, naming both types.
+func TestServeFirstOfAnotherTypeIsRefused(t *testing.T) {
+	a := flow.MapAsync(1, func(ctx context.Context, x int) (int, error) { return x, nil }, flow.ServeFirst(func(string) bool { return true }))
+	err := a.Validate()
+	var ce *stream.ConfigError
+	if !errors.As(err, &ce) || ce.Argument != "ServeFirst" || !strings.Contains(err.Error(), "func(int) bool") {
+		t.Fatalf("Validate: %v, want a ConfigError on ServeFirst naming func(int) bool", err)
+	}
+}
