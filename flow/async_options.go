@@ -171,7 +171,8 @@ func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 
 // ServeFirst calls the messages fn picks before the others waiting for a
 // call slot (with Lanes, before the others waiting at their level, never
-// before a higher level's), in their arrival order: messages that have
+// before a higher level's), in their arrival order, as retries are (see
+// Retry): messages that have
 // waited their turn once already, such as requests replayed after a
 // parking, which would otherwise wait again behind a whole window of
 // fresh ones. They still wait for their key (ByMessageKey,
@@ -186,10 +187,13 @@ func ServeFirst[In any](fn func(In) bool) AsyncOption {
 
 // Retry retries calls that fail transiently (the policy's Classify: its
 // TransientStatus decides HTTP statuses; or the function given to
-// Classifier) as p says. A message waiting for its next
-// attempt holds no worker: it sits in a timer-ordered queue that counts
-// against Window (so backpressure still holds) but not against the
-// parallelism. When attempts, MaxElapsed or the retry budget run out, the
+// Classifier) as p says. A message waiting for its next attempt holds no
+// worker: it sits in a timer-ordered queue that counts against Window (so
+// backpressure still holds) but not against the parallelism; when its
+// wait ends, it is called before the messages waiting for a slot (with
+// Lanes, those of its level), as ServeFirst's are: it waited its turn
+// once already, and its time in the queue would count against
+// MaxElapsed. When attempts, MaxElapsed or the retry budget run out, the
 // message fails with Failure.Transient set, for a parking sink to keep and
 // replay it; permanent errors fail at once. Default: no retry, a failed
 // call fails its message at once (transient or not).

@@ -236,16 +236,18 @@ func (r *asyncRun[In, Out]) accept(m *stream.Message[In]) {
 }
 
 // start hands the ready jobs to the workers, which run them within the
-// limit (see workers). With Lanes or ServeFirst it hands no more than may
-// run now: the lanes choose which level goes next when a slot is free,
-// and a message ServeFirst picks goes ahead of those not handed yet.
+// limit (see workers). With Lanes, ServeFirst or Retry it hands no more
+// than may run now: the lanes choose which level goes next when a slot
+// is free, and a message ServeFirst picks, or a retry, goes ahead of
+// those not handed yet.
 func (r *asyncRun[In, Out]) start() {
 	limit := r.a.currentLimit()
 	raised := int64(limit) > r.a.limit.Swap(int64(limit))
 	n := r.readyLen()
-	if r.lanes != nil || r.a.first != nil {
+	if r.lanes != nil || r.a.first != nil || r.a.o.retry != nil {
 		// Only what may run now: the rest waits here, where the next
-		// free slot can still go to a level's turn or to ServeFirst's.
+		// free slot can still go to a level's turn, to ServeFirst's or to
+		// a retry.
 		n = min(n, limit-r.inFlight)
 	}
 	if n <= 0 {
@@ -295,13 +297,15 @@ func (r *asyncRun[In, Out]) letGo(j *asyncJob[In, Out]) {
 	r.pushReady(j)
 }
 
-// pushReady queues a job ready to be called.
+// pushReady queues a job ready to be called: ahead of the others (of its
+// level, with Lanes) if ServeFirst picked it or it is a retry, which
+// waited its turn once already.
 func (r *asyncRun[In, Out]) pushReady(j *asyncJob[In, Out]) {
 	if r.lanes != nil {
 		r.lanes.push(j)
 		return
 	}
-	if j.ahead {
+	if j.ahead || j.attempts > 0 {
 		r.readyAhead.push(j)
 		return
 	}

@@ -71,7 +71,7 @@ type lanes[In, Out any] struct {
 	cfg     *laneConfig
 	pk      *backpressure.Picker
 	q       []fifo[*asyncJob[In, Out]]
-	ahead   []fifo[*asyncJob[In, Out]] // ServeFirst's, served before q at their level
+	ahead   []fifo[*asyncJob[In, Out]] // ServeFirst's and retries, served before q at their level
 	running []int
 	since   []int64 // scratch for the picker
 	// reserve is the reservations fitted to the limit they were last
@@ -116,7 +116,7 @@ func (l *lanes[In, Out]) arrived(j *asyncJob[In, Out]) {
 }
 
 func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
-	if j.ahead {
+	if j.ahead || j.attempts > 0 {
 		l.ahead[j.msg.Priority].push(j)
 	} else {
 		l.q[j.msg.Priority].push(j)

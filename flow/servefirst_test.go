@@ -111,3 +111,49 @@ func TestServeFirstOfAnotherTypeIsRefused(t *testing.T) {
 		t.Fatalf("Validate: %v, want a ConfigError on ServeFirst naming func(int) bool", err)
 	}
 }
+
+// A retry has waited its turn once already too: when its backoff ends it
+// is called before the messages that arrived meanwhile and wait for a
+// slot, not behind them — its wait in the queue would count against its
+// time budget (MaxElapsed) and park it for nothing. One slot: 0 fails
+// once (retried 10 ms later) while 1 to 5 arrive; 0's retry is the next
+// call once 1's call, which took the slot meanwhile, returns.
+func TestRetryGoesAheadOfTheMessagesWaiting(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []flow.AsyncOption
+	}{{"unordered", nil}, {"lanes", []flow.AsyncOption{flow.Lanes(backpressure.StrictPriority(2))}}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				started := make(chan struct{})
+				var mu sync.Mutex
+				var order []int
+				failed := false
+				p := flow.Interactive()
+				p.BaseDelay, p.Jitter, p.MaxElapsed = 10*time.Millisecond, flow.NoJitter, time.Minute
+				opts := append([]flow.AsyncOption{flow.Window(16), flow.Retry(p)}, c.opts...)
+				a := flow.MapAsync(1, func(ctx context.Context, x int) (int, error) {
+					mu.Lock()
+					order = append(order, x)
+					first := x == 0 && !failed
+					failed = failed || x == 0
+					mu.Unlock()
+					if first {
+						close(started)
+						return 0, stream.Transient(errors.New("try again"))
+					}
+					time.Sleep(time.Second)
+					return x, nil
+				}, opts...)
+				g := stream.New()
+				stream.To(stream.Via(stream.From(g, levelsOf([]int{0, 1, 2, 3, 4, 5}, func(int) uint8 { return 1 }, started)), a), sink.Discard[int]())
+				if err := g.Run(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if want := []int{0, 1, 0, 2, 3, 4, 5}; !slices.Equal(order, want) {
+					t.Errorf("called in the order %v, want %v", order, want)
+				}
+			})
+		})
+	}
+}
