@@ -71,7 +71,11 @@ type Summary struct {
 	// latency. Both N are 0 where the times are not known (a record file
 	// or services of an earlier version).
 	NeverThrottled, Throttled Latencies
-	Elapsed                   time.Duration
+	// LastCompleted is when the last completed request's deliveries
+	// record was created, on the services' clock (zero where not known):
+	// a run's end that does not wait for the verification that saw it.
+	LastCompleted time.Time
+	Elapsed       time.Duration
 	// MaxLag is the highest consumer lag seen (sampled every 100 ms);
 	// Drained how long after the load ended every request was accounted
 	// for or, with DrainStalled, the drain gave up: it went DrainLimit
@@ -313,6 +317,7 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 	s.ValidDeadReasons = s.ValidDeadReasons[:min(len(s.ValidDeadReasons), 3)]
 	s.Twice = l.Twice()
 	s.NeverThrottled, s.Throttled = latenciesOf(lat.never), latenciesOf(lat.throttled)
+	s.LastCompleted = lat.last
 	if refusedErr != nil {
 		return s, fmt.Errorf("reading why requests were compensated: %w", refusedErr)
 	}
@@ -321,7 +326,10 @@ func Verify(sent *loadgen.Sent, l LedgerView, brokers []string, opts ...VerifyOp
 
 // byThrottling gathers the end-to-end latencies of completed requests,
 // those a service throttled apart.
-type byThrottling struct{ never, throttled []time.Duration }
+type byThrottling struct {
+	never, throttled []time.Duration
+	last             time.Time // the latest record's
+}
 
 // add adds completed request id's latency, from when the load generator
 // produced it to when the deliveries service created its record, if both
@@ -333,6 +341,9 @@ func (b *byThrottling) add(sent *loadgen.Sent, l LedgerView, id string) {
 		return
 	}
 	d := max(0, to.Sub(from))
+	if to.After(b.last) {
+		b.last = to
+	}
 	if l.Throttled(id) > 0 {
 		b.throttled = append(b.throttled, d)
 	} else {
