@@ -222,30 +222,43 @@ func TestDelayLetsGoOfWaitingMessagesOnStop(t *testing.T) {
 // of the retry topic.)
 func TestDelayHoldsBackOnlyItsPartition(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		msg := func(partition int32, v int, due time.Duration) stream.Message[int] {
-			m := stream.NewMessage(v, stream.Handle{})
-			m.Topic, m.Partition, m.Timestamp = "retry", partition, start.Add(due)
-			return m
-		}
-		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-			for _, m := range []stream.Message[int]{msg(0, 1, 10*time.Minute), msg(0, 2, 0), msg(1, 3, time.Second), msg(1, 4, 0)} {
-				if err := out.Send(ctx, m); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		at := map[int]time.Duration{}
-		g := stream.New()
-		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }))
-		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
-		run(t, g)
+		at := releasedAt(t, []dueIn{{0, 1, 10 * time.Minute}, {0, 2, 0}, {1, 3, time.Second}, {1, 4, 0}})
 		want := map[int]time.Duration{1: 10 * time.Minute, 2: 10 * time.Minute, 3: time.Second, 4: time.Second}
 		if !maps.Equal(at, want) {
 			t.Fatalf("released at %v, want %v (partition 1 on its own time, each partition in order)", at, want)
 		}
 	})
+}
+
+// dueIn is a message for releasedAt: its partition, value and delay.
+type dueIn struct {
+	partition int32
+	v         int
+	due       time.Duration
+}
+
+// releasedAt sends ms through a Delay (with opts) that holds each until
+// its delay from now has passed, and returns when each came out; in a
+// synctest bubble.
+func releasedAt(t *testing.T, ms []dueIn, opts ...flow.DelayOption) map[int]time.Duration {
+	t.Helper()
+	start := time.Now()
+	src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+		for _, d := range ms {
+			m := stream.NewMessage(d.v, stream.Handle{})
+			m.Topic, m.Partition, m.Timestamp = "retry", d.partition, start.Add(d.due)
+			if err := out.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	at := map[int]time.Duration{}
+	g := stream.New()
+	s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }, opts...))
+	stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
+	run(t, g)
+	return at
 }
 
 // Recheck asks due again for the messages held: parked work whose cause
@@ -365,26 +378,8 @@ func TestDelayRecheckClosedChannelDoesNotSpin(t *testing.T) {
 // its own time, in its partition too.
 func TestDelayAnyOrderLetsEachGoWhenDue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		msg := func(partition int32, v int, due time.Duration) stream.Message[int] {
-			m := stream.NewMessage(v, stream.Handle{})
-			m.Topic, m.Partition, m.Timestamp = "retry", partition, start.Add(due)
-			return m
-		}
-		src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
-			for _, m := range []stream.Message[int]{msg(0, 1, 10*time.Minute), msg(0, 2, 0), msg(0, 3, 2*time.Second),
-				msg(0, 4, time.Second), msg(1, 5, 3*time.Second), msg(1, 6, time.Second)} {
-				if err := out.Send(ctx, m); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		at := map[int]time.Duration{}
-		g := stream.New()
-		s := stream.Via(stream.From(g, src), flow.Delay[int](func(e *stream.Envelope) time.Time { return e.Timestamp }, flow.AnyOrder()))
-		stream.To(s, sink.Func(func(_ context.Context, v int) error { at[v] = time.Since(start); return nil }))
-		run(t, g)
+		at := releasedAt(t, []dueIn{{0, 1, 10 * time.Minute}, {0, 2, 0}, {0, 3, 2 * time.Second}, {0, 4, time.Second},
+			{1, 5, 3 * time.Second}, {1, 6, time.Second}}, flow.AnyOrder())
 		want := map[int]time.Duration{1: 10 * time.Minute, 2: 0, 3: 2 * time.Second, 4: time.Second, 5: 3 * time.Second, 6: time.Second}
 		if !maps.Equal(at, want) {
 			t.Fatalf("released at %v, want %v (each at its own time)", at, want)
