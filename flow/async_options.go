@@ -170,17 +170,19 @@ func SkipCall[In, Out any](fn func(In) (Out, bool)) AsyncOption {
 }
 
 // ServeFirst calls the messages fn picks before the others waiting for a
-// call slot (with Lanes, before the others waiting at their level, never
-// before a higher level's), in their arrival order, as retries are (see
-// Retry): messages that have
-// waited their turn once already, such as requests replayed after a
-// parking, which would otherwise wait again behind a whole window of
-// fresh ones. They still wait for their key (ByMessageKey,
-// MaxPerPartition), and InOrder still emits in input order. fn runs on
-// the stage's goroutine as the message enters the stage, and must be
-// quick; a panic in it fails the message. Its type must take the stage's
-// input, which the compiler cannot check: Validate, and the graph's
-// start, name the mismatch. Default: every message in arrival order.
+// call slot, in their arrival order, as retries are (see Retry). Use it
+// for messages that have waited their turn once already, such as
+// requests replayed after a parking, which would otherwise wait again
+// behind a whole window of fresh ones; pick few, since the others wait
+// for as long as picked ones keep coming. What order remains: with
+// Lanes, a picked message goes before the others of its level, never
+// before a higher level's; it still waits for its key (ByMessageKey,
+// MaxPerPartition); and InOrder still emits in input order, so that with
+// it only the order of calls changes. fn runs on the stage's goroutine as the
+// message enters the stage, and must be quick; a panic in it fails the
+// message. Its type must take the stage's input, which the compiler
+// cannot check: Validate, and the graph's start, name the mismatch.
+// Default: every message in arrival order.
 func ServeFirst[In any](fn func(In) bool) AsyncOption {
 	return func(o *asyncOptions) { o.first = fn }
 }

@@ -55,7 +55,10 @@ type delayOptions struct {
 // partition's order: a message due later holds back none behind it. For
 // messages whose order means nothing, and whose times differ: the
 // replays of independent requests, parked for a Retry-After of a second
-// beside others parked for minutes. Default: each partition in order.
+// beside others parked for minutes. What remains: messages of a
+// partition found due together still go in its order, and a
+// message held stays unsettled until it goes, so a crash replays it as
+// without AnyOrder. Default: each partition in order.
 func AnyOrder() DelayOption { return func(o *delayOptions) { o.anyOrder = true } }
 
 // Recheck makes Delay ask due again, for every message it holds, each
