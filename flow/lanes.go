@@ -2,6 +2,7 @@ package flow
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sluice-streams/sluice/backpressure"
@@ -153,7 +154,7 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 		if l.kept(lv) > 0 || free-owed > 0 {
 			l.since[lv] = 1 // ready; without aging no time is compared
 			if l.pk.Ages() {
-				l.since[lv] = l.next(lv).items[l.next(lv).head].since.UnixNano()
+				l.since[lv] = l.oldest(lv)
 			}
 		}
 	}
@@ -183,6 +184,20 @@ func (l *lanes[In, Out]) next(lv int) *fifo[*asyncJob[In, Out]] {
 		return &l.ahead[lv]
 	}
 	return &l.q[lv]
+}
+
+// oldest is when the wait of level lv's oldest waiting job began: the
+// level ages from it, though the job served next may be one ServeFirst
+// picked, which arrived since.
+func (l *lanes[In, Out]) oldest(lv int) int64 {
+	at := int64(math.MaxInt64)
+	if q := &l.ahead[lv]; q.len() > 0 {
+		at = q.items[q.head].since.UnixNano()
+	}
+	if q := &l.q[lv]; q.len() > 0 {
+		at = min(at, q.items[q.head].since.UnixNano())
+	}
+	return at
 }
 
 // kept is how many slots level lv's reservation still keeps for it.
