@@ -183,3 +183,56 @@ func TestSkipServeFirstRetriesStopMidRun(t *testing.T) {
 		})
 	}
 }
+
+// Skipped messages queued behind one call of their key all come out once
+// it returns, though nothing else happens: each frees the key for the
+// next (the stage must not park with one let go and not completed). The
+// source stays open, so no end of input wakes the stage.
+func TestSkipCallChainOfAKeyCompletesWithNothingElseHappening(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts []flow.AsyncOption
+	}{{"keyed", nil}, {"in_order", []flow.AsyncOption{flow.InOrder()}},
+		{"lanes", []flow.AsyncOption{flow.Lanes(backpressure.StrictPriority(2))}}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				opts := append([]flow.AsyncOption{flow.Window(16), flow.ByMessageKey(),
+					flow.SkipCall(func(x int) (int, bool) { return x, x > 0 })}, c.opts...)
+				a := flow.MapAsync(2, func(ctx context.Context, x int) (int, error) {
+					<-release
+					return x, nil
+				}, opts...)
+				src := stream.SourceFunc[int](func(ctx context.Context, out *stream.Outlet[int]) error {
+					for v := range 5 {
+						m := stream.NewMessage(v, stream.Handle{})
+						m.Key = []byte("k")
+						if err := out.Send(ctx, m); err != nil {
+							return err
+						}
+					}
+					if err := out.Flush(ctx); err != nil {
+						return err
+					}
+					<-ctx.Done()
+					return nil
+				})
+				g := stream.New()
+				out := sink.Collect[int]()
+				stream.To(stream.Via(stream.From(g, src), a), out)
+				stop := start(g)
+				synctest.Wait()
+				if got := out.Values(); len(got) != 0 {
+					t.Fatalf("out before the key's call returned: %v", got)
+				}
+				close(release)
+				synctest.Wait()
+				got := out.Values()
+				_ = stop()
+				if !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+					t.Errorf("out after the key's call returned: %v, want [0 1 2 3 4]", got)
+				}
+			})
+		})
+	}
+}
