@@ -56,7 +56,7 @@ type asyncRun[In, Out any] struct {
 	inFlight   int // jobs handed to the workers (queued or called) or run inline, not yet complete
 	nextSeq    int64
 	ready      fifo[*asyncJob[In, Out]]
-	readyAhead fifo[*asyncJob[In, Out]] // ServeFirst's, called before ready's
+	readyAhead fifo[*asyncJob[In, Out]] // ServeFirst's and retries, called before ready's
 	lanes      *lanes[In, Out]          // the ready queue instead of ready, with Lanes
 	// skipping are the jobs SkipCall answered whose key let them go: they
 	// need no slot, and complete in the stage's round that took them.
@@ -321,8 +321,8 @@ func (r *asyncRun[In, Out]) readyLen() int {
 }
 
 // popReady takes the next job to call when a slot is free under limit
-// (at least one): the oldest (ServeFirst's first), or with Lanes the one its
-// level's turn says.
+// (at least one): the oldest (ServeFirst's and retries first), or with
+// Lanes the one its level's turn says.
 func (r *asyncRun[In, Out]) popReady(limit int) *asyncJob[In, Out] {
 	if r.lanes != nil {
 		return r.lanes.pop(limit-r.inFlight, limit)

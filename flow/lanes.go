@@ -178,7 +178,8 @@ func (l *lanes[In, Out]) pop(free, limit int) *asyncJob[In, Out] {
 // waitingAt is how many jobs of level lv wait for a slot.
 func (l *lanes[In, Out]) waitingAt(lv int) int { return l.ahead[lv].len() + l.q[lv].len() }
 
-// next is the queue level lv's next job comes from: ServeFirst's first.
+// next is the queue level lv's next job comes from: ServeFirst's and
+// retries first.
 func (l *lanes[In, Out]) next(lv int) *fifo[*asyncJob[In, Out]] {
 	if l.ahead[lv].len() > 0 {
 		return &l.ahead[lv]
