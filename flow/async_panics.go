@@ -33,8 +33,8 @@ func (r *asyncRun[In, Out]) acceptSome(cur **stream.Batch[In], idx *int) (err er
 	b := *cur
 	defer func() {
 		if p := recover(); p != nil {
-			// The key function or SkipCall's panicked: accept changed
-			// nothing yet.
+			// The key function, SkipCall's or ServeFirst's panicked:
+			// accept changed nothing yet.
 			err = r.in.Fail(r.ctx, b.Items[*idx], stream.NewPanicError(p))
 			r.taken(cur, idx)
 		}

@@ -38,6 +38,11 @@ type asyncJob[In, Out any] struct {
 	since, callStart time.Time // with Lanes: when its wait began (lanes.arrived), when its call started
 }
 
+// goesAhead reports whether j waits for a slot before the messages that
+// have not started: ServeFirst picked it, or it is a retry, which waited
+// its turn once already.
+func (j *asyncJob[In, Out]) goesAhead() bool { return j.ahead || j.attempts > 0 }
+
 type keyGroup[In, Out any] struct {
 	running int
 	waiting fifo[*asyncJob[In, Out]]
@@ -305,7 +310,7 @@ func (r *asyncRun[In, Out]) pushReady(j *asyncJob[In, Out]) {
 		r.lanes.push(j)
 		return
 	}
-	if j.ahead || j.attempts > 0 {
+	if j.goesAhead() {
 		r.readyAhead.push(j)
 		return
 	}

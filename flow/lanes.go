@@ -117,7 +117,7 @@ func (l *lanes[In, Out]) arrived(j *asyncJob[In, Out]) {
 }
 
 func (l *lanes[In, Out]) push(j *asyncJob[In, Out]) {
-	if j.ahead || j.attempts > 0 {
+	if j.goesAhead() {
 		l.ahead[j.msg.Priority].push(j)
 	} else {
 		l.q[j.msg.Priority].push(j)

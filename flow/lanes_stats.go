@@ -38,8 +38,8 @@ type LaneStats struct {
 //
 //	desired = ceil(busy time per second + backlog × mean call time / drain)
 //
-// The backlog is the level's queue in the stage (less the messages
-// SkipCall answered, which need no call) plus, if backlog is
+// The backlog is the level's queue in the stage (where messages SkipCall
+// answers never wait: they need no call) plus, if backlog is
 // given, backlog(level): what waits for the level upstream, not yet in
 // the stage (a priority source's level: its source's Lag, the records not
 // fetched yet, and what it has queued). Default: drain 10 s, the stage's

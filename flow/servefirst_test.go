@@ -157,3 +157,42 @@ func TestRetryGoesAheadOfTheMessagesWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A panic in ServeFirst's function fails that message, as one in a key
+// function does, and the stage goes on with the others.
+func TestServeFirstPanicFailsTheMessage(t *testing.T) {
+	a := flow.MapAsync(2, func(ctx context.Context, x int) (int, error) { return x, nil },
+		flow.Lanes(backpressure.StrictPriority(1)), flow.ServeFirst(func(x int) bool {
+			if x == 3 {
+				panic("bad pick")
+			}
+			return x%2 == 0
+		}))
+	g := stream.New()
+	out := sink.Collect[int]()
+	var mu sync.Mutex
+	var failed []stream.Failure
+	s := stream.Via(stream.From(g, levelsOf([]int{0, 1, 2, 3, 4, 5}, func(int) uint8 { return 0 }, closedChan())), a)
+	stream.To(s, out)
+	stream.To(g.Failures(), sink.DeadLetterFunc(func(_ context.Context, m stream.Message[stream.Failure]) error {
+		mu.Lock()
+		failed = append(failed, m.Value)
+		mu.Unlock()
+		return nil
+	}))
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := out.Values()
+	slices.Sort(got)
+	var pe *stream.PanicError
+	if !slices.Equal(got, []int{0, 1, 2, 4, 5}) || len(failed) != 1 || !errors.As(failed[0].Err, &pe) || failed[0].Value != 3 {
+		t.Fatalf("out %v, failures %v: want all but 3 out, 3 failed with its panic", got, failed)
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
