@@ -84,7 +84,7 @@ func MapAsync[In, Out any](parallelism int, fn func(context.Context, In) (Out, e
 		a.key = func(m *stream.Message[In]) string { return fmt.Sprint(m.Topic, "/", m.Partition) }
 	}
 	if p := a.o.retry; p != nil && p.TimeoutFactor > 0 && a.attemptTimeout() > 0 {
-		a.adaptive = newAdaptiveTimeout(p.TimeoutFactor, a.attemptTimeout(), p.MaxElapsed)
+		a.adaptive = newAdaptiveTimeout(p.TimeoutFactor, a.attemptTimeout(), p.LongestAttemptTimeout())
 	}
 	return a
 }

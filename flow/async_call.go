@@ -148,10 +148,11 @@ func (r *asyncRun[In, Out]) call(j *asyncJob[In, Out], timed bool, counts *callC
 // attemptLimit is the most an attempt of j starting at now may last with
 // adaptive timeouts: what is left of its policy's MaxElapsed (negative
 // once it is spent: the attempt then gets the least timeout); 0, no
-// limit, otherwise.
+// limit, otherwise, and with a MaxAttemptTimeout, which the timeout may
+// grow to past the budget.
 func (r *asyncRun[In, Out]) attemptLimit(j *asyncJob[In, Out], now time.Time) time.Duration {
 	p := r.a.o.retry
-	if r.a.adaptive == nil || p.MaxElapsed <= 0 || now.IsZero() {
+	if r.a.adaptive == nil || p.MaxElapsed <= 0 || p.MaxAttemptTimeout > 0 || now.IsZero() {
 		return 0
 	}
 	if left := p.MaxElapsed - now.Sub(j.first); left > 0 {

@@ -10,7 +10,8 @@ import (
 // adaptiveTimeout is the attempt timeout of a stage whose retry policy has
 // a TimeoutFactor: factor times the p99 latency of the stage's recent
 // calls, never below floor (the policy's AttemptTimeout, or CallTimeout)
-// and never above ceiling (the policy's MaxElapsed).
+// and never above ceiling (the policy's LongestAttemptTimeout: its
+// MaxAttemptTimeout, or its MaxElapsed).
 //
 // Every timeoutWindow calls it takes the window's p99 and moves the
 // timeout: up at once to factor x p99, or down, by at most half in one

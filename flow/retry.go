@@ -105,12 +105,40 @@ type RetryPolicy struct {
 	// TimeoutFactor, if positive, makes each attempt's timeout follow the
 	// service: TimeoutFactor times the p99 latency of the stage's recent
 	// calls (a call that timed out counts at its timeout), never less
-	// than AttemptTimeout and never more than what is left of MaxElapsed.
-	// A service that slows down then slows the stage (its messages wait,
-	// its source lags) instead of timing out every call. 0 (the default):
-	// every attempt's timeout is AttemptTimeout. Needs AttemptTimeout and
-	// MaxElapsed.
+	// than AttemptTimeout and never more than MaxAttemptTimeout, or,
+	// without it, what is left of MaxElapsed. A service that slows down
+	// then slows the stage (its messages wait, its source lags) instead of
+	// timing out every call. 0 (the default): every attempt's timeout is
+	// AttemptTimeout. Needs AttemptTimeout and MaxElapsed.
 	TimeoutFactor float64 `json:"timeout_factor"`
+	// MaxAttemptTimeout, with TimeoutFactor, is the longest an attempt's
+	// timeout grows to, past what is left of MaxElapsed if the service
+	// needs it (0, the default: what is left of MaxElapsed). MaxElapsed
+	// then bounds the retries only — one is scheduled only if it can end
+	// within MaxElapsed at AttemptTimeout — and not the attempt under
+	// way: a service whose answers take longer than the budget (a
+	// saturated machine's, or one slowed down) is waited for, up to
+	// MaxAttemptTimeout, rather than having every call cut at the
+	// budget's end and failed, the work it did for it lost. Set it to
+	// the longest a call may hold its slot (and its message) when the
+	// service is slow; it must not be under AttemptTimeout. Without
+	// TimeoutFactor it has no effect: every attempt's timeout is then
+	// AttemptTimeout.
+	MaxAttemptTimeout time.Duration `json:"max_attempt_timeout"`
+}
+
+// LongestAttemptTimeout is the longest timeout p gives an attempt:
+// AttemptTimeout, or, when the timeout follows the service
+// (TimeoutFactor), MaxAttemptTimeout, or MaxElapsed without it. 0: no
+// timeout.
+func (p RetryPolicy) LongestAttemptTimeout() time.Duration {
+	if p.TimeoutFactor <= 0 {
+		return p.AttemptTimeout
+	}
+	if p.MaxAttemptTimeout > 0 {
+		return max(p.AttemptTimeout, p.MaxAttemptTimeout)
+	}
+	return max(p.AttemptTimeout, p.MaxElapsed)
 }
 
 // Background is the default policy for background work: exponential
@@ -160,7 +188,7 @@ func (p RetryPolicy) Validate() error {
 		name string
 		v    time.Duration
 	}{{"base_delay", p.BaseDelay}, {"increment", p.Increment}, {"max_delay", p.MaxDelay},
-		{"attempt_timeout", p.AttemptTimeout}, {"max_elapsed", p.MaxElapsed}} {
+		{"attempt_timeout", p.AttemptTimeout}, {"max_elapsed", p.MaxElapsed}, {"max_attempt_timeout", p.MaxAttemptTimeout}} {
 		if d.v < 0 {
 			bad(d.name, "must not be negative, got %v", d.v)
 		}
@@ -192,6 +220,9 @@ func (p RetryPolicy) Validate() error {
 	case p.TimeoutFactor > 0 && (p.AttemptTimeout <= 0 || p.MaxElapsed <= 0):
 		bad("timeout_factor", "needs attempt_timeout (the least timeout) and max_elapsed (the most), got %v and %v",
 			p.AttemptTimeout, p.MaxElapsed)
+	}
+	if p.TimeoutFactor > 0 && p.MaxAttemptTimeout > 0 && p.MaxAttemptTimeout < p.AttemptTimeout {
+		bad("max_attempt_timeout", "%v is below attempt_timeout %v, the least timeout: raise it too", p.MaxAttemptTimeout, p.AttemptTimeout)
 	}
 	// A status below 400 never reaches the policy as a failure: listing
 	// one is a typo (200 for 500) that would leave the meant code out.

@@ -16,31 +16,34 @@ import (
 // same order, with the durations as strings. TestRetryPolicyJSONFormMirrorsFields
 // keeps the two in step.
 type retryPolicyJSON struct {
-	Strategy        Strategy `json:"strategy"`
-	Jitter          Jitter   `json:"jitter"`
-	MaxAttempts     int      `json:"max_attempts"`
-	BaseDelay       duration `json:"base_delay"`
-	Increment       duration `json:"increment"`
-	MaxDelay        duration `json:"max_delay"`
-	AttemptTimeout  duration `json:"attempt_timeout"`
-	MaxElapsed      duration `json:"max_elapsed"`
-	HonorRetryAfter bool     `json:"honor_retry_after"`
-	TransientStatus Statuses `json:"transient_status"`
-	TimeoutFactor   float64  `json:"timeout_factor"`
+	Strategy          Strategy `json:"strategy"`
+	Jitter            Jitter   `json:"jitter"`
+	MaxAttempts       int      `json:"max_attempts"`
+	BaseDelay         duration `json:"base_delay"`
+	Increment         duration `json:"increment"`
+	MaxDelay          duration `json:"max_delay"`
+	AttemptTimeout    duration `json:"attempt_timeout"`
+	MaxElapsed        duration `json:"max_elapsed"`
+	HonorRetryAfter   bool     `json:"honor_retry_after"`
+	TransientStatus   Statuses `json:"transient_status"`
+	TimeoutFactor     float64  `json:"timeout_factor"`
+	MaxAttemptTimeout duration `json:"max_attempt_timeout"`
 }
 
 func (p RetryPolicy) toJSON() retryPolicyJSON {
 	return retryPolicyJSON{Strategy: p.Strategy, Jitter: p.Jitter, MaxAttempts: p.MaxAttempts,
 		BaseDelay: duration(p.BaseDelay), Increment: duration(p.Increment), MaxDelay: duration(p.MaxDelay),
 		AttemptTimeout: duration(p.AttemptTimeout), MaxElapsed: duration(p.MaxElapsed),
-		HonorRetryAfter: p.HonorRetryAfter, TransientStatus: p.TransientStatus, TimeoutFactor: p.TimeoutFactor}
+		HonorRetryAfter: p.HonorRetryAfter, TransientStatus: p.TransientStatus, TimeoutFactor: p.TimeoutFactor,
+		MaxAttemptTimeout: duration(p.MaxAttemptTimeout)}
 }
 
 func (w retryPolicyJSON) policy() RetryPolicy {
 	return RetryPolicy{Strategy: w.Strategy, Jitter: w.Jitter, MaxAttempts: w.MaxAttempts,
 		BaseDelay: time.Duration(w.BaseDelay), Increment: time.Duration(w.Increment), MaxDelay: time.Duration(w.MaxDelay),
 		AttemptTimeout: time.Duration(w.AttemptTimeout), MaxElapsed: time.Duration(w.MaxElapsed),
-		HonorRetryAfter: w.HonorRetryAfter, TransientStatus: w.TransientStatus, TimeoutFactor: w.TimeoutFactor}
+		HonorRetryAfter: w.HonorRetryAfter, TransientStatus: w.TransientStatus, TimeoutFactor: w.TimeoutFactor,
+		MaxAttemptTimeout: time.Duration(w.MaxAttemptTimeout)}
 }
 
 // MarshalJSON writes the policy with its durations as strings:

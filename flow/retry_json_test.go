@@ -17,10 +17,11 @@ func TestRetryPolicyJSONKeepsDurationStrings(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The form flow.Duration wrote, byte for byte, and the fields added
-	// since (transient statuses, the adaptive timeout's factor) after it.
+	// since (transient statuses, the adaptive timeout's factor and
+	// ceiling) after it.
 	want := `{"strategy":"exponential","jitter":"full","max_attempts":8,"base_delay":"100ms","increment":"0s",` +
 		`"max_delay":"30s","attempt_timeout":"0s","max_elapsed":"5m0s","honor_retry_after":true,` +
-		`"transient_status":[408,429,500,502,503,504],"timeout_factor":0}`
+		`"transient_status":[408,429,500,502,503,504],"timeout_factor":0,"max_attempt_timeout":"0s"}`
 	if string(b) != want {
 		t.Fatalf("Marshal(Background()) =\n%s\nwant\n%s", b, want)
 	}

@@ -125,6 +125,10 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 		"factor below 1":       {func(p *flow.RetryPolicy) { p.TimeoutFactor = 0.5 }, "timeout_factor: 0.5"},
 		"factor past 1000":     {func(p *flow.RetryPolicy) { p.TimeoutFactor = 1e10 }, "timeout_factor: 1e+10 is more than 1000"},
 		"factor without bound": {func(p *flow.RetryPolicy) { p.TimeoutFactor = 3; p.AttemptTimeout = 0 }, "timeout_factor: needs attempt_timeout"},
+		"ceiling below the floor": {func(p *flow.RetryPolicy) { p.TimeoutFactor, p.MaxAttemptTimeout = 3, 100*time.Millisecond },
+			"max_attempt_timeout: 100ms is below attempt_timeout 500ms"},
+		"negative ceiling": {func(p *flow.RetryPolicy) { p.TimeoutFactor, p.MaxAttemptTimeout = 3, -time.Second },
+			"max_attempt_timeout: must not be negative"},
 		"a success as transient": {func(p *flow.RetryPolicy) { p.TransientStatus, _ = flow.NewStatuses(200, 429) },
 			"transient_status: 200 is not a failure"},
 		"a redirect as transient": {func(p *flow.RetryPolicy) { _ = p.TransientStatus.UnmarshalText([]byte("301-302,503")) },
@@ -145,6 +149,14 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 	ok.TimeoutFactor = 3
 	if err := ok.Validate(); err != nil {
 		t.Errorf("Interactive with an adaptive timeout: %v", err)
+	}
+	// A fixed timeout (timeout_factor 0) over a policy with a ceiling,
+	// as SLUICE_RETRY_DELIVERY_TIMEOUT_FACTOR=0 makes of the scheduler's:
+	// the ceiling has no effect, and is no error.
+	ok = flow.Interactive()
+	ok.MaxAttemptTimeout = 100 * time.Millisecond
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a fixed attempt timeout with an unused ceiling below it: %v", err)
 	}
 }
 
@@ -193,5 +205,53 @@ func TestAdaptiveTimeoutFollowsAServiceThatSlowsDown(t *testing.T) {
 	}
 	if got := a.AttemptTimeout(); got != 100*time.Millisecond {
 		t.Fatalf("after 1,000 quick calls the timeout is %v, want back at its floor 100ms", got)
+	}
+}
+
+// A service whose calls turn from 5 ms to 250 ms, longer than the whole
+// 150 ms MaxElapsed: without MaxAttemptTimeout the timeout can follow it
+// only to what is left of the budget, and every slow call is cut; with
+// it, the timeout grows past the budget to what the service needs, and
+// once it has learnt, the calls succeed.
+func TestMaxAttemptTimeoutFollowsAServiceSlowerThanTheBudget(t *testing.T) {
+	slowCalls := func(ceiling time.Duration) (failed int, a *flow.Async[int, int]) {
+		synctest.Test(t, func(t *testing.T) {
+			p := flow.Interactive()
+			p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 40*time.Millisecond, 150*time.Millisecond, 10*time.Millisecond, 10*time.Millisecond
+			p.TimeoutFactor, p.MaxAttemptTimeout = 3, ceiling
+			a = flow.MapAsync(16, func(ctx context.Context, v int) (int, error) {
+				flow.Sent(ctx)
+				d := 5 * time.Millisecond
+				if v >= 200 {
+					d = 250 * time.Millisecond
+				}
+				select {
+				case <-time.After(d):
+					return v, nil
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				}
+			}, flow.Retry(p), flow.TimeoutFromSend())
+			g := stream.New()
+			stream.To(stream.Via(stream.From(g, source.Slice(ints(1000))), a), sink.Discard[int]())
+			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+				failed++
+				return nil
+			}))
+			run(t, g)
+		})
+		return failed, a
+	}
+	if failed, _ := slowCalls(0); failed != 800 {
+		t.Fatalf("timeouts up to what is left of a 150 ms budget: %d of the 800 slow calls failed, want all", failed)
+	}
+	failed, a := slowCalls(time.Second)
+	// Only the messages whose attempts were in flight when the service
+	// turned slow fail: their timeouts raise the stage's past the budget.
+	if failed == 0 || failed > 16 {
+		t.Fatalf("with max_attempt_timeout 1s: %d of the 800 slow calls failed, want only some of the 16 in flight", failed)
+	}
+	if got := a.AttemptTimeout(); got != 750*time.Millisecond {
+		t.Fatalf("the timeout is %v, want 3 × 250 ms", got)
 	}
 }
