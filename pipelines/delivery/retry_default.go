@@ -8,19 +8,22 @@ import (
 )
 
 // DefaultRetry is the steps' retry policy unless SchedulerConfig.Retry
-// says otherwise: flow.Interactive with 5 attempts of 200 ms at least,
-// within 400 ms, which fits the 500 ms latency budget; each attempt's
-// timeout follows the service's latency (TimeoutFactor 3: three times its
-// recent p99, up to the 400 ms), so that a service that slows down slows
-// the scheduler instead of failing its calls. HTTP 408, 429, 500, 502,
-// 503 and 504 are transient: every step is idempotent (PUT by delivery
-// id) or recorded (StepStore).
+// says otherwise: flow.Interactive with up to 5 attempts, retried within
+// 400 ms, which fits the 500 ms latency budget; each attempt's timeout
+// follows the service's latency (TimeoutFactor 3: three times its recent
+// p99, 200 ms at least, up to 1 s, past the 400 ms if the service needs
+// it), so that a service that slows down — or a saturated machine's, whose
+// answers take longer than the budget — slows the scheduler instead of
+// having its calls cut and their requests parked. HTTP 408, 429, 500,
+// 502, 503 and 504 are transient: every step is idempotent (PUT by
+// delivery id) or recorded (StepStore).
 func DefaultRetry() flow.RetryPolicy {
 	p := flow.Interactive()
 	p.MaxAttempts = 5
 	p.AttemptTimeout = 200 * time.Millisecond
 	p.MaxElapsed = 400 * time.Millisecond
 	p.TimeoutFactor = 3
+	p.MaxAttemptTimeout = time.Second
 	return p
 }
 

@@ -15,7 +15,7 @@ import (
 // it is made only while at least StaleAfter/4 of that is left (a step
 // store slower to answer Begin renews the mark first). So a call is sure
 // of StaleAfter/4: below 4 × the attempt timeout (its longest, when it
-// follows the service's latency: LongestAttempt), the cut, not the
+// follows the service's latency: flow.RetryPolicy.LongestAttemptTimeout), the cut, not the
 // attempt timeout, ends a slow call, and its outcome is unknown — the
 // request waits, parked, for its mark to turn stale and the service to
 // be asked. Without an attempt timeout the cut is the call's only bound.
@@ -26,17 +26,7 @@ func MinStaleAfter(retry *flow.RetryPolicy) time.Duration {
 	if retry != nil {
 		p = *retry
 	}
-	return max(MinStaleAfterFloor, 4*LongestAttempt(p))
-}
-
-// LongestAttempt is the longest attempt timeout p gives a call: its
-// AttemptTimeout, or, when the timeout follows the service's latency
-// (TimeoutFactor), its ceiling, MaxElapsed.
-func LongestAttempt(p flow.RetryPolicy) time.Duration {
-	if p.TimeoutFactor > 0 {
-		return max(p.AttemptTimeout, p.MaxElapsed)
-	}
-	return p.AttemptTimeout
+	return max(MinStaleAfterFloor, 4*p.LongestAttemptTimeout())
 }
 
 // MinStaleAfterFloor is the least StaleAfter whatever the retry policy:

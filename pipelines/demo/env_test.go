@@ -144,3 +144,12 @@ func TestAgedStepsUnseenMarkAgesFromFirstRead(t *testing.T) {
 		now = now.Add(2 * time.Second)
 	}
 }
+
+// The demo's staleAfter is one the scheduler's retry policy allows: below
+// 4 × its longest attempt timeout a drone call could be cut by the mark's
+// bound before its own timeout, its outcome then unknown.
+func TestDemoStaleAfterFitsTheSchedulersPolicy(t *testing.T) {
+	if least := delivery.MinStaleAfter(nil); staleAfter < least {
+		t.Fatalf("staleAfter %v, under the %v the scheduler's retry policy needs", staleAfter, least)
+	}
+}

@@ -36,12 +36,14 @@ var topicLevels = [delivery.Levels]string{"delivery-requests-high", "delivery-re
 // after replayAfter, doubling up to maxReplayDelay: a demo lasts seconds,
 // not the minutes a deployment gives a service to come back.
 // A drone booking left unanswered (a crash mid-call, a timeout) is looked
-// up at the drone service after staleAfter: the simulated services answer
-// within milliseconds.
+// up at the drone service after staleAfter: the least the scheduler's
+// retry policy allows (4 × its longest attempt timeout, 1 s: on a
+// saturated machine the simulated services' answers, milliseconds
+// otherwise, take that long).
 const (
 	replayAfter    = 500 * time.Millisecond
 	maxReplayDelay = 4 * time.Second
-	staleAfter     = 2 * time.Second
+	staleAfter     = 4 * time.Second
 )
 
 // createTopics creates the topics that do not exist yet.

@@ -105,7 +105,7 @@ func killWorkers(t *testing.T, at topicsAt) {
 		args := append([]string{"run", which, "-backends", srv.URL, "-listen", "127.0.0.1:0", "-replay-after", "200ms",
 			"-max-replay-delay", "2s"}, at.args(which, incarnation[which])...)
 		if which == "delivery" {
-			args = append(args, "-parallelism", "128", "-stale-after", "2s")
+			args = append(args, "-parallelism", "128", "-stale-after", "4s")
 		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = log, log

@@ -55,7 +55,7 @@ func deployedLevelsLoad(t *testing.T, transport string) {
 		Services: []string{"-min-latency", "1ms", "-max-latency", "5ms", "-transient", "0.05", "-throttle", "0.01",
 			"-retry-after", "20ms", "-permanent", "0"},
 		Worker:    []string{"-replay-after", "200ms", "-max-replay-delay", "2s"},
-		Delivery:  []string{"-stale-after", "3s"},
+		Delivery:  []string{"-stale-after", "4s"},
 		Transport: transport,
 	})
 	ctx := context.Background()

@@ -294,9 +294,9 @@ func TestWorkerStaleAfterFitsTheRetryPolicy(t *testing.T) {
 		{append(policies, "-retry-policy", "drone-scheduler", "-stale-after", "40s"), nil},
 		{[]string{"-retry-policy", "interactive", "-stale-after", "2s"}, nil},
 		// The scheduler's own policy: attempts of 200 ms that follow the
-		// services' latency up to 400 ms.
-		{[]string{"-stale-after", "1s"}, []string{"-stale-after 1s", "1.6s", "400ms"}},
-		{[]string{"-stale-after", "2s"}, nil},
+		// services' latency up to 1 s.
+		{[]string{"-stale-after", "3s"}, []string{"-stale-after 3s", "4s", "1s longest attempt timeout"}},
+		{[]string{"-stale-after", "4s"}, nil},
 		// No attempt timeout: refused for the scheduler's calls whatever
 		// -stale-after.
 		{[]string{"-retry-policy", "background", "-stale-after", "1s"}, []string{"attempt_timeout: must be positive"}},

@@ -20,7 +20,7 @@ func checkStaleAfter(staleAfter time.Duration, retry *flow.RetryPolicy, policy s
 	if retry != nil {
 		p, name = *retry, fmt.Sprintf("retry policy %q", policy)
 	}
-	longest := delivery.LongestAttempt(p)
+	longest := p.LongestAttemptTimeout()
 	if 4*longest < delivery.MinStaleAfterFloor {
 		return fmt.Errorf("-stale-after %v: must be at least %v: a drone call is made only while a quarter of -stale-after is "+
 			"left after the step store marked it started, which leaves the store that long to answer", staleAfter, least)

@@ -146,7 +146,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policiesFile, "retry-policies", "",
 		"JSON file of named retry policies (docs/retry-policies.json shows the form); $SLUICE_RETRY_<POLICY>_<FIELD> variables override fields")
 	fs.StringVar(&f.policyName, "retry-policy", f.which,
-		`retry policy of the pipeline's calls, by name: "delivery" (5 quick attempts within 400 ms, timeouts that follow the services' latency) `+
+		`retry policy of the pipeline's calls, by name: "delivery" (5 quick attempts within 400 ms, each timeout following the services' latency, 200 ms to 1 s) `+
 			`and "supervisor" (undos: 10 attempts within a minute) are the workers' own; SLUICE_RETRY_DELIVERY_<FIELD> changes a field of one`)
 	fs.TextVar(&f.transient, "transient-status", flow.Statuses{},
 		`HTTP statuses the services' answers are retried and parked on, codes and ranges like "429,500-504", `+

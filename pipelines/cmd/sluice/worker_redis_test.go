@@ -133,7 +133,7 @@ func workersOnRedisStreams(t *testing.T, levels []string) {
 	done := make(chan error, 2)
 	common := []string{"-transport", "redis", "-redis", addr, "-backends", srv.URL, "-listen", "127.0.0.1:0",
 		"-replay-after", "200ms", "-max-replay-delay", "1s", "-summary-every", "0"}
-	scheduler := []string{"delivery", "-parallelism", "64", "-stale-after", "2s"}
+	scheduler := []string{"delivery", "-parallelism", "64", "-stale-after", "4s"}
 	reads := append([]groupRead{requests}, workersReads...)
 	if levels != nil {
 		scheduler = append(scheduler, "-level-topics", strings.Join(levels, ","))
