@@ -59,8 +59,10 @@ type attemptClock struct {
 // register through AfterFunc, so they need no goroutine either.
 type attemptCtx struct {
 	parent   context.Context
-	deadline time.Time     // fixed at start, or (send set) set under mu when sent; zero: none yet
+	deadline time.Time     // fixed at start, or (send set, or moves) set under mu; zero: none yet
 	timeout  time.Duration // the attempt's timeout, set with deadline
+	limit    time.Duration // the most the attempt may last (adaptive timeouts; 0: no limit)
+	moves    bool          // adaptive timeouts: the clock may move the deadline later (see extend)
 	finished atomic.Bool
 
 	mu     sync.Mutex
@@ -178,7 +180,7 @@ func (c *attemptClock) start(now time.Time, limit time.Duration) (context.Contex
 		ctx, cancel := context.WithDeadline(context.WithValue(c.parent, stdTimeoutKey{}, timeout), now.Add(timeout))
 		return ctx, func() time.Time { cancel(); return time.Time{} }
 	}
-	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout}
+	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout, limit: limit, moves: c.adaptive != nil}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -233,7 +235,7 @@ func (a *attemptCtx) Deadline() (time.Time, bool) {
 }
 
 func (a *attemptCtx) ownDeadline() time.Time {
-	if a.send == nil {
+	if a.send == nil && !a.moves {
 		return a.deadline // fixed at start
 	}
 	a.mu.Lock()
@@ -373,7 +375,18 @@ func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 			next = a.deadline
 			break
 		}
+		if c.extend(a) {
+			heap.Fix(&c.byDue, 0)
+			continue
+		}
 		expired = append(expired, c.qpop())
+		if c.adaptive != nil {
+			// The service did not answer within a.timeout: the next
+			// attempts' timeout is raised at once (as the stage's
+			// observe would a moment later), and the calls due in this
+			// sweep too are given it rather than all cut together.
+			c.adaptive.raise(a.timeout)
+		}
 	}
 	var bounds []*boundCtx
 	if len(c.bounds) > 0 {
@@ -388,6 +401,29 @@ func (c *attemptClock) sweep(now time.Time) (time.Time, bool) {
 	c.timeOut(expired)
 	endBounds(bounds)
 	return next, !next.IsZero()
+}
+
+// extend moves a's deadline, which has passed, later if the stage's
+// adaptive timeout has grown past a's since a started (another call timed
+// out, or the service's p99 rose): a's timeout is then the one a call
+// starting now would get, from a's own start (or send), within a's limit.
+// A call is cut only once it has had the longest timeout the stage gave
+// while it ran: when a service turns slow, the first call to time out
+// raises the timeout and those in flight with it are waited for, instead
+// of every call in flight being cut at the timeout that was too short.
+// Called with c.mu held, for the head of the queue.
+func (c *attemptClock) extend(a *attemptCtx) bool {
+	if c.adaptive == nil {
+		return false
+	}
+	t := c.adaptive.timeout(a.limit)
+	if t <= a.timeout {
+		return false
+	}
+	a.mu.Lock()
+	a.deadline, a.timeout = a.deadline.Add(t-a.timeout), t
+	a.mu.Unlock()
+	return true
 }
 
 func (c *attemptClock) timeOut(expired []*attemptCtx) {

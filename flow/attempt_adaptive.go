@@ -63,13 +63,7 @@ func (t *adaptiveTimeout) timeout(limit time.Duration) time.Duration {
 // timeout do not raise it further.
 func (t *adaptiveTimeout) observe(lat, timedOut time.Duration) {
 	if timedOut > 0 {
-		want := min(time.Duration(t.factor*float64(timedOut)), t.ceiling)
-		for {
-			cur := t.current.Load()
-			if int64(want) <= cur || t.current.CompareAndSwap(cur, int64(want)) {
-				break
-			}
-		}
+		t.raise(timedOut)
 	}
 	t.mu.Lock()
 	t.window = append(t.window, lat)
@@ -85,4 +79,17 @@ func (t *adaptiveTimeout) observe(lat, timedOut time.Duration) {
 	cur := time.Duration(t.current.Load())
 	next := max(want, cur/2)
 	t.current.Store(int64(min(max(next, t.floor), t.ceiling)))
+}
+
+// raise sets the timeout to factor times timedOut, a call's timeout that
+// ran out, if that is more (up to the ceiling): the service did not
+// answer within it.
+func (t *adaptiveTimeout) raise(timedOut time.Duration) {
+	want := min(time.Duration(t.factor*float64(timedOut)), t.ceiling)
+	for {
+		cur := t.current.Load()
+		if int64(want) <= cur || t.current.CompareAndSwap(cur, int64(want)) {
+			return
+		}
+	}
 }

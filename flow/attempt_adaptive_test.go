@@ -87,3 +87,58 @@ func TestAdaptiveTimeoutMoves(t *testing.T) {
 		t.Fatalf("after a call timed out at 300 ms: %v, want 900ms", got)
 	}
 }
+
+// When a service turns slow, the first call to time out raises the
+// stage's timeout, and the calls in flight are given the raised timeout
+// (from their own start, within their own limit) instead of being cut at
+// the one that proved too short: of a wave of slow calls, one is cut at
+// each step of the rise.
+func TestAdaptiveClockExtendsTheCallsInFlightWhenTheTimeoutRises(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
+		c := newAttemptClock(context.Background(), 100*time.Millisecond, false, at)
+		defer c.stop()
+		start := time.Now()
+		since := func() time.Duration { return time.Since(start) }
+		first, endFirst := c.start(start, 0)
+		defer endFirst()
+		same, endSame := c.start(start, 0) // due at the same instant as first
+		defer endSame()
+		time.Sleep(10 * time.Millisecond)
+		later, endLater := c.start(time.Now(), 0)
+		defer endLater()
+		capped, endCapped := c.start(time.Now(), 400*time.Millisecond) // its budget leaves it 400 ms
+		defer endCapped()
+
+		<-first.Done()
+		if since() != 100*time.Millisecond || !errors.Is(first.Err(), context.DeadlineExceeded) {
+			t.Fatalf("the first call ended at %v (%v), want cut at its 100 ms", since(), first.Err())
+		}
+		if got := at.timeout(0); got != 300*time.Millisecond {
+			t.Fatalf("after a call timed out at 100 ms the timeout is %v, want 300ms at once", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if same.Err() != nil || later.Err() != nil || capped.Err() != nil {
+			t.Fatalf("at 150 ms the calls in flight ended (%v, %v, %v), want them given the raised timeout",
+				same.Err(), later.Err(), capped.Err())
+		}
+		if d, _ := later.Deadline(); d.Sub(start) != 310*time.Millisecond {
+			t.Fatalf("the later call's deadline is %v after the first's start, want 310ms (its start + 300 ms)", d.Sub(start))
+		}
+		<-same.Done()
+		if since() != 300*time.Millisecond || c.timeoutOf(same) != 300*time.Millisecond {
+			t.Fatalf("the call due with the first ended at %v, timeout %v; want cut at 300ms, its raised timeout", since(), c.timeoutOf(same))
+		}
+		<-capped.Done()
+		if since() != 410*time.Millisecond || c.timeoutOf(capped) != 400*time.Millisecond {
+			t.Fatalf("the call with 400 ms of budget ended at %v, timeout %v; want 410ms and 400ms: never past its limit",
+				since(), c.timeoutOf(capped))
+		}
+		if later.Err() != nil {
+			t.Fatalf("at 410 ms the later call ended (%v), want it given the 900 ms the second cut raised the timeout to", later.Err())
+		}
+		if d, _ := later.Deadline(); d.Sub(start) != 910*time.Millisecond {
+			t.Fatalf("the later call's deadline is %v after the first's start, want 910ms", d.Sub(start))
+		}
+	})
+}

@@ -32,11 +32,10 @@ type sender interface {
 // but clock is guarded by clock.mu.
 type sendState struct {
 	clock      *attemptClock
-	limit      time.Duration // the most its attempt may last (adaptive timeouts; 0: no limit)
-	sentAt     time.Time     // when the call said it was sent; zero until then
-	answered   time.Time     // when it last said it had its answer (under the attemptCtx's mu)
-	over       bool          // the call returned: a later Sent changes nothing
-	listed     bool          // in clock.unsent
+	sentAt     time.Time // when the call said it was sent; zero until then
+	answered   time.Time // when it last said it had its answer (under the attemptCtx's mu)
+	over       bool      // the call returned: a later Sent changes nothing
+	listed     bool      // in clock.unsent
 	prev, next *attemptCtx
 }
 
@@ -52,7 +51,7 @@ func (c *attemptClock) startUnsent(limit time.Duration) (context.Context, func()
 	if c.std {
 		return c.startStdUnsent(limit)
 	}
-	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent}, sendState: sendState{clock: c, limit: limit}}
+	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent, limit: limit, moves: c.adaptive != nil}, sendState: sendState{clock: c}}
 	a := &u.attemptCtx
 	a.send = &u.sendState
 	c.mu.Lock()
@@ -77,7 +76,7 @@ func (a *attemptCtx) markSent() {
 	}
 	now := time.Now()
 	s.sentAt = now
-	timeout := c.timeoutFor(s.limit)
+	timeout := c.timeoutFor(a.limit)
 	if timeout <= 0 {
 		// No timeout: the call only needed its send time. It stays in the
 		// unsent list, which is how it ends when the stage stops.

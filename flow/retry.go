@@ -104,7 +104,10 @@ type RetryPolicy struct {
 	TransientStatus Statuses `json:"transient_status"`
 	// TimeoutFactor, if positive, makes each attempt's timeout follow the
 	// service: TimeoutFactor times the p99 latency of the stage's recent
-	// calls (a call that timed out counts at its timeout), never less
+	// calls (a call that timed out counts at its timeout and raises it at
+	// once: the calls then in flight are given the raised timeout, from
+	// their own start, rather than cut at the one that proved too short),
+	// never less
 	// than AttemptTimeout and never more than MaxAttemptTimeout, or,
 	// without it, what is left of MaxElapsed. A service that slows down
 	// then slows the stage (its messages wait, its source lags) instead of
