@@ -160,6 +160,36 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 	}
 }
 
+// slowService runs 16 calls at a time through a stage with policy p, the
+// calls of the values n say slow (250 ms) and the others quick (5 ms),
+// each saying it sent its request at once; it returns how many messages
+// failed, and the stage.
+func slowService(t *testing.T, p flow.RetryPolicy, values int, slow func(v int) bool) (failed int, a *flow.Async[int, int]) {
+	synctest.Test(t, func(t *testing.T) {
+		a = flow.MapAsync(16, func(ctx context.Context, v int) (int, error) {
+			flow.Sent(ctx)
+			d := 5 * time.Millisecond
+			if slow(v) {
+				d = 250 * time.Millisecond
+			}
+			select {
+			case <-time.After(d):
+				return v, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}, flow.Retry(p), flow.TimeoutFromSend())
+		g := stream.New()
+		stream.To(stream.Via(stream.From(g, source.Slice(ints(values))), a), sink.Discard[int]())
+		stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
+			failed++
+			return nil
+		}))
+		run(t, g)
+	})
+	return failed, a
+}
+
 // A service whose calls turn from 5 ms to 250 ms, past a fixed 100 ms
 // attempt timeout: with a TimeoutFactor the timeout follows its p99 up and
 // the calls succeed (a few time out while it learns); with the
@@ -167,31 +197,10 @@ func TestRetryPolicyRefusesBudgetsThatCannotWork(t *testing.T) {
 // again, the timeout comes back down to its floor.
 func TestAdaptiveTimeoutFollowsAServiceThatSlowsDown(t *testing.T) {
 	slowCalls := func(factor float64) (failed int, a *flow.Async[int, int]) {
-		synctest.Test(t, func(t *testing.T) {
-			p := flow.Interactive()
-			p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 100*time.Millisecond, 2*time.Second, 10*time.Millisecond, 10*time.Millisecond
-			p.TimeoutFactor = factor
-			a = flow.MapAsync(16, func(ctx context.Context, v int) (int, error) {
-				d := 5 * time.Millisecond
-				if v >= 200 && v < 1000 {
-					d = 250 * time.Millisecond
-				}
-				select {
-				case <-time.After(d):
-					return v, nil
-				case <-ctx.Done():
-					return 0, ctx.Err()
-				}
-			}, flow.Retry(p))
-			g := stream.New()
-			stream.To(stream.Via(stream.From(g, source.Slice(ints(2000))), a), sink.Discard[int]())
-			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
-				failed++
-				return nil
-			}))
-			run(t, g)
-		})
-		return failed, a
+		p := flow.Interactive()
+		p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 100*time.Millisecond, 2*time.Second, 10*time.Millisecond, 10*time.Millisecond
+		p.TimeoutFactor = factor
+		return slowService(t, p, 2000, func(v int) bool { return v >= 200 && v < 1000 })
 	}
 	if failed, _ := slowCalls(0); failed != 800 {
 		t.Fatalf("with a fixed 100 ms timeout %d of the 800 slow calls failed, want all", failed)
@@ -216,32 +225,10 @@ func TestAdaptiveTimeoutFollowsAServiceThatSlowsDown(t *testing.T) {
 // once it has learnt, the calls succeed.
 func TestMaxAttemptTimeoutFollowsAServiceSlowerThanTheBudget(t *testing.T) {
 	slowCalls := func(ceiling time.Duration) (failed int, a *flow.Async[int, int]) {
-		synctest.Test(t, func(t *testing.T) {
-			p := flow.Interactive()
-			p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 40*time.Millisecond, 150*time.Millisecond, 10*time.Millisecond, 10*time.Millisecond
-			p.TimeoutFactor, p.MaxAttemptTimeout = 3, ceiling
-			a = flow.MapAsync(16, func(ctx context.Context, v int) (int, error) {
-				flow.Sent(ctx)
-				d := 5 * time.Millisecond
-				if v >= 200 {
-					d = 250 * time.Millisecond
-				}
-				select {
-				case <-time.After(d):
-					return v, nil
-				case <-ctx.Done():
-					return 0, ctx.Err()
-				}
-			}, flow.Retry(p), flow.TimeoutFromSend())
-			g := stream.New()
-			stream.To(stream.Via(stream.From(g, source.Slice(ints(1000))), a), sink.Discard[int]())
-			stream.To(g.Failures(), sink.DeadLetterFunc(func(context.Context, stream.Message[stream.Failure]) error {
-				failed++
-				return nil
-			}))
-			run(t, g)
-		})
-		return failed, a
+		p := flow.Interactive()
+		p.AttemptTimeout, p.MaxElapsed, p.BaseDelay, p.MaxDelay = 40*time.Millisecond, 150*time.Millisecond, 10*time.Millisecond, 10*time.Millisecond
+		p.TimeoutFactor, p.MaxAttemptTimeout = 3, ceiling
+		return slowService(t, p, 1000, func(v int) bool { return v >= 200 })
 	}
 	if failed, _ := slowCalls(0); failed != 800 {
 		t.Fatalf("timeouts up to what is left of a 150 ms budget: %d of the 800 slow calls failed, want all", failed)
