@@ -63,6 +63,7 @@ type attemptCtx struct {
 	timeout  time.Duration // the attempt's timeout, set with deadline
 	limit    time.Duration // the most the attempt may last (adaptive timeouts; 0: no limit)
 	moves    bool          // adaptive timeouts: the clock may move the deadline later (see extend)
+	most     time.Duration // with moves: the longest timeout extend may give it (what Deadline reports)
 	finished atomic.Bool
 
 	mu     sync.Mutex
@@ -180,7 +181,10 @@ func (c *attemptClock) start(now time.Time, limit time.Duration) (context.Contex
 		ctx, cancel := context.WithDeadline(context.WithValue(c.parent, stdTimeoutKey{}, timeout), now.Add(timeout))
 		return ctx, func() time.Time { cancel(); return time.Time{} }
 	}
-	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout, limit: limit, moves: c.adaptive != nil}
+	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout, limit: limit}
+	if c.adaptive != nil {
+		a.moves, a.most = true, c.adaptive.most(limit)
+	}
 	c.mu.Lock()
 	if c.stopped {
 		c.mu.Unlock()
@@ -221,7 +225,13 @@ func (a *attemptCtx) finish() time.Time {
 }
 
 // Deadline is the earlier of the parent's and the call's. A call timed
-// from its send has none of its own until then.
+// from its send has none of its own until then. With adaptive timeouts,
+// the call's is the latest the clock may move its deadline to (see
+// extend), fixed once set: the call may be cut earlier, but a Deadline
+// that moved later would break what the context package and
+// SentOnWriteWithin rely on - a context derived with an earlier deadline
+// of its own gets no timer when its parent's Deadline is earlier still,
+// and would then outlive its own deadline once the call is extended.
 func (a *attemptCtx) Deadline() (time.Time, bool) {
 	d := a.ownDeadline()
 	pd, ok := a.parent.Deadline()
@@ -240,6 +250,11 @@ func (a *attemptCtx) ownDeadline() time.Time {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.moves && !a.deadline.IsZero() {
+		// deadline - timeout, the call's start (or send), stays put as
+		// extend moves both.
+		return a.deadline.Add(a.most - a.timeout)
+	}
 	return a.deadline
 }
 

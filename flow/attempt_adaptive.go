@@ -54,6 +54,17 @@ func (t *adaptiveTimeout) timeout(limit time.Duration) time.Duration {
 	return max(d, t.floor)
 }
 
+// most is the longest timeout an attempt that may last at most limit can
+// be given however the timeout rises (timeout with the timeout at its
+// ceiling).
+func (t *adaptiveTimeout) most(limit time.Duration) time.Duration {
+	d := t.ceiling
+	if limit != 0 {
+		d = min(d, limit)
+	}
+	return max(d, t.floor)
+}
+
 // observe records a call's latency and, at the end of a window, moves the
 // timeout. timedOut is the timeout of a call that timed out (0 for one
 // that returned): the window's p99, its slowest call, is then at least

@@ -122,8 +122,8 @@ func TestAdaptiveClockExtendsTheCallsInFlightWhenTheTimeoutRises(t *testing.T) {
 			t.Fatalf("at 150 ms the calls in flight ended (%v, %v, %v), want them given the raised timeout",
 				same.Err(), later.Err(), capped.Err())
 		}
-		if d, _ := later.Deadline(); d.Sub(start) != 310*time.Millisecond {
-			t.Fatalf("the later call's deadline is %v after the first's start, want 310ms (its start + 300 ms)", d.Sub(start))
+		if d, _ := later.Deadline(); d.Sub(start) != 2010*time.Millisecond {
+			t.Fatalf("the later call's Deadline is %v after the first's start, want 2.01s (its start + the 2 s ceiling, the latest it may be extended to)", d.Sub(start))
 		}
 		<-same.Done()
 		if since() != 300*time.Millisecond || c.timeoutOf(same) != 300*time.Millisecond {
@@ -137,8 +137,44 @@ func TestAdaptiveClockExtendsTheCallsInFlightWhenTheTimeoutRises(t *testing.T) {
 		if later.Err() != nil {
 			t.Fatalf("at 410 ms the later call ended (%v), want it given the 900 ms the second cut raised the timeout to", later.Err())
 		}
-		if d, _ := later.Deadline(); d.Sub(start) != 910*time.Millisecond {
-			t.Fatalf("the later call's deadline is %v after the first's start, want 910ms", d.Sub(start))
+		if d, _ := later.Deadline(); d.Sub(start) != 2010*time.Millisecond {
+			t.Fatalf("the later call's Deadline is %v after the first's start, want it still 2.01s", d.Sub(start))
+		}
+	})
+}
+
+// A context derived from a call's with a timeout of its own, shorter than
+// the longest the call may be given but longer than its deadline of the
+// moment, must still end at its own timeout when the clock extends the
+// call: the context package (and SentOnWriteWithin) give such a context no
+// timer of its own when the parent's Deadline is earlier, so the parent's
+// Deadline must never move later than what it reported.
+func TestAdaptiveCallsDerivedTimeoutHoldsWhenTheCallIsExtended(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
+		c := newAttemptClock(context.Background(), 100*time.Millisecond, false, at)
+		defer c.stop()
+		start := time.Now()
+		first, endFirst := c.start(start, 0)
+		defer endFirst()
+		call, endCall := c.start(start, 0)
+		defer endCall()
+		d1, _ := call.Deadline()
+		derived, cancel := context.WithTimeout(call, 150*time.Millisecond)
+		defer cancel()
+		bounded, release := SentOnWriteWithin(call, 150*time.Millisecond)
+		defer release()
+		<-first.Done() // cut at 100 ms: the timeout rises to 300 ms, call is extended
+		if d2, _ := call.Deadline(); d2 != d1 {
+			t.Errorf("the call's Deadline moved from %v to %v after start, want it fixed", d1.Sub(start), d2.Sub(start))
+		}
+		<-derived.Done()
+		if got := time.Since(start); got != 150*time.Millisecond || !errors.Is(derived.Err(), context.DeadlineExceeded) {
+			t.Errorf("context.WithTimeout(call, 150ms) ended at %v (%v), want at 150ms", got, derived.Err())
+		}
+		<-bounded.Done()
+		if got := time.Since(start); got != 150*time.Millisecond {
+			t.Errorf("SentOnWriteWithin(call, 150ms) ended at %v (%v), want at 150ms", got, bounded.Err())
 		}
 	})
 }

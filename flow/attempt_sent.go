@@ -51,7 +51,10 @@ func (c *attemptClock) startUnsent(limit time.Duration) (context.Context, func()
 	if c.std {
 		return c.startStdUnsent(limit)
 	}
-	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent, limit: limit, moves: c.adaptive != nil}, sendState: sendState{clock: c}}
+	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent, limit: limit}, sendState: sendState{clock: c}}
+	if c.adaptive != nil {
+		u.moves, u.most = true, c.adaptive.most(limit)
+	}
 	a := &u.attemptCtx
 	a.send = &u.sendState
 	c.mu.Lock()
