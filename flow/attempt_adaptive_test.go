@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -150,31 +151,43 @@ func TestAdaptiveClockExtendsTheCallsInFlightWhenTheTimeoutRises(t *testing.T) {
 // timer of its own when the parent's Deadline is earlier, so the parent's
 // Deadline must never move later than what it reported.
 func TestAdaptiveCallsDerivedTimeoutHoldsWhenTheCallIsExtended(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
-		c := newAttemptClock(context.Background(), 100*time.Millisecond, false, at)
-		defer c.stop()
-		start := time.Now()
-		first, endFirst := c.start(start, 0)
-		defer endFirst()
-		call, endCall := c.start(start, 0)
-		defer endCall()
-		d1, _ := call.Deadline()
-		derived, cancel := context.WithTimeout(call, 150*time.Millisecond)
-		defer cancel()
-		bounded, release := SentOnWriteWithin(call, 150*time.Millisecond)
-		defer release()
-		<-first.Done() // cut at 100 ms: the timeout rises to 300 ms, call is extended
-		if d2, _ := call.Deadline(); d2 != d1 {
-			t.Errorf("the call's Deadline moved from %v to %v after start, want it fixed", d1.Sub(start), d2.Sub(start))
-		}
-		<-derived.Done()
-		if got := time.Since(start); got != 150*time.Millisecond || !errors.Is(derived.Err(), context.DeadlineExceeded) {
-			t.Errorf("context.WithTimeout(call, 150ms) ended at %v (%v), want at 150ms", got, derived.Err())
-		}
-		<-bounded.Done()
-		if got := time.Since(start); got != 150*time.Millisecond {
-			t.Errorf("SentOnWriteWithin(call, 150ms) ended at %v (%v), want at 150ms", got, bounded.Err())
-		}
-	})
+	for _, fromSend := range []bool{false, true} {
+		t.Run(fmt.Sprint("from send ", fromSend), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
+				c := newAttemptClock(context.Background(), 100*time.Millisecond, fromSend, at)
+				defer c.stop()
+				start := time.Now()
+				first, endFirst := c.start(start, 0)
+				defer endFirst()
+				call, endCall := c.start(start, 0)
+				defer endCall()
+				if fromSend {
+					Sent(first)
+					Sent(call)
+				}
+				d1, _ := call.Deadline()
+				derived, cancel := context.WithTimeout(call, 150*time.Millisecond)
+				defer cancel()
+				bounded, release := SentOnWriteWithin(call, 150*time.Millisecond)
+				defer release()
+				<-first.Done() // cut at 100 ms: the timeout rises to 300 ms, call is extended
+				if d2, _ := call.Deadline(); d2 != d1 {
+					t.Errorf("the call's Deadline moved from %v to %v after start, want it fixed", d1.Sub(start), d2.Sub(start))
+				}
+				<-derived.Done()
+				if got := time.Since(start); got != 150*time.Millisecond || !errors.Is(derived.Err(), context.DeadlineExceeded) {
+					t.Errorf("context.WithTimeout(call, 150ms) ended at %v (%v), want at 150ms", got, derived.Err())
+				}
+				<-bounded.Done()
+				if got := time.Since(start); got != 150*time.Millisecond {
+					t.Errorf("SentOnWriteWithin(call, 150ms) ended at %v (%v), want at 150ms", got, bounded.Err())
+				}
+				<-call.Done()
+				if got := time.Since(start); got != 300*time.Millisecond {
+					t.Errorf("the call ended at %v, want at its raised 300 ms", got)
+				}
+			})
+		})
+	}
 }
