@@ -191,3 +191,49 @@ func TestAdaptiveCallsDerivedTimeoutHoldsWhenTheCallIsExtended(t *testing.T) {
 		})
 	}
 }
+
+// The stage stopping while the clock extends calls: every call in flight
+// (those extended, those waiting for their send, those just due) ends
+// with the stage's error, a call started after it ends at once, and the
+// clock's goroutine ends.
+func TestAdaptiveClockStoppingWhileItExtendsEndsEveryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithCancelCause(context.Background())
+		stopped := errors.New("the stage stopped")
+		at := newAdaptiveTimeout(3, 100*time.Millisecond, 2*time.Second)
+		c := newAttemptClock(parent, 100*time.Millisecond, true, at)
+		var calls []context.Context
+		for i := range 20 {
+			ctx, end := c.start(time.Now(), 0)
+			defer end()
+			if i%4 != 3 {
+				Sent(ctx) // one in four never sent: no deadline yet
+			}
+			calls = append(calls, ctx)
+			time.Sleep(5 * time.Millisecond)
+		}
+		<-calls[0].Done() // the first cut: the others due are extended
+		if at.timeout(0) <= 100*time.Millisecond {
+			t.Fatalf("after the first cut the timeout is %v, want it raised", at.timeout(0))
+		}
+		time.Sleep(100 * time.Millisecond) // the sent calls, due from 105 to 195 ms, are extended
+		for i, ctx := range calls[1:] {
+			if sent := i%4 != 2; sent && (ctx.Err() != nil || c.timeoutOf(ctx) != 300*time.Millisecond) {
+				t.Fatalf("at 200 ms call %d: %v, timeout %v; want it running, extended to 300 ms", i+1, ctx.Err(), c.timeoutOf(ctx))
+			}
+		}
+		cancel(stopped)
+		for i, ctx := range calls[1:] {
+			<-ctx.Done()
+			// Extended to 300 ms from their send: none is cut before the
+			// stage stops at 200 ms.
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				t.Errorf("call %d (sent: %v) ended with %v, want the stage's end", i+1, i%4 != 2, ctx.Err())
+			}
+		}
+		late, endLate := c.start(time.Now(), 0)
+		<-late.Done()
+		endLate()
+		c.stop()
+	})
+}
