@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -235,5 +237,55 @@ func TestAdaptiveClockStoppingWhileItExtendsEndsEveryCall(t *testing.T) {
 		<-late.Done()
 		endLate()
 		c.stop()
+	})
+}
+
+// Calls of many starts and limits, extended as cut calls raise the
+// timeout: each is cut at its own deadline as it stands when due (start +
+// its final timeout, never past its limit), whatever the order the
+// extensions leave the queue in (heap.Fix of its head).
+func TestAdaptiveClockCutsEveryExtendedCallAtItsOwnDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		at := newAdaptiveTimeout(2, 10*time.Millisecond, 700*time.Millisecond)
+		c := newAttemptClock(context.Background(), 10*time.Millisecond, false, at)
+		defer c.stop()
+		rng := rand.New(rand.NewPCG(1, 2))
+		type call struct {
+			ctx   context.Context
+			start time.Time
+			limit time.Duration
+			ended time.Time
+		}
+		var calls []*call
+		var wg sync.WaitGroup
+		for range 200 {
+			limit := time.Duration(0)
+			if rng.IntN(3) == 0 {
+				limit = time.Duration(5+rng.IntN(300)) * time.Millisecond
+			}
+			now := time.Now()
+			ctx, end := c.start(now, limit)
+			cl := &call{ctx: ctx, start: now, limit: limit}
+			calls = append(calls, cl)
+			wg.Go(func() {
+				<-ctx.Done()
+				cl.ended = time.Now()
+				end()
+			})
+			time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond)
+		}
+		wg.Wait()
+		for i, cl := range calls {
+			timeout := c.timeoutOf(cl.ctx)
+			if late := cl.ended.Sub(cl.start.Add(timeout)); late < 0 || late > time.Millisecond {
+				t.Errorf("call %d (limit %v) ended %v after its start, its timeout %v", i, cl.limit, cl.ended.Sub(cl.start), timeout)
+			}
+			if cl.limit > 0 && timeout > max(cl.limit, 10*time.Millisecond) {
+				t.Errorf("call %d was given %v, past its %v limit", i, timeout, cl.limit)
+			}
+			if timeout > 700*time.Millisecond {
+				t.Errorf("call %d was given %v, past the 700 ms ceiling", i, timeout)
+			}
+		}
 	})
 }
