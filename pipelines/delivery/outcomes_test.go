@@ -268,7 +268,9 @@ func TestDeadlineDecidesWhenAFailureIsFinal(t *testing.T) {
 	}
 	brokers, producer, ledger, backends := parkingRig(t, delivery.SimConfig{})
 	drones := transientDrones(&backends)
-	// The steps take at most 5 x 200 ms: a replay needs 1 s left.
+	// The services answer at once, so the steps' attempt timeouts stay
+	// at their floor (they follow the services' latency up to 1 s): the
+	// judge counts 5 x 200 ms, and a replay needs 1 s left.
 	soon, later := time.Now().Add(2500*time.Millisecond), time.Now().Add(time.Hour)
 	var recs []*kgo.Record
 	for i := range 10 {

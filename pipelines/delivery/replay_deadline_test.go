@@ -17,7 +17,8 @@ import (
 )
 
 // A request parked with its delay cut to fit its deadline is due back with
-// the steps' time (5 x 200 ms) left, and is scheduled in time when its
+// the steps' time left (5 x 200 ms: the services answer at once, so the
+// attempt timeouts, which follow them, stay at their floor), and is scheduled in time when its
 // service is back: a replay is compensated only once its deadline has
 // passed. Found in review: a replay with less than the steps' time left
 // was compensated, which a replay cut to fit always is (it is never read
