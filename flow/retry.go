@@ -107,12 +107,12 @@ type RetryPolicy struct {
 	// calls (a call that timed out counts at its timeout and raises it at
 	// once: the calls then in flight are given the raised timeout, from
 	// their own start, rather than cut at the one that proved too short),
-	// never less
-	// than AttemptTimeout and never more than MaxAttemptTimeout, or,
-	// without it, what is left of MaxElapsed. A service that slows down
-	// then slows the stage (its messages wait, its source lags) instead of
-	// timing out every call. 0 (the default): every attempt's timeout is
-	// AttemptTimeout. Needs AttemptTimeout and MaxElapsed.
+	// never less than AttemptTimeout and never more than
+	// MaxAttemptTimeout, or, without it, what is left of MaxElapsed. A
+	// service that slows down then slows the stage (its messages wait, its
+	// source lags) instead of timing out every call. 0 (the default): every
+	// attempt's timeout is AttemptTimeout. Needs AttemptTimeout and
+	// MaxElapsed.
 	TimeoutFactor float64 `json:"timeout_factor"`
 	// MaxAttemptTimeout, with TimeoutFactor, is the longest an attempt's
 	// timeout grows to, past what is left of MaxElapsed if the service
