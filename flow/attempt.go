@@ -59,11 +59,10 @@ type attemptClock struct {
 // register through AfterFunc, so they need no goroutine either.
 type attemptCtx struct {
 	parent   context.Context
-	deadline time.Time     // fixed at start, or (send set, or moves) set under mu; zero: none yet
+	deadline time.Time     // fixed at start, or (send set, or most set) set under mu; zero: none yet
 	timeout  time.Duration // the attempt's timeout, set with deadline
 	limit    time.Duration // the most the attempt may last (adaptive timeouts; 0: no limit)
-	moves    bool          // adaptive timeouts: the clock may move the deadline later (see extend)
-	most     time.Duration // with moves: the longest timeout extend may give it (what Deadline reports)
+	most     time.Duration // adaptive timeouts: the longest timeout extend may give it (what Deadline reports); 0: the deadline never moves
 	finished atomic.Bool
 
 	mu     sync.Mutex
@@ -183,7 +182,7 @@ func (c *attemptClock) start(now time.Time, limit time.Duration) (context.Contex
 	}
 	a := &attemptCtx{parent: c.parent, deadline: now.Add(timeout), timeout: timeout, limit: limit}
 	if c.adaptive != nil {
-		a.moves, a.most = true, c.adaptive.most(limit)
+		a.most = c.adaptive.most(limit) // at least the floor, which is positive
 	}
 	c.mu.Lock()
 	if c.stopped {
@@ -245,12 +244,12 @@ func (a *attemptCtx) Deadline() (time.Time, bool) {
 }
 
 func (a *attemptCtx) ownDeadline() time.Time {
-	if a.send == nil && !a.moves {
+	if a.send == nil && a.most == 0 {
 		return a.deadline // fixed at start
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.moves && !a.deadline.IsZero() {
+	if a.most > 0 && !a.deadline.IsZero() {
 		// deadline - timeout, the call's start (or send), stays put as
 		// extend moves both.
 		return a.deadline.Add(a.most - a.timeout)

@@ -53,7 +53,7 @@ func (c *attemptClock) startUnsent(limit time.Duration) (context.Context, func()
 	}
 	u := &unsentAttempt{attemptCtx: attemptCtx{parent: c.parent, limit: limit}, sendState: sendState{clock: c}}
 	if c.adaptive != nil {
-		u.moves, u.most = true, c.adaptive.most(limit)
+		u.most = c.adaptive.most(limit)
 	}
 	a := &u.attemptCtx
 	a.send = &u.sendState
