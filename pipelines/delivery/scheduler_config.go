@@ -123,6 +123,8 @@ type SchedulerConfig struct {
 	// went unanswered) is resolved by asking the service (the drone
 	// service's Booking): done, it is recorded; not done, this copy calls
 	// it. Until then the request waits, parked until the mark is stale.
+	// With recorded steps it must be at least MinStaleAfter(Retry):
+	// NewScheduler refuses less (CheckStaleAfter).
 	StaleAfter time.Duration
 	// MaxStoreOutage is how long a recorded step waits for an unreachable
 	// step store (Redis) before the scheduler stops with an error naming
@@ -261,6 +263,11 @@ func (cfg *SchedulerConfig) setDefaults() {
 func (cfg *SchedulerConfig) check() error {
 	if err := CheckRetry(*cfg.Retry); err != nil {
 		return fmt.Errorf("delivery scheduler: Retry: %w", err)
+	}
+	if cfg.Steps != nil && len(cfg.NonIdempotent) > 0 {
+		if err := CheckStaleAfter(cfg.StaleAfter, cfg.Retry); err != nil {
+			return fmt.Errorf("delivery scheduler: %w", err)
+		}
 	}
 	if cfg.MaxParkings < 0 || cfg.DefaultHorizon < 0 {
 		return fmt.Errorf("delivery scheduler: MaxParkings %d and DefaultHorizon %v must not be negative", cfg.MaxParkings, cfg.DefaultHorizon)
