@@ -59,26 +59,48 @@ type StepState struct {
 // RedisSteps is a StepStore in Redis: one string per request and step
 // ("sluice:steps:<id>:<step>" = "s:<mark>" once started, "d:<value>" once
 // done), expiring TTL after the step began. Begin is SET NX GET (Redis 7+),
-// Record a SET that keeps the TTL: two commands per step. Operations from
-// concurrent requests are batched: whatever is waiting goes in one
-// pipeline, one round trip, so that a step costs a fraction of one.
+// Record a SET that keeps the TTL: two commands per step.
 //
-// The keys are spread over stepBatchers batchers, each with one pipeline
-// in flight: while one waits for its round trip (with appendfsync always,
-// Redis's write to disk), the others send theirs, instead of every
-// operation waiting for the pipeline in flight before its own is sent. A
-// key's operations go through one batcher, in the order they came: an
-// Abandon whose caller gave up waiting still lands before the next Begin
-// of its step.
+// The keys are spread over stepBatchers batchers, each with one round trip
+// in flight at a time, so that a key's operations reach Redis in the order
+// they came. An operation whose batcher has nothing in flight is sent by
+// its caller at once, from its own goroutine: at a few hundred requests a
+// second nearly every one is, and handing it to a batcher goroutine and
+// its answer back cost more than the round trip (BenchmarkStepRecords).
+// The operations that come while a round trip is in flight wait for it,
+// and then go together in one pipeline, sent by the batcher's goroutine:
+// whatever is waiting, one round trip, so that under load a step costs a
+// fraction of one. While one batcher waits for its round trip (with
+// appendfsync always, Redis's write to disk), the others send theirs.
+//
+// A caller whose operation is queued stops waiting when its context ends,
+// and the operation still lands, before the next one of its key: an
+// Abandon whose caller gave up lands before the next Begin of its step. A
+// caller that sends its own operation waits for its round trip, which the
+// client's read and write timeouts bound (go-redis: 3 s by default), and
+// returns its answer even if its context ended meanwhile.
 type RedisSteps struct {
-	cl   redis.UniversalClient
-	ttl  time.Duration
-	seed maphash.Seed
-	ops  []chan *stepOp // by batcher
-	stop chan struct{}
+	cl       redis.UniversalClient
+	ttl      time.Duration
+	seed     maphash.Seed
+	batchers []*stepBatcher
+	stop     chan struct{}
 	// closed is closed once every batcher has stopped (Close).
 	closed chan struct{}
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the batchers' goroutines
+	// sending counts the operations their callers are sending, which
+	// Close waits for.
+	sending sync.WaitGroup
+}
+
+// stepBatcher orders the operations of the keys it holds: at most one
+// round trip in flight (busy), the operations that came meanwhile queued.
+type stepBatcher struct {
+	mu      sync.Mutex
+	busy    bool          // a round trip is in flight, or queued operations are to be sent by run
+	queued  []*stepOp     // in the order they came; non-empty only while busy
+	closing bool          // Close began: no operation is taken any more
+	wake    chan struct{} // tells run that queued operations are its to send
 }
 
 // stepBatchers is how many batchers a RedisSteps runs. A saturated
@@ -95,6 +117,7 @@ type stepOp struct {
 	ttl   *redis.DurationCmd // age: the TTL the record has left
 	cmd   redis.Cmder
 	err   chan error
+	alone [1]*stepOp // the batch of an operation its caller sends
 }
 
 type opKind uint8
@@ -115,9 +138,9 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), stop: make(chan struct{}),
 		closed: make(chan struct{})}
 	for range stepBatchers {
-		ops := make(chan *stepOp, 4096/stepBatchers)
-		s.ops = append(s.ops, ops)
-		s.wg.Go(func() { s.run(ops) })
+		b := &stepBatcher{wake: make(chan struct{}, 1)}
+		s.batchers = append(s.batchers, b)
+		s.wg.Go(func() { s.run(b) })
 	}
 	return s
 }
@@ -272,26 +295,45 @@ func (s *RedisSteps) write(ctx context.Context, op *stepOp) error {
 	return nil
 }
 
-// do queues op and waits for its batch.
+// do sends op, or queues it behind the round trip in flight of its
+// batcher, and returns its answer.
 func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
+	b := s.batchers[maphash.String(s.seed, op.key)%uint64(len(s.batchers))]
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		return errStepsClosed
+	}
+	if err := ctx.Err(); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	if !b.busy {
+		// Nothing in flight nor queued: the caller sends it.
+		b.busy = true
+		s.sending.Add(1)
+		b.mu.Unlock()
+		op.alone[0] = op
+		s.send(op.alone[:])
+		b.mu.Lock()
+		if len(b.queued) > 0 {
+			// run takes the queue, busy until it is sent. (The wake-up
+			// is empty: run took the last one before it last let busy go.)
+			select {
+			case b.wake <- struct{}{}:
+			default:
+			}
+		} else {
+			b.busy = false
+		}
+		b.mu.Unlock()
+		s.sending.Done()
+		return op.result(1)
+	}
 	answer := answers.Get().(chan error)
 	op.err = answer
-	ops := s.ops[maphash.String(s.seed, op.key)%uint64(len(s.ops))]
-	select {
-	case <-s.stop:
-		answers.Put(answer) // never queued: nobody answers on it
-		return errStepsClosed
-	default:
-	}
-	select {
-	case ops <- op:
-	case <-ctx.Done():
-		answers.Put(answer)
-		return ctx.Err()
-	case <-s.stop:
-		answers.Put(answer)
-		return errStepsClosed
-	}
+	b.queued = append(b.queued, op)
+	b.mu.Unlock()
 	select {
 	case err := <-op.err:
 		answers.Put(answer) // its one answer taken: empty, and nobody sends on it again
@@ -301,8 +343,7 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 		// or that answer would reach another operation.
 		return ctx.Err()
 	case <-s.closed:
-		// Every batcher has answered what it took and what was queued
-		// when it stopped; an operation queued after that gets no answer.
+		// Every operation queued was answered when the store closed.
 		select {
 		case err := <-op.err:
 			answers.Put(answer)
@@ -313,80 +354,97 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 	}
 }
 
-// answers are the channels operations wait for their answer on, reused:
-// a channel made per operation was one of a step's allocations. A channel
-// goes back only once empty with no answer to come (the operation's one
-// answer taken, or the operation never queued).
+// answers are the channels queued operations wait for their answer on,
+// reused: a channel made per operation was one of a step's allocations.
+// A channel goes back only once empty with no answer to come (the
+// operation's one answer taken).
 var answers = sync.Pool{New: func() any { return make(chan error, 1) }}
 
 // errStepsClosed fails an operation on a closed step store.
 var errStepsClosed = errors.New("step store closed")
 
-// run takes whatever operations are waiting in ops (up to 1024) and sends
-// them in one pipeline.
-func (s *RedisSteps) run(ops chan *stepOp) {
+// run sends, while woken for them, the operations queued behind a round
+// trip: whatever is queued (up to 1024) in one pipeline, until none is.
+func (s *RedisSteps) run(b *stepBatcher) {
 	batch := make([]*stepOp, 0, 1024)
 	for {
 		select {
-		case op := <-ops:
-			batch = append(batch[:0], op)
+		case <-b.wake:
 		case <-s.stop:
-			// What is queued is answered, not left to wait for its
-			// caller's context.
-			for {
-				select {
-				case op := <-ops:
-					op.err <- errStepsClosed
-				default:
-					return
-				}
-			}
+			return
 		}
-	more:
-		for len(batch) < cap(batch) {
-			select {
-			case op := <-ops:
-				batch = append(batch, op)
-			default:
-				break more
+		for {
+			b.mu.Lock()
+			if len(b.queued) == 0 || b.closing { // closing: Close answers the queue
+				b.busy = false
+				b.mu.Unlock()
+				break
 			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = s.cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+			n := copy(batch[:cap(batch)], b.queued)
+			batch = batch[:n]
+			rest := copy(b.queued, b.queued[n:])
+			clear(b.queued[rest:])
+			b.queued = b.queued[:rest]
+			b.mu.Unlock()
+			s.send(batch)
 			for _, op := range batch {
-				switch op.kind {
-				case opBegin:
-					op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
-					op.cmd = op.old
-				case opAge:
-					op.ttl = p.PTTL(ctx, op.key)
-					op.cmd = op.ttl
-				case opRecord:
-					op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
-				case opAbandon:
-					op.cmd = abandon.Eval(ctx, p, []string{op.key}, op.value)
-				}
+				op.err <- op.result(len(batch))
 			}
-			return nil
-		})
-		cancel()
-		// Each operation gets its own command's error (a nil reply is
-		// not one: SET NX GET answers nil for a step with no record).
-		for _, op := range batch {
-			opErr := op.cmd.Err()
-			if errors.Is(opErr, redis.Nil) {
-				opErr = nil
-			}
-			if opErr != nil {
-				opErr = fmt.Errorf("a batch of %d step operations: %w", len(batch), opErr)
-			}
-			op.err <- opErr
+			clear(batch)
 		}
 	}
 }
 
-// Close stops the batchers; pending operations fail.
+// send sends batch in one pipeline.
+func (s *RedisSteps) send(batch []*stepOp) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = s.cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, op := range batch {
+			switch op.kind {
+			case opBegin:
+				op.old = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{Mode: "NX", Get: true, TTL: s.ttl})
+				op.cmd = op.old
+			case opAge:
+				op.ttl = p.PTTL(ctx, op.key)
+				op.cmd = op.ttl
+			case opRecord:
+				op.cmd = p.SetArgs(ctx, op.key, op.value, redis.SetArgs{KeepTTL: true})
+			case opAbandon:
+				op.cmd = abandon.Eval(ctx, p, []string{op.key}, op.value)
+			}
+		}
+		return nil
+	})
+}
+
+// result is op's own command's error, once sent in a batch of n (a nil
+// reply is not one: SET NX GET answers nil for a step with no record).
+func (op *stepOp) result(n int) error {
+	err := op.cmd.Err()
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return nil
+	case n > 1:
+		return fmt.Errorf("a batch of %d step operations: %w", n, err)
+	}
+	return err
+}
+
+// Close stops the batchers: the operations queued fail, those in flight
+// are answered, and Close returns once they are.
 func (s *RedisSteps) Close() {
+	for _, b := range s.batchers {
+		b.mu.Lock()
+		b.closing = true
+		queued := b.queued
+		b.queued = nil
+		b.mu.Unlock()
+		for _, op := range queued {
+			op.err <- errStepsClosed
+		}
+	}
+	s.sending.Wait()
 	close(s.stop)
 	s.wg.Wait()
 	close(s.closed)

@@ -280,10 +280,12 @@ func TestRedisStepsBeginFreshIsOneCommand(t *testing.T) {
 	}
 }
 
-// An operation that gave up waiting for its batch (its context ended)
-// is answered later all the same: that answer reaches no other
-// operation. The operations after it, of the same key and so of the same
-// batcher, each get their own answer.
+// An operation that gave up waiting behind the round trip in flight (its
+// context ended while it was queued) is sent and answered later all the
+// same, before the next operation of its key: an Abandon whose caller gave
+// up still removes its mark before the next Begin of the step reads it.
+// Its answer reaches no other operation: those after it, of the same key
+// and so of the same batcher, each get their own.
 func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
 	defer cl.Close()
@@ -296,21 +298,32 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
+	// In flight, held: the step's mark m1 (its batcher had nothing in
+	// flight, so its caller sends it).
+	first := beginHeld(t, s, h.held, ctx, ctx, "late", "m1")
+	// Queued behind it: m1's Abandon, whose caller gives up.
 	gaveUp, giveUp := context.WithCancel(ctx)
-	first := beginHeld(t, s, h.held, ctx, gaveUp, "late", "m1")
+	abandoned := make(chan error, 1)
+	go func() { abandoned <- s.Abandon(gaveUp, "late", delivery.StepDrone, "m1") }()
+	time.Sleep(50 * time.Millisecond) // queued (it cannot be sent while m1's Begin is held)
 	giveUp()
-	if err := <-first; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the Begin that gave up: %v", err)
+	select {
+	case err := <-abandoned:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the queued Abandon whose caller gave up: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a queued Abandon whose caller gave up still waited 10 s later")
 	}
-	// The next operations queue behind the held batch, whose answer to
-	// the first is still to come.
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		release.Do(func() { close(h.release) })
-	}()
+	release.Do(func() { close(h.release) })
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The Abandon was sent after m1's Begin and before this Begin: the
+	// step has no record.
 	st, err := s.Begin(ctx, "late", delivery.StepDrone, "m2")
-	if err != nil || st.StartedBy != "m1" {
-		t.Fatalf("Begin after the first's: %+v %v, want started by m1 (the first's command ran)", st, err)
+	if err != nil || st != (delivery.StepState{}) {
+		t.Fatalf("Begin after the abandoned mark: %+v %v, want no record (the Abandon whose caller gave up landed first)", st, err)
 	}
 	if err := s.Record(ctx, "late", delivery.StepDrone, "drone-9"); err != nil {
 		t.Fatal(err)
@@ -320,6 +333,34 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 		if err != nil || !st.Done || st.Value != "drone-9" {
 			t.Fatalf("Begin %d after the record: %+v %v", i, st, err)
 		}
+	}
+}
+
+// A caller that sends its own operation (nothing was in flight on its
+// batcher) waits for the round trip and returns its command's answer,
+// even if its context ended meanwhile: the mark it wrote is its own, and
+// it says so.
+func TestRedisStepsSentOperationReturnsItsAnswer(t *testing.T) {
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer cl.Close()
+	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
+	cl.AddHook(h)
+	s := delivery.NewRedisSteps(cl, time.Minute)
+	defer s.Close()
+	var release sync.Once
+	defer release.Do(func() { close(h.release) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gaveUp, giveUp := context.WithCancel(ctx)
+	first := beginHeld(t, s, h.held, ctx, gaveUp, "sent", "m1")
+	giveUp()
+	release.Do(func() { close(h.release) })
+	if err := <-first; err != nil {
+		t.Fatalf("a Begin sent by its caller, whose context ended in flight: %v, want its answer (no record)", err)
+	}
+	st, err := s.Begin(ctx, "sent", delivery.StepDrone, "m2")
+	if err != nil || st.StartedBy != "m1" {
+		t.Fatalf("Begin after: %+v %v, want started by m1", st, err)
 	}
 }
 
