@@ -76,13 +76,20 @@ type StepState struct {
 // A caller whose operation is queued stops waiting when its context ends,
 // and the operation still lands, before the next one of its key: an
 // Abandon whose caller gave up lands before the next Begin of its step. A
-// caller that sends its own operation waits for its round trip, which the
-// client's read and write timeouts bound (go-redis: 3 s by default), and
-// returns its answer even if its context ended meanwhile.
+// caller that sends its own operation waits for its round trip and
+// returns its answer even if its context ended meanwhile: the client's
+// read and write timeouts bound each try, and go-redis tries again within
+// the store's 5 s for a round trip (a Redis that never answers holds the
+// caller 5 s, one that refuses connections 2.5 to 3.5 s, with go-redis'
+// defaults). A client whose reads or writes may wait without a limit
+// (ReadTimeout or WriteTimeout -1 or -2, unless ContextTimeoutEnabled
+// with -1), or whose type does not say, has every operation sent by its
+// batcher's goroutine instead, so that its caller can stop waiting.
 type RedisSteps struct {
 	cl       redis.UniversalClient
 	ttl      time.Duration
 	seed     maphash.Seed
+	direct   bool // a caller may send its own operation (boundedRoundTrips)
 	batchers []*stepBatcher
 	stop     chan struct{}
 	// closed is closed once every batcher has stopped (Close).
@@ -135,14 +142,38 @@ func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
 	}
-	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), stop: make(chan struct{}),
-		closed: make(chan struct{})}
+	s := &RedisSteps{cl: cl, ttl: ttl, seed: maphash.MakeSeed(), direct: boundedRoundTrips(cl),
+		stop: make(chan struct{}), closed: make(chan struct{})}
 	for range stepBatchers {
 		b := &stepBatcher{wake: make(chan struct{}, 1)}
 		s.batchers = append(s.batchers, b)
 		s.wg.Go(func() { s.run(b) })
 	}
 	return s
+}
+
+// boundedRoundTrips reports whether every round trip of cl ends within a
+// limit whatever Redis does (answers, refuses, or takes the request and
+// never answers): its reads and writes have timeouts, or follow the
+// deadline of send's context. Its options are normalized: a timeout above
+// 0 is one; 0 is none but for a context's deadline, which the client
+// follows if ContextTimeoutEnabled; below 0, no deadline is ever set. A
+// client of another type (a Ring's shards set their own) does not say.
+func boundedRoundTrips(cl redis.UniversalClient) bool {
+	var read, write time.Duration
+	var ctxDeadlines bool
+	switch c := cl.(type) {
+	case *redis.Client:
+		o := c.Options()
+		read, write, ctxDeadlines = o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		o := c.Options()
+		read, write, ctxDeadlines = o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled
+	default:
+		return false
+	}
+	bounded := func(d time.Duration) bool { return d > 0 || (d == 0 && ctxDeadlines) }
+	return bounded(read) && bounded(write)
 }
 
 // CheckRedis makes sure the server at cl answers and can keep step records:
@@ -308,31 +339,23 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 		b.mu.Unlock()
 		return err
 	}
-	if !b.busy {
+	if !b.busy && s.direct {
 		// Nothing in flight nor queued: the caller sends it.
 		b.busy = true
 		s.sending.Add(1)
 		b.mu.Unlock()
-		op.alone[0] = op
-		s.send(op.alone[:])
-		b.mu.Lock()
-		if len(b.queued) > 0 {
-			// run takes the queue, busy until it is sent. (The wake-up
-			// is empty: run took the last one before it last let busy go.)
-			select {
-			case b.wake <- struct{}{}:
-			default:
-			}
-		} else {
-			b.busy = false
-		}
-		b.mu.Unlock()
-		s.sending.Done()
+		s.sendOwn(b, op)
 		return op.result(1)
 	}
 	answer := answers.Get().(chan error)
 	op.err = answer
 	b.queued = append(b.queued, op)
+	if !b.busy {
+		// The client's round trips may wait without a limit: run sends
+		// it, and this caller can stop waiting when its context ends.
+		b.busy = true
+		b.wakeRun()
+	}
 	b.mu.Unlock()
 	select {
 	case err := <-op.err:
@@ -351,6 +374,31 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 		default:
 			return errStepsClosed
 		}
+	}
+}
+
+// sendOwn sends op, which its caller sends itself, and then hands what
+// was queued meanwhile to run, or lets the batcher go.
+func (s *RedisSteps) sendOwn(b *stepBatcher, op *stepOp) {
+	op.alone[0] = op
+	s.send(op.alone[:])
+	b.mu.Lock()
+	if len(b.queued) > 0 {
+		b.wakeRun() // run takes the queue, busy until it is sent
+	} else {
+		b.busy = false
+	}
+	b.mu.Unlock()
+	s.sending.Done()
+}
+
+// wakeRun tells run, with b.mu held, that the queue is its to send. The
+// wake-up is empty (run took the last one before it last let busy go),
+// but a send that cannot block costs nothing to make sure.
+func (b *stepBatcher) wakeRun() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 
