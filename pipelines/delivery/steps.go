@@ -378,18 +378,24 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 }
 
 // sendOwn sends op, which its caller sends itself, and then hands what
-// was queued meanwhile to run, or lets the batcher go.
+// was queued meanwhile to run, or lets the batcher go. It does so even if
+// the round trip panics (in a hook of the client): the panic goes on to
+// the caller, whose MapAsync fails that one request and goes on, and the
+// batcher must not stay busy for good, every later operation of its keys
+// queued and never sent, and Close waiting for this one.
 func (s *RedisSteps) sendOwn(b *stepBatcher, op *stepOp) {
+	defer func() {
+		b.mu.Lock()
+		if len(b.queued) > 0 {
+			b.wakeRun() // run takes the queue, busy until it is sent
+		} else {
+			b.busy = false
+		}
+		b.mu.Unlock()
+		s.sending.Done()
+	}()
 	op.alone[0] = op
 	s.send(op.alone[:])
-	b.mu.Lock()
-	if len(b.queued) > 0 {
-		b.wakeRun() // run takes the queue, busy until it is sent
-	} else {
-		b.busy = false
-	}
-	b.mu.Unlock()
-	s.sending.Done()
 }
 
 // wakeRun tells run, with b.mu held, that the queue is its to send. The
