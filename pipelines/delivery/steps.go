@@ -110,6 +110,11 @@ type stepBatcher struct {
 	wake    chan struct{} // tells run that queued operations are its to send
 }
 
+// maxQueued is how many operations may wait behind a batcher's round trip
+// in flight: more are refused with a transient error (the step store is
+// unavailable for them, as when Redis refuses), not queued.
+const maxQueued = 1024
+
 // stepBatchers is how many batchers a RedisSteps runs. A saturated
 // delivery scheduler had every schedule_drone call in flight (about 300)
 // waiting on its one batcher, whose round trips followed one another.
@@ -346,6 +351,13 @@ func (s *RedisSteps) do(ctx context.Context, op *stepOp) error {
 		b.mu.Unlock()
 		s.sendOwn(b, op)
 		return op.result(1)
+	}
+	if n := len(b.queued); n >= maxQueued {
+		// A round trip that does not end, and callers that gave up
+		// queueing again: refused rather than queued without end, to
+		// land in Redis, every one, when it answers.
+		b.mu.Unlock()
+		return stream.Transient(fmt.Errorf("%d step operations already wait behind a round trip to Redis", n))
 	}
 	answer := answers.Get().(chan error)
 	op.err = answer
