@@ -123,17 +123,27 @@ func (h *holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 	}
 }
 
-// While one batch of step operations waits for its round trip, the
-// operations of other requests are sent rather than queued behind it.
-func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
+// heldFirstStore returns a step store on a client whose first pipeline
+// is held, and the function that lets it go, called at the latest when
+// the test ends (before the store closes: Close waits for it).
+func heldFirstStore(t *testing.T) (*delivery.RedisSteps, *holdFirstPipeline, func()) {
+	t.Helper()
 	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
 	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
 	cl.AddHook(h)
 	s := delivery.NewRedisSteps(cl, time.Minute)
-	defer s.Close()
-	var release sync.Once
-	defer release.Do(func() { close(h.release) }) // before Close, on a failure
+	t.Cleanup(s.Close)
+	var once sync.Once
+	release := func() { once.Do(func() { close(h.release) }) }
+	t.Cleanup(release)
+	return s, h, release
+}
+
+// While one batch of step operations waits for its round trip, the
+// operations of other requests are sent rather than queued behind it.
+func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
+	s, h, release := heldFirstStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	first := beginHeld(t, s, h.held, ctx, ctx, "held", "m")
@@ -153,7 +163,7 @@ func TestRedisStepsSendsWhileABatchIsInFlight(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no step operation completed in 10 s while another batch was in flight")
 	}
-	release.Do(func() { close(h.release) })
+	release()
 	for range 15 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -287,14 +297,7 @@ func TestRedisStepsBeginFreshIsOneCommand(t *testing.T) {
 // Its answer reaches no other operation: those after it, of the same key
 // and so of the same batcher, each get their own.
 func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
-	cl.AddHook(h)
-	s := delivery.NewRedisSteps(cl, time.Minute)
-	defer s.Close()
-	var release sync.Once
-	defer release.Do(func() { close(h.release) })
+	s, h, release := heldFirstStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -315,7 +318,7 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a queued Abandon whose caller gave up still waited 10 s later")
 	}
-	release.Do(func() { close(h.release) })
+	release()
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -341,20 +344,13 @@ func TestRedisStepsLateAnswerReachesNoOtherOperation(t *testing.T) {
 // even if its context ended meanwhile: the mark it wrote is its own, and
 // it says so.
 func TestRedisStepsSentOperationReturnsItsAnswer(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	h := &holdFirstPipeline{held: make(chan struct{}), release: make(chan struct{})}
-	cl.AddHook(h)
-	s := delivery.NewRedisSteps(cl, time.Minute)
-	defer s.Close()
-	var release sync.Once
-	defer release.Do(func() { close(h.release) })
+	s, h, release := heldFirstStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	gaveUp, giveUp := context.WithCancel(ctx)
 	first := beginHeld(t, s, h.held, ctx, gaveUp, "sent", "m1")
 	giveUp()
-	release.Do(func() { close(h.release) })
+	release()
 	if err := <-first; err != nil {
 		t.Fatalf("a Begin sent by its caller, whose context ended in flight: %v, want its answer (no record)", err)
 	}
