@@ -143,6 +143,14 @@ const (
 
 // NewRedisSteps returns a step store on cl whose records live for ttl
 // (default 24h: longer than any replay). Close it when done.
+//
+// It does not reach the server: call CheckRedis first, so that an
+// unreachable or pre-7.0 Redis is named before any request waits on it.
+// Give it to SchedulerConfig.Steps with the steps to record in
+// NonIdempotent, and a StaleAfter of at least MinStaleAfter(Retry) (the
+// default 10 s is). Keep cl's read and write timeouts finite (see
+// RedisSteps); while Redis does not answer, the scheduler waits for it up
+// to SchedulerConfig.MaxStoreOutage and then stops with ErrStoreOutage.
 func NewRedisSteps(cl redis.UniversalClient, ttl time.Duration) *RedisSteps {
 	if ttl == 0 {
 		ttl = 24 * time.Hour
