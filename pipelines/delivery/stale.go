@@ -38,13 +38,13 @@ const MinStaleAfterFloor = time.Second
 // MinStaleAfter(retry), nil otherwise. NewScheduler refuses such a
 // StaleAfter when it records steps.
 func CheckStaleAfter(staleAfter time.Duration, retry *flow.RetryPolicy) error {
-	least := MinStaleAfter(retry)
-	if staleAfter >= least {
-		return nil
-	}
 	p := DefaultRetry()
 	if retry != nil {
 		p = *retry
+	}
+	least := MinStaleAfter(&p)
+	if staleAfter >= least {
+		return nil
 	}
 	return &StaleAfterError{StaleAfter: staleAfter, Least: least, LongestAttempt: p.LongestAttemptTimeout()}
 }

@@ -438,9 +438,10 @@ var answers = sync.Pool{New: func() any { return make(chan error, 1) }}
 var errStepsClosed = errors.New("step store closed")
 
 // run sends, while woken for them, the operations queued behind a round
-// trip: whatever is queued (up to 1024) in one pipeline, until none is.
+// trip: the whole queue (at most maxQueued) in one pipeline, until none
+// is. The queue and the batch trade places, so neither is copied.
 func (s *RedisSteps) run(b *stepBatcher) {
-	batch := make([]*stepOp, 0, 1024)
+	batch := make([]*stepOp, 0, maxQueued)
 	for {
 		select {
 		case <-b.wake:
@@ -454,11 +455,7 @@ func (s *RedisSteps) run(b *stepBatcher) {
 				b.mu.Unlock()
 				break
 			}
-			n := copy(batch[:cap(batch)], b.queued)
-			batch = batch[:n]
-			rest := copy(b.queued, b.queued[n:])
-			clear(b.queued[rest:])
-			b.queued = b.queued[:rest]
+			batch, b.queued = b.queued, batch[:0]
 			b.mu.Unlock()
 			s.send(batch)
 			for _, op := range batch {
