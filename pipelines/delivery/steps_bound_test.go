@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/sluice-streams/sluice/internal/testenv"
 	"github.com/sluice-streams/sluice/stream"
 )
 
@@ -22,13 +19,7 @@ import (
 // queueing them without end, each to land in Redis when it answers. The
 // operations queued are answered once the round trips end.
 func TestStepOperationsQueuedBehindARoundTripAreBounded(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	h := newHoldPipelines(stepBatchers)
-	cl.AddHook(h)
-	s := NewRedisSteps(cl, time.Minute)
-	defer s.Close()
-	defer h.releaseAll()
+	s, h := heldStore(t, stepBatchers)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

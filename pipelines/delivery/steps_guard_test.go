@@ -54,6 +54,21 @@ func (h *holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
+// heldStore returns a step store on a client whose first n pipelines of
+// step operations are held; at the test's end they are let go, then the
+// store closes (within its bound).
+func heldStore(t *testing.T, n int) (*RedisSteps, *holdPipelines) {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	t.Cleanup(func() { cl.Close() })
+	h := newHoldPipelines(n)
+	cl.AddHook(h)
+	s := NewRedisSteps(cl, time.Minute)
+	t.Cleanup(func() { closeWithin(t, s) })
+	t.Cleanup(h.releaseAll)
+	return s, h
+}
+
 // releaseAll lets every pipeline held, or to be held, go (once).
 func (h *holdPipelines) releaseAll() {
 	for _, r := range h.release {
@@ -83,13 +98,7 @@ func (h *holdPipelines) waitHeld(t *testing.T, i int) {
 // this one follows gave up in flight in the batcher's only round trip;
 // a caller that sends its own cannot give up, one in a batch still can.)
 func TestGiveUpInABatchInFlightLeavesNoAnswerToAnother(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	h := newHoldPipelines(2)
-	cl.AddHook(h)
-	s := NewRedisSteps(cl, time.Minute)
-	defer closeWithin(t, s)
-	defer h.releaseAll()
+	s, h := heldStore(t, 2)
 	if !s.direct {
 		t.Fatal("a default client's callers do not send their own operations")
 	}
@@ -247,13 +256,7 @@ func TestStepsKeepEachKeysOrderUnderGiveUps(t *testing.T) {
 // its own mark, aged from its write on the store's clock, and books the
 // drone once.
 func TestBeginAnsweredAfterItsAttemptCallsNothing(t *testing.T) {
-	cl := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
-	defer cl.Close()
-	h := newHoldPipelines(1)
-	cl.AddHook(h)
-	s := NewRedisSteps(cl, time.Minute)
-	defer closeWithin(t, s)
-	defer h.releaseAll()
+	s, h := heldStore(t, 1)
 	const staleAfter = 2 * time.Second
 	d := &fakeDrone{acted: true, booked: map[string]bool{}}
 	r := &recordedStep{store: s, wait: &storeWaiter{limit: time.Minute}, step: StepDrone, call: d.call,
@@ -275,7 +278,7 @@ func TestBeginAnsweredAfterItsAttemptCallsNothing(t *testing.T) {
 	if c := stream.Classify(err); !c.NotCalled || !c.Transient || d.calls != 0 {
 		t.Fatalf("Begin answered after its attempt and StaleAfter/4: %v, %+v, %d calls; want a transient error, not called", err, c, d.calls)
 	}
-	if v, err := cl.Get(context.Background(), stepKey("late-begin", StepDrone)).Result(); err != nil || v != "s:"+p.mark {
+	if v, err := s.cl.Get(context.Background(), stepKey("late-begin", StepDrone)).Result(); err != nil || v != "s:"+p.mark {
 		t.Fatalf("the record after the late Begin: %q %v, want this copy's mark %q", v, err, p.mark)
 	}
 	if err := r.run(context.Background(), p); err != nil || d.calls != 1 {
